@@ -1,0 +1,34 @@
+"""Exceptions raised by celery_fair. Each docstring is the default message."""
+
+from __future__ import annotations
+
+
+class FairError(Exception):
+    """celery_fair failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigurationError(FairError):
+    """A celery_fair setting is invalid."""
+
+
+class InvalidGroup(FairError, ValueError):
+    """A fairness group name is invalid."""
+
+
+class InvalidCost(FairError, ValueError):
+    """A task cost must be a positive finite number."""
+
+
+class StoreError(FairError):
+    """The celery_fair store failed."""
+
+
+class StoreConnectionError(StoreError):
+    """The celery_fair store cannot be reached."""
+
+
+class CorruptMessage(StoreError):
+    """A held message could not be decoded."""

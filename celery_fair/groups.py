@@ -1,0 +1,122 @@
+"""Which group and class a task belongs to: validation, ``fair_context``, resolution rules."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+import math
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Sequence, Union
+
+from .config import MAX_GROUP_LENGTH
+from .errors import InvalidCost, InvalidGroup
+
+#: How a task names its group: an argument name, a callable ``(args, kwargs) -> group``.
+GroupRule = Union[str, Callable[[Sequence[Any], Mapping[str, Any]], Any], None]
+
+
+def validate_group(value: Any) -> str:
+    """Return ``value`` as a group name, or raise :class:`InvalidGroup` saying why.
+
+    Strings and integers (tenant ids) are accepted; the name must be 1 to 200 characters
+    with no control characters. Any other unicode is safe in Redis keys.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InvalidGroup(
+            f"fair group {value!r} has type {type(value).__name__}: expected str or int")
+    name = str(value)
+    if not name:
+        raise InvalidGroup("fair group is empty: expected 1 to 200 characters")
+    if len(name) > MAX_GROUP_LENGTH:
+        raise InvalidGroup(
+            f"fair group {name[:40]!r}... is {len(name)} characters long: "
+            f"expected at most {MAX_GROUP_LENGTH}")
+    if any(unicodedata.category(ch) == "Cc" for ch in name):
+        raise InvalidGroup(f"fair group {name!r} contains control characters")
+    return name
+
+
+def validate_cost(value: Any) -> float:
+    """Return ``value`` as a task cost, or raise :class:`InvalidCost`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not 0 < value <= 1e9:
+        raise InvalidCost(f"fair cost {value!r} is invalid: expected a number in (0, 1e9]")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class FairScope:
+    group: str | None
+    interactive: bool | None
+
+
+_scope: contextvars.ContextVar[FairScope | None] = contextvars.ContextVar(
+    "celery_fair_scope", default=None)
+
+
+@contextlib.contextmanager
+def fair_context(group: Any = None, interactive: bool | None = None) -> Iterator[None]:
+    """Set the group and class of fair tasks published inside the block.
+
+    Web middleware uses it per request: ``with fair_context(group=user.tenant_id,
+    interactive=True): convert.delay(...)``. A task's own rule and call-time
+    ``fair_group=`` take precedence.
+    """
+    scope = FairScope(None if group is None else validate_group(group), interactive)
+    token = _scope.set(scope)
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def current_scope() -> FairScope | None:
+    """The innermost active :func:`fair_context`, if any."""
+    return _scope.get()
+
+
+class GroupResolver:
+    """Turns a task's ``group=`` rule into a function of the call's arguments."""
+
+    def __init__(self, rule: GroupRule, run: Callable[..., Any], task_name: str) -> None:
+        self.rule = rule
+        self.task_name = task_name
+        self._position: int | None = None
+        if isinstance(rule, str):
+            self._position = _argument_position(rule, run, task_name)
+        elif rule is not None and not callable(rule):
+            raise InvalidGroup(
+                f"task {task_name}: group={rule!r} must be an argument name or a callable "
+                "(args, kwargs) -> group")
+
+    def __call__(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """The raw group value for a call, or None when the rule gives none."""
+        rule = self.rule
+        if rule is None:
+            return None
+        if isinstance(rule, str):
+            if rule in kwargs:
+                return kwargs[rule]
+            if self._position is not None and self._position < len(args):
+                return args[self._position]
+            return None
+        return rule(args, kwargs)
+
+
+def _argument_position(name: str, run: Callable[..., Any], task_name: str) -> int | None:
+    try:
+        params = list(inspect.signature(run).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params) and name not in {p.name for p in params}:
+        return None
+    for index, param in enumerate(params):
+        if param.name == name:
+            if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+                return index
+            return None
+    raise InvalidGroup(
+        f"task {task_name}: group={name!r} is not an argument of the task "
+        f"(arguments: {', '.join(p.name for p in params) or 'none'})")

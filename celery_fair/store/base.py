@@ -1,0 +1,93 @@
+"""The store contract: every state change of a held message is one atomic operation.
+
+The store deals in stored values (bytes, see ``envelope.py``) and ids only; Celery and
+kombu stay in ``task.py`` and ``dispatcher.py``. All times are milliseconds since the epoch
+passed in by the caller, so the operations are deterministic and testable.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+
+class BeginResult(enum.IntEnum):
+    """What ``begin`` says about a dispatch a worker is about to run."""
+
+    #: the dispatch is current: run it
+    RUN = 1
+    #: its slot had been reclaimed (lease ran out) and was taken again: run it
+    RUN_REACQUIRED = 2
+    #: the store never saw it (no record): run it, nothing held is ever dropped
+    RUN_UNKNOWN = 0
+    #: a stale duplicate: the message was held again and a newer dispatch carries it
+    SKIP = -1
+
+
+@dataclass(frozen=True)
+class Picked:
+    """One message taken by ``pick``."""
+
+    dispatch_id: str
+    hold_id: str
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Policy settings of one fair queue, shared by every dispatcher through the store."""
+
+    default_cap: int | None
+    interactive_reserve: int
+    default_weight: float
+    caps: Mapping[str, int]
+    weights: Mapping[str, float]
+
+
+class Store(abc.ABC):
+    """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
+
+    @abc.abstractmethod
+    def hold(self, queue: str, hold_id: str, value: bytes, due_ms: int, now_ms: int) -> str:
+        """Atomically keep ``value`` in its group (or in the delayed set until ``due_ms``).
+
+        Returns the hold id used: ``hold_id``, suffixed when a message with that id is
+        already held (nothing is ever overwritten).
+        """
+
+    @abc.abstractmethod
+    def pick(self, queue: str, limit: int, capacity: int | None, now_ms: int,
+             lease_ms: int) -> list[Picked]:
+        """Atomically take up to ``limit`` messages in fair order, without exceeding
+        ``capacity`` in-flight dispatches or any group's cap; each becomes a 'picked'
+        dispatch with a short lease. Two concurrent picks never return the same message."""
+
+    @abc.abstractmethod
+    def confirm(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> list[str]:
+        """Mark dispatches the broker accepted 'queued'. Returns the stale ones."""
+
+    @abc.abstractmethod
+    def begin(self, queue: str, dispatch_id: str, deadline_ms: int) -> BeginResult:
+        """A worker is about to run a dispatch: mark it running, say whether to run it."""
+
+    @abc.abstractmethod
+    def renew(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> int:
+        """Extend leases of dispatches a worker holds. Returns how many were current."""
+
+    @abc.abstractmethod
+    def release(self, queue: str, dispatch_id: str) -> bool:
+        """Free a dispatch's slot. Idempotent; returns whether a slot was freed."""
+
+    @abc.abstractmethod
+    def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
+        """Take back slots whose lease ran out. Returns (held again, lost to a dead worker)."""
+
+    @abc.abstractmethod
+    def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int | None]:
+        """Move due delayed messages into their groups. Returns (moved, next due ms)."""
+
+    @abc.abstractmethod
+    def configure(self, queue: str, policy: Policy) -> None:
+        """Store the queue's policy settings and re-rank its groups under them."""

@@ -1,0 +1,79 @@
+"""Names of the Redis keys of one fair queue. Mirrors ``lua/include/common.lua``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """Every key of the fair queue ``queue`` shares the hash tag ``{queue}``."""
+
+    namespace: str
+    queue: str
+
+    @property
+    def prefix(self) -> str:
+        return f"{self.namespace}:{{{self.queue}}}"
+
+    @property
+    def msg(self) -> str:
+        return f"{self.prefix}:msg"
+
+    @property
+    def stat(self) -> str:
+        return f"{self.prefix}:stat"
+
+    @property
+    def vt(self) -> str:
+        return f"{self.prefix}:vt"
+
+    @property
+    def conf(self) -> str:
+        return f"{self.prefix}:conf"
+
+    @property
+    def caps(self) -> str:
+        return f"{self.prefix}:caps"
+
+    @property
+    def weights(self) -> str:
+        return f"{self.prefix}:weights"
+
+    @property
+    def groups(self) -> str:
+        return f"{self.prefix}:groups"
+
+    @property
+    def delayed(self) -> str:
+        return f"{self.prefix}:delayed"
+
+    @property
+    def leases(self) -> str:
+        return f"{self.prefix}:leases"
+
+    @property
+    def wake(self) -> str:
+        return f"{self.prefix}:wake"
+
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+    def held(self, klass: str, group: str) -> str:
+        return f"{self.prefix}:q:{klass}:{group}"
+
+    def group(self, group: str) -> str:
+        return f"{self.prefix}:g:{group}"
+
+    def ready(self, klass: str) -> str:
+        return f"{self.prefix}:ready:{klass}"
+
+    def dispatch(self, dispatch_id: str) -> str:
+        return f"{self.prefix}:d:{dispatch_id}"
+
+
+
+def queues_key(namespace: str) -> str:
+    """SET of the fair queues that have ever held a message."""
+    return f"{namespace}:queues"

@@ -1,0 +1,22 @@
+--[[ confirm: the broker accepted these dispatches; their lease becomes the long one.
+KEYS[1]  fair queue prefix
+ARGV[1]  lease deadline in ms
+ARGV[2..] dispatch ids
+Returns: the dispatch ids that are no longer current (their lease ran out and the message
+was held again); the copies published for them will be skipped by the worker. ]]
+-- @include common
+local deadline = tonumber(ARGV[1])
+local stale = {}
+for i = 2, #ARGV do
+  local did = ARGV[i]
+  local dk = k_dispatch(did)
+  local state = redis.call('HGET', dk, 's')
+  if state == 'picked' then
+    redis.call('HSET', dk, 's', 'queued')
+    redis.call('HDEL', dk, 'v')
+    redis.call('ZADD', K_LEASES, deadline, did)
+  elseif state ~= 'running' then
+    stale[#stale + 1] = did
+  end
+end
+return stale

@@ -1,0 +1,30 @@
+--[[ hold: keep a published message in its group until a dispatcher picks it.
+KEYS[1]  fair queue prefix
+ARGV[1]  hold id (the task id); made unique with a suffix if already held
+ARGV[2]  stored value (envelope.py layout: class, front, cost, group, message)
+ARGV[3]  due time in ms (0: now)
+ARGV[4]  now in ms
+Returns: the hold id used.
+Wakes dispatchers when the group became ready or the message is the next one due. ]]
+-- @include common
+local id, value = ARGV[1], ARGV[2]
+local due, now = tonumber(ARGV[3]), tonumber(ARGV[4])
+if redis.call('HEXISTS', K_MSG, id) == 1 then
+  id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)
+end
+local cls, front, _, g = parse(value)
+redis.call('HSET', K_MSG, id, value)
+redis.call('SADD', K_GROUPS, g)
+if due > now then
+  redis.call('ZADD', K_DELAYED, due, id)
+  redis.call('HINCRBY', k_group(g), 'd', 1)
+  if redis.call('ZRANGE', K_DELAYED, 0, 0)[1] == id then wake() end
+  return id
+end
+if front then
+  redis.call('LPUSH', k_list(cls, g), id)
+else
+  redis.call('RPUSH', k_list(cls, g), id)
+end
+if refresh(g) then wake() end
+return id

@@ -1,0 +1,35 @@
+"""Loads the Lua scripts in ``lua/``: one file per atomic operation.
+
+A line ``-- @include NAME`` is replaced by ``lua/include/NAME.lua``; that is the whole
+preprocessor. Includes do not nest.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from importlib import resources
+
+_INCLUDE = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
+
+OPERATIONS = ("hold", "pick", "confirm", "begin", "renew", "release", "reclaim", "promote",
+              "configure")
+
+
+def _read(path: str) -> str:
+    return resources.files(__package__).joinpath("lua", path).read_text(encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def source(name: str) -> str:
+    """The runnable source of script ``name`` with its includes inserted."""
+    if name not in OPERATIONS:
+        raise KeyError(f"no Lua script named {name!r}")
+
+    def insert(match: re.Match[str]) -> str:
+        included = _read(f"include/{match.group(1)}.lua")
+        if _INCLUDE.search(included):
+            raise ValueError(f"include {match.group(1)!r} includes another file")
+        return included
+
+    return _INCLUDE.sub(insert, _read(f"{name}.lua"))

@@ -1,0 +1,262 @@
+"""FairTask: Celery builds and routes the message as usual; only the final publish is held.
+
+``apply_async`` works out the group, class and cost, writes them into the message headers,
+and hands Celery a :class:`HoldingProducer`. Celery then does everything it always does —
+routing, serialization, canvas links, ``before_task_publish`` — and the holding producer
+keeps the finished message in the store instead of sending it to the broker. The dispatcher
+later publishes it verbatim.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from datetime import datetime
+from typing import Any, Callable, Mapping, Sequence
+
+from celery import Celery, Task, shared_task
+from celery.exceptions import Ignore
+
+from .config import FairConfig, get_config
+from .envelope import BACKGROUND, INTERACTIVE, Envelope
+from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
+from .store.base import BeginResult
+from .store.redis import RedisStore, store_for_url
+
+#: Headers celery_fair adds to a held message.
+GROUP_HEADER, CLASS_HEADER, COST_HEADER = "fair_group", "fair_class", "fair_cost"
+#: Headers the dispatcher adds to a dispatched message.
+DISPATCH_HEADER, QUEUE_HEADER = "fair_dispatch_id", "fair_queue"
+
+
+def store_for(app: Celery) -> RedisStore:
+    """The store of ``app``'s fair queues in this process."""
+    config = get_config(app)
+    return store_for_url(config.store_url, config.key_prefix)
+
+
+class FairTask(Task):  # type: ignore[misc]
+    """A Celery task whose publications are held and dispatched fairly across groups.
+
+    Set ``fair_group`` (an argument name or a callable ``(args, kwargs) -> group``),
+    ``fair_interactive`` and ``fair_cost`` as task options, or use :func:`fair_task`.
+    """
+
+    fair_group: GroupRule = None
+    fair_interactive: bool | None = None
+    fair_cost: float = 1
+    _fair_resolver: GroupResolver | None = None
+
+    def apply_async(self, args: Sequence[Any] | None = None,
+                    kwargs: Mapping[str, Any] | None = None, task_id: str | None = None,
+                    producer: Any = None, link: Any = None, link_error: Any = None,
+                    shadow: str | None = None, **options: Any) -> Any:
+        explicit = (options.pop("fair_group", None), options.pop("fair_interactive", None),
+                    options.pop("fair_cost", None))
+        app = self._get_app()
+        if app.conf.task_always_eager:
+            return super().apply_async(args, kwargs, task_id=task_id, producer=producer,
+                                       link=link, link_error=link_error, shadow=shadow,
+                                       **options)
+        config = get_config(app)
+        headers = dict(options.get("headers") or {})
+        headers.pop(DISPATCH_HEADER, None)
+        headers.pop(QUEUE_HEADER, None)
+        headers.update(self._placement(args or (), kwargs or {}, headers, explicit, config))
+        options["headers"] = headers
+        front = bool(options.get("retries"))  # only Task.retry() passes it
+        with app.producer_or_acquire(producer) as real:
+            holder = HoldingProducer(real, store_for(app), front, app)
+            return super().apply_async(args, kwargs, task_id=task_id, producer=holder,
+                                       link=link, link_error=link_error, shadow=shadow,
+                                       **options)
+
+    def _placement(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                   headers: Mapping[str, Any], explicit: tuple[Any, Any, Any],
+                   config: FairConfig) -> dict[str, Any]:
+        """Group, class and cost of one call, as message headers."""
+        group, interactive, cost = explicit
+        scope = current_scope()
+        parent = _parent_headers(self.app)
+        if group is None:
+            group = headers.get(GROUP_HEADER)
+        if group is None:
+            group = self._resolver()(args, kwargs)
+        if group is None and scope is not None:
+            group = scope.group
+        if group is None:
+            group = parent.get(GROUP_HEADER)
+        klass = _klass(interactive, headers.get(CLASS_HEADER), self.fair_interactive,
+                       scope.interactive if scope else None, parent.get(CLASS_HEADER))
+        return {
+            GROUP_HEADER: validate_group(config.default_group if group is None else group),
+            CLASS_HEADER: klass,
+            COST_HEADER: validate_cost(self.fair_cost if cost is None else cost),
+        }
+
+    def _resolver(self) -> GroupResolver:
+        rule = self.fair_group
+        if inspect.ismethod(rule) and rule.__self__ is self:  # a function set as option
+            rule = rule.__func__
+        resolver = self._fair_resolver
+        if resolver is None or resolver.rule is not rule:
+            resolver = GroupResolver(rule, self.run, self.name)
+            type(self)._fair_resolver = resolver
+        return resolver
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # In a worker: a stale duplicate of a dispatch that was held again is skipped.
+        if not self.request.is_eager and begin_dispatch(self.app, self.request) \
+                is BeginResult.SKIP:
+            raise Ignore()
+        return super().__call__(*args, **kwargs)
+
+
+def _klass(*choices: Any) -> str:
+    """The first class stated, from the most to the least specific source."""
+    for choice in choices:
+        if choice is None:
+            continue
+        if choice in (INTERACTIVE, BACKGROUND):
+            return str(choice)
+        return INTERACTIVE if choice else BACKGROUND
+    return BACKGROUND
+
+
+def _parent_headers(app: Celery) -> Mapping[str, Any]:
+    """Fair headers of the task this worker is running, so continuations inherit them."""
+    parent = app.current_worker_task
+    if parent is None:
+        return {}
+    return request_headers(parent.request)
+
+
+def request_headers(request: Any) -> Mapping[str, Any]:
+    """The celery_fair headers of a task request (a Context, a Request, or a dict)."""
+    if isinstance(request, Mapping):
+        return request
+    headers = getattr(request, "headers", None)
+    if isinstance(headers, Mapping) and DISPATCH_HEADER in headers:
+        return headers
+    source = getattr(request, "request_dict", None)
+    if isinstance(source, Mapping):
+        return source
+    return {name: getattr(request, name, None)
+            for name in (GROUP_HEADER, CLASS_HEADER, DISPATCH_HEADER, QUEUE_HEADER)
+            if getattr(request, name, None) is not None}
+
+
+def begin_dispatch(app: Celery, request: Any) -> BeginResult:
+    """Tell the store a worker starts the dispatch carried by ``request``."""
+    headers = request_headers(request)
+    did, queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
+    if not did or not queue:
+        return BeginResult.RUN_UNKNOWN
+    deadline = int((time.time() + get_config(app).lease_seconds) * 1000)
+    return store_for(app).begin(queue, did, deadline)
+
+
+class HoldingProducer:
+    """Stands in for a kombu Producer inside ``send_task``; holds task messages.
+
+    Anything that is not a task message (the ``task-sent`` event) goes to the real producer.
+    """
+
+    def __init__(self, producer: Any, store: RedisStore, front: bool, app: Celery) -> None:
+        self._producer = producer
+        self._store = store
+        self._front = front
+        self._app = app
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def publish(self, body: Any, routing_key: str | None = None, delivery_mode: Any = None,
+                mandatory: bool = False, immediate: bool = False, priority: int | None = 0,
+                content_type: str | None = None, content_encoding: str | None = None,
+                serializer: str | None = None, headers: dict[str, Any] | None = None,
+                compression: str | None = None, exchange: Any = None, retry: bool = False,
+                retry_policy: Any = None, declare: Any = None, expiration: Any = None,
+                timeout: Any = None, confirm_timeout: Any = None, **properties: Any) -> None:
+        if not headers or "task" not in headers or GROUP_HEADER not in headers:
+            return self._producer.publish(  # type: ignore[no-any-return]
+                body, routing_key=routing_key, delivery_mode=delivery_mode,
+                mandatory=mandatory, immediate=immediate, priority=priority,
+                content_type=content_type, content_encoding=content_encoding,
+                serializer=serializer, headers=headers, compression=compression,
+                exchange=exchange, retry=retry, retry_policy=retry_policy, declare=declare,
+                expiration=expiration, timeout=timeout, confirm_timeout=confirm_timeout,
+                **properties)
+        raw, ctype, cenc = self._producer._prepare(
+            body, serializer, content_type, content_encoding, compression, headers)
+        if isinstance(raw, str):
+            raw = raw.encode(cenc or "utf-8")
+        queues = [getattr(q, "name", q) for q in declare or ()]
+        routing_key = routing_key or ""
+        envelope = Envelope(
+            body=raw, content_type=ctype, content_encoding=cenc, headers=headers,
+            exchange=getattr(exchange, "name", exchange) or "", routing_key=routing_key,
+            queue=queues[0] if queues else routing_key, delivery_mode=delivery_mode,
+            priority=priority, properties=properties)
+        group = headers[GROUP_HEADER]
+        value = envelope.encode(group, headers[CLASS_HEADER], headers[COST_HEADER], self._front)
+        now = int(time.time() * 1000)
+        self._store.hold(envelope.queue, envelope.task_id, value,
+                         _due_ms(headers.get("eta"), self._app, now), now)
+        return None
+
+
+def _due_ms(eta: Any, app: Celery, now: int) -> int:
+    if not eta:
+        return 0
+    when = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=app.timezone)
+    due = int(when.timestamp() * 1000)
+    return due if due > now else 0
+
+
+def fair_task(*args: Any, group: GroupRule = None, interactive: bool | None = None,
+              cost: float = 1, **options: Any) -> Any:
+    """Declare a fair task: ``shared_task`` with ``base=FairTask``.
+
+    Parameters:
+        group: the argument naming the task's group (``"tenant_id"``), or a callable
+            ``(args, kwargs) -> group``; without it the group comes from
+            :func:`fair_context`, the parent task, then ``fair_default_group``.
+        interactive: run ahead of background tasks (and within the interactive reserve).
+        cost: how much of its group's share one run uses (default 1).
+        options: any ``shared_task`` option (``bind``, ``acks_late``, ``base``...).
+
+    Raises:
+        InvalidGroup: ``group`` names no argument of the function.
+        InvalidCost: ``cost`` is not a positive number.
+    """
+    validate_cost(cost)
+    base = options.pop("base", None) or FairTask
+    if not issubclass(base, FairTask):
+        base = type(f"Fair{base.__name__}", (FairTask, base), {})
+
+    def create(fn: Callable[..., Any]) -> Any:
+        if isinstance(group, str):
+            run = fn if not options.get("bind") else _drop_first(fn)
+            GroupResolver(group, run, getattr(fn, "__name__", "task"))
+        else:
+            GroupResolver(group, fn, getattr(fn, "__name__", "task"))
+        return shared_task(base=base, fair_group=group, fair_interactive=interactive,
+                           fair_cost=cost, **options)(fn)
+
+    if len(args) == 1 and callable(args[0]) and not options:
+        return create(args[0])
+    if args:
+        raise TypeError("fair_task takes keyword arguments only: @fair_task(group='tenant_id')")
+    return create
+
+
+def _drop_first(fn: Callable[..., Any]) -> Callable[..., Any]:
+    sig = inspect.signature(fn)
+    wrapper = functools.partial(fn, None)
+    wrapper.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=list(sig.parameters.values())[1:])
+    return wrapper

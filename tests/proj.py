@@ -1,0 +1,137 @@
+"""The test project: a Celery app with fair tasks that record what they do.
+
+Built by :func:`create_app` for in-thread workers; subprocess workers import this module
+(``celery -A tests.proj worker``) and read the same settings from the environment.
+Each task records its start in the ledger (Redis keys outside celery_fair's namespace)
+and tracks how many tasks of its group run at once, observed from inside the task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+
+from celery_fair import FairTask
+
+# Atomically: one more running in the group and overall; remember the highest counts seen.
+_ENTER = """
+local g = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+local all = redis.call('INCR', KEYS[2])
+if g > tonumber(redis.call('HGET', KEYS[3], ARGV[1]) or '0') then
+  redis.call('HSET', KEYS[3], ARGV[1], g) end
+if all > tonumber(redis.call('GET', KEYS[4]) or '0') then redis.call('SET', KEYS[4], all) end
+redis.call('RPUSH', KEYS[5], ARGV[2])
+redis.call('HINCRBY', KEYS[6], ARGV[3], 1)
+return g
+"""
+
+
+class Ledger:
+    """What the test tasks did, read back by the tests (independent of celery_fair)."""
+
+    def __init__(self, url: str, name: str) -> None:
+        self.r = redis.Redis.from_url(url)
+        self.name = name
+        self._enter = self.r.register_script(_ENTER)
+
+    def key(self, what: str) -> str:
+        return f"ledger:{self.name}:{what}"
+
+    def enter(self, group: str, label: str) -> None:
+        entry = json.dumps({"group": group, "label": label, "t": time.time()})
+        self._enter(keys=[self.key(k) for k in ("running", "all", "max", "maxall", "starts",
+                                                 "runs")],
+                    args=[group, entry, label])
+
+    def leave(self, group: str) -> None:
+        pipe = self.r.pipeline()
+        pipe.hincrby(self.key("running"), group, -1)
+        pipe.decr(self.key("all"))
+        pipe.rpush(self.key("ends"), json.dumps({"group": group, "t": time.time()}))
+        pipe.execute()
+
+    def starts(self) -> list[dict[str, Any]]:
+        return [json.loads(x) for x in self.r.lrange(self.key("starts"), 0, -1)]
+
+    def ends(self) -> int:
+        return int(self.r.llen(self.key("ends")))
+
+    def runs(self) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.r.hgetall(self.key("runs")).items()}
+
+    def max_running(self) -> dict[str, int]:
+        return {k.decode(): int(v) for k, v in self.r.hgetall(self.key("max")).items()}
+
+    def max_all(self) -> int:
+        return int(self.r.get(self.key("maxall")) or 0)
+
+
+def create_app(broker: str, namespace: str, queue: str, **conf: Any) -> Celery:
+    app = Celery("proj", broker=broker, backend=broker, set_as_current=False)
+    app.conf.update(
+        task_default_queue=queue,
+        fair_key_prefix=namespace,
+        worker_prefetch_multiplier=1,
+        broker_connection_retry_on_startup=True,
+        result_expires=600,
+        worker_hijack_root_logger=False,
+    )
+    app.conf.update(conf)
+    ledger = Ledger(broker, namespace)
+    app.ledger = ledger  # type: ignore[attr-defined]
+
+    @app.task(base=FairTask, fair_group="tenant", shared=False, name="proj.work")
+    def work(tenant: str, label: str = "", duration: float = 0.0) -> str:
+        ledger.enter(tenant, label)
+        try:
+            if duration:
+                time.sleep(duration)
+        finally:
+            ledger.leave(tenant)
+        return label
+
+    @app.task(base=FairTask, fair_group="tenant", fair_interactive=True, shared=False,
+              name="proj.preview")
+    def preview(tenant: str, label: str = "", duration: float = 0.0) -> str:
+        return work.run(tenant, label, duration)
+
+    @app.task(base=FairTask, shared=False, name="proj.add")
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    @app.task(base=FairTask, shared=False, name="proj.tsum")
+    def tsum(values: list[int]) -> int:
+        return sum(values)
+
+    @app.task(base=FairTask, fair_group="tenant", bind=True, shared=False, name="proj.flaky",
+              max_retries=3)
+    def flaky(self: Any, tenant: str, fails: int, countdown: float = 0.5) -> int:
+        ledger.enter(tenant, f"flaky-{self.request.retries}")
+        ledger.leave(tenant)
+        if self.request.retries < fails:
+            raise self.retry(countdown=countdown)
+        return self.request.retries
+
+    @app.task(base=FairTask, shared=False, name="proj.group_of")
+    def group_of() -> Any:
+        from celery_fair.task import request_headers
+
+        return request_headers(group_of.request).get("fair_group")
+
+    return app
+
+
+def _from_env() -> Celery | None:
+    broker = os.environ.get("FAIR_TEST_BROKER")
+    if not broker:
+        return None
+    conf = json.loads(os.environ.get("FAIR_TEST_CONF", "{}"))
+    return create_app(broker, os.environ["FAIR_TEST_NS"], os.environ["FAIR_TEST_QUEUE"], **conf)
+
+
+app = _from_env()
