@@ -48,6 +48,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fair_batch_size", 100, "Most messages one dispatcher pick takes at once."),
 )
 _DEFAULTS = {s.name: s.default for s in SETTINGS}
+
+
+def settings_table() -> str:
+    """The settings as a Markdown table (the README's table is this, verbatim)."""
+    rows = ["| setting | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{s.name}` | `{s.default!r}` | {s.doc} |" for s in SETTINGS]
+    return "\n".join(rows)
 POLICIES = ("wfq",)
 MAX_GROUP_LENGTH = 200
 
