@@ -9,8 +9,9 @@ from __future__ import annotations
 import difflib
 import math
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from celery import Celery
 

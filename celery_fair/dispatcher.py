@@ -13,12 +13,13 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any
 
 from celery import Celery
-from kombu import Queue
+from kombu.entity import Queue
 
 from .config import FairConfig, get_config
 from .envelope import Envelope
@@ -87,7 +88,7 @@ class Dispatcher:
             logger.warning("queue %s: reclaimed %d slots whose lease ran out "
                            "(%d held again, %d lost with their worker)",
                            queue, requeued + lost, requeued, lost)
-        capacity = self._capacity.get(queue)
+        capacity = self._capacity.get(queue, 0)
         picked = store.pick(queue, self.batch_size, capacity, now, PICK_LEASE_MS)
         stale = self._publish(queue, picked)
         result.dispatched += len(picked)
@@ -97,9 +98,10 @@ class Dispatcher:
         result.lost += lost
         result.stale += stale
         result.saturated |= len(picked) >= self.batch_size
-        for due in (next_due, store.next_wakeup(queue)):
-            if due is not None and (result.next_due_ms is None or due < result.next_due_ms):
-                result.next_due_ms = due
+        # Expired leases need no wake-up of their own: an idle dispatcher steps at least
+        # every MAX_IDLE_SECONDS, well within any lease.
+        if next_due is not None and (result.next_due_ms is None or next_due < result.next_due_ms):
+            result.next_due_ms = next_due
 
     def _publish(self, queue: str, picked: list[Picked]) -> int:
         if not picked:
@@ -160,6 +162,7 @@ class Dispatcher:
             if queue not in self._configured:
                 self.store.configure(queue, self._policy())
                 self._configured.add(queue)
+                logger.info("serving fair queue %s", queue)
             self._set_capacity(queue)
 
     def _policy(self) -> Policy:

@@ -7,8 +7,9 @@ import contextvars
 import inspect
 import math
 import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence, Union
+from typing import Any, Callable, Union
 
 from .config import MAX_GROUP_LENGTH
 from .errors import InvalidCost, InvalidGroup

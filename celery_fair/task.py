@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import inspect
 import time
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable
 
 from celery import Celery, Task, shared_task
 from celery.exceptions import Ignore
@@ -36,7 +37,7 @@ def store_for(app: Celery) -> RedisStore:
     return store_for_url(config.store_url, config.key_prefix)
 
 
-class FairTask(Task):  # type: ignore[misc]
+class FairTask(Task):
     """A Celery task whose publications are held and dispatched fairly across groups.
 
     Set ``fair_group`` (an argument name or a callable ``(args, kwargs) -> group``),

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from celery import Celery, bootsteps, signals
 from celery.worker import state as worker_state
@@ -127,11 +128,11 @@ class LeaseKeeper(threading.Thread):
         requests = list(worker_state.active_requests) + list(worker_state.reserved_requests)
         for request in requests:
             headers = request_headers(request)
-            did, queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
-            if did and queue:
-                held.setdefault(queue, []).append(did)
-        for queue, dids in held.items():
-            store.renew(queue, dids, expires)
+            did, fair_queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
+            if did and fair_queue:
+                held.setdefault(str(fair_queue), []).append(str(did))
+        for fair_queue, dids in held.items():
+            store.renew(fair_queue, dids, expires)
 
     def stop(self) -> None:
         self.stopping.set()

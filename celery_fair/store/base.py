@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 
 class BeginResult(enum.IntEnum):

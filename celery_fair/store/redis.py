@@ -6,8 +6,9 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import redis
 from redis.commands.core import Script
@@ -117,17 +118,6 @@ class RedisStore(Store):
             return False
         with _wrapped():
             return self.client.blpop(keys, timeout=max(timeout, 0.001)) is not None
-
-    def next_wakeup(self, queue: str) -> int | None:
-        """Earliest delayed due time or lease deadline of ``queue`` (ms), if any."""
-        k = self.keys(queue)
-        with _wrapped():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.zrange(k.delayed, 0, 0, withscores=True)
-            pipe.zrange(k.leases, 0, 0, withscores=True)
-            delayed, leases = pipe.execute()
-        times = [int(score) for _, score in delayed + leases]
-        return min(times) if times else None
 
     def register_worker(self, queue: str, worker: str, concurrency: int,
                         expires_ms: int) -> None:

@@ -7,7 +7,7 @@ preprocessor. Includes do not nest.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 _INCLUDE = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
@@ -20,7 +20,7 @@ def _read(path: str) -> str:
     return resources.files(__package__).joinpath("lua", path).read_text(encoding="utf-8")
 
 
-@lru_cache(maxsize=None)
+@cache
 def source(name: str) -> str:
     """The runnable source of script ``name`` with its includes inserted."""
     if name not in OPERATIONS:
