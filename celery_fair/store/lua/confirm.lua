@@ -3,7 +3,8 @@ KEYS[1]  fair queue prefix
 ARGV[1]  lease deadline in ms
 ARGV[2..] dispatch ids
 Returns: the dispatch ids that are no longer current (their lease ran out and the message
-was held again); the copies published for them will be skipped by the worker. ]]
+was held again); the copies published for them will be skipped by the worker. A dispatch a
+fast worker already began ('running', 'lost') or even released (no record) is not stale. ]]
 -- @include common
 local deadline = tonumber(ARGV[1])
 local stale = {}
@@ -15,7 +16,7 @@ for i = 2, #ARGV do
     redis.call('HSET', dk, 's', 'queued')
     redis.call('HDEL', dk, 'v')
     redis.call('ZADD', K_LEASES, deadline, did)
-  elseif state ~= 'running' then
+  elseif state == 'superseded' then
     stale[#stale + 1] = did
   end
 end

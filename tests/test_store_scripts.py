@@ -1,0 +1,807 @@
+"""Direct tests of every Lua script through RedisStore, against the real redis-server.
+
+Times are passed in explicitly (milliseconds), so every test is deterministic: nothing
+here depends on the wall clock or on scheduling.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+import redis
+
+import celery_fair.store
+from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope
+from celery_fair.store.base import BeginResult, Picked, Policy
+from celery_fair.store.redis import RedisStore
+from celery_fair.store.scripts import OPERATIONS, source
+
+Q = "fairq"
+NOW = 1_700_000_000_000
+LEASE = 10_000  # picked lease (ms)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+@pytest.fixture
+def store(redis_client: redis.Redis, namespace: str) -> RedisStore:
+    return RedisStore(redis_client, namespace)
+
+
+def value(group: str, klass: str = BACKGROUND, cost: float = 1, front: bool = False,
+          body: bytes = b"[[], {}, {}]", task_id: str = "t") -> bytes:
+    envelope = Envelope(body=body, content_type="application/json", content_encoding="utf-8",
+                        headers={"id": task_id, "task": "proj.work"}, exchange="",
+                        routing_key=Q, queue=Q)
+    return envelope.encode(group, klass, cost, front)
+
+
+_counter = iter(range(10**9))
+
+
+def hold(store: RedisStore, group: str, klass: str = BACKGROUND, cost: float = 1,
+         front: bool = False, hold_id: str | None = None, due: int = 0, now: int = NOW,
+         body: bytes | None = None) -> str:
+    hid = hold_id or f"{group}-{next(_counter)}"
+    data = value(group, klass, cost, front, body=body if body is not None else hid.encode())
+    return store.hold(Q, hid, data, due, now)
+
+
+def group_of(item: Picked) -> str:
+    return Envelope.decode(item.value)[0]
+
+
+def klass_of(item: Picked) -> str:
+    return Envelope.decode(item.value)[1]
+
+
+def pick(store: RedisStore, limit: int = 1, capacity: int | None = None, now: int = NOW,
+         lease: int = LEASE) -> list[Picked]:
+    return store.pick(Q, limit, capacity, now, lease)
+
+
+def pick_groups(store: RedisStore, total: int, batch: int = 1, **kw) -> list[str]:
+    order: list[str] = []
+    while len(order) < total:
+        got = pick(store, min(batch, total - len(order)), **kw)
+        assert got, f"pick returned nothing after {len(order)} of {total}"
+        order.extend(group_of(p) for p in got)
+    return order
+
+
+def assert_round_robin(order: Iterable[str], groups: Iterable[str]) -> None:
+    """No group ever gets two ahead of another, at any point of the order."""
+    counts = Counter({g: 0 for g in groups})
+    for i, g in enumerate(order):
+        counts[g] += 1
+        spread = max(counts.values()) - min(counts.values())
+        assert spread <= 1, f"after {i + 1} picks the counts are {dict(counts)}"
+
+
+def snapshot_groups(store: RedisStore) -> dict[str, dict]:
+    return {row["group"]: row for row in store.snapshot(Q)["groups"]}
+
+
+def lease_of(store: RedisStore, dispatch_id: str) -> float | None:
+    return store.client.zscore(store.keys(Q).leases, dispatch_id)
+
+
+def configure(store: RedisStore, cap: int | None = None, reserve: int = 0,
+              weight: float = 1.0, caps: dict | None = None,
+              weights: dict | None = None) -> None:
+    store.configure(Q, Policy(cap, reserve, weight, caps or {}, weights or {}))
+
+
+# -- hold ----------------------------------------------------------------------------------
+
+def test_hold_immediate_is_pickable_verbatim(store: RedisStore, redis_client) -> None:
+    data = value("acme", body=b"\x00binary\nbody\xff")
+    assert store.hold(Q, "task-1", data, 0, NOW) == "task-1"
+    assert Q in store.queues()
+    snap = snapshot_groups(store)
+    assert snap["acme"]["held_background"] == 1 and snap["acme"]["delayed"] == 0
+    # a newly ready group leaves exactly one wake marker
+    assert redis_client.llen(store.keys(Q).wake) == 1
+    hold(store, "acme")
+    assert redis_client.llen(store.keys(Q).wake) == 1
+
+    got = pick(store, 1)
+    assert len(got) == 1
+    assert got[0].hold_id == "task-1"
+    assert got[0].value == data  # stored and returned byte for byte
+    group, klass, envelope = Envelope.decode(got[0].value)
+    assert (group, klass, envelope.body) == ("acme", BACKGROUND, b"\x00binary\nbody\xff")
+
+
+def test_hold_delayed_waits_until_due(store: RedisStore, redis_client) -> None:
+    wake = store.keys(Q).wake
+    due = NOW + 5_000
+    hold(store, "other", due=due + 4_000)
+    redis_client.delete(wake)
+    hid = hold(store, "acme", due=due)
+    assert redis_client.llen(wake) == 1  # now the next one due: dispatchers re-plan
+    redis_client.delete(wake)
+    hold(store, "other", due=due + 1)
+    assert redis_client.llen(wake) == 0  # not the next one due: nobody needs waking
+    snap = snapshot_groups(store)
+    assert snap["acme"]["delayed"] == 1 and snap["acme"]["held_background"] == 0
+    assert snap["other"]["delayed"] == 2
+    assert store.snapshot(Q)["delayed"] == 3
+    assert pick(store, 10) == []
+    assert store.client.zscore(store.keys(Q).delayed, hid) == due
+
+    assert store.promote(Q, due - 1, 100) == (0, due)
+    assert pick(store, 10, now=due - 1) == []
+    assert store.promote(Q, due, 100) == (1, due + 1)
+    got = pick(store, 10, now=due)
+    assert [p.hold_id for p in got] == [hid]
+    assert store.snapshot(Q)["delayed"] == 2
+
+
+def test_hold_due_in_the_past_is_immediate(store: RedisStore) -> None:
+    hid = hold(store, "acme", due=NOW - 1)
+    assert [p.hold_id for p in pick(store, 10)] == [hid]
+    hid = hold(store, "acme", due=NOW, now=NOW)
+    assert [p.hold_id for p in pick(store, 10)] == [hid]
+
+
+def test_duplicate_hold_id_gets_a_suffix_and_overwrites_nothing(store: RedisStore) -> None:
+    first = value("acme", body=b"first")
+    second = value("acme", body=b"second")
+    third = value("other", body=b"third-delayed")
+    fourth = value("other", body=b"fourth")
+    assert store.hold(Q, "same", first, 0, NOW) == "same"
+    id2 = store.hold(Q, "same", second, 0, NOW)
+    assert id2 != "same" and id2.startswith("same")
+    id3 = store.hold(Q, "same", third, NOW + 100, NOW)  # delayed, same id again
+    assert id3 not in ("same", id2) and id3.startswith("same")
+    id4 = store.hold(Q, "same", fourth, 0, NOW)
+    assert len({"same", id2, id3, id4}) == 4
+
+    assert store.promote(Q, NOW + 100, 10) == (1, None)
+    got = {p.hold_id: p.value for p in pick(store, 10, now=NOW + 100)}
+    assert got == {"same": first, id2: second, id3: third, id4: fourth}
+
+
+# -- pick: fairness ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("batch", [1, 7, 300])
+def test_pick_round_robin_three_equal_groups(store: RedisStore, batch: int) -> None:
+    groups = ["gamma", "alpha", "beta"]
+    for g in groups:  # all of one group, then the next: fairness is not arrival order
+        for _ in range(100):
+            hold(store, g)
+    order = pick_groups(store, 300, batch=batch)
+    assert Counter(order) == {g: 100 for g in groups}
+    assert_round_robin(order, groups)
+    assert pick(store, 10) == []
+
+
+def test_pick_round_robin_across_releases(store: RedisStore) -> None:
+    """Releasing as we go (a real dispatcher's pattern) keeps the interleaving."""
+    groups = ["a", "b", "c"]
+    for g in groups:
+        for _ in range(60):
+            hold(store, g)
+    order: list[str] = []
+    inflight: list[str] = []
+    while len(order) < 180:
+        got = pick(store, 5, capacity=4)
+        assert got or inflight
+        order.extend(group_of(p) for p in got)
+        inflight.extend(p.dispatch_id for p in got)
+        assert len(inflight) <= 4
+        assert store.release(Q, inflight.pop(0))
+    assert_round_robin(order, groups)
+
+
+def test_pick_weights_three_to_one(store: RedisStore) -> None:
+    configure(store, weights={"heavy": 3.0})
+    for _ in range(400):
+        hold(store, "heavy")
+        hold(store, "light")
+    order = pick_groups(store, 400, batch=16)
+    counts = Counter(order)
+    share = counts["heavy"] / 400
+    assert 0.75 * 0.95 <= share <= 0.75 * 1.05, counts
+    # and at every point, not only on average
+    heavy = 0
+    for i, g in enumerate(order, 1):
+        heavy += g == "heavy"
+        assert abs(heavy - 0.75 * i) <= 2, (i, heavy)
+
+
+def test_pick_default_weight_applies_to_groups_without_override(store: RedisStore) -> None:
+    configure(store, weight=2.0, weights={"slow": 1.0})
+    for _ in range(300):
+        hold(store, "normal")
+        hold(store, "slow")
+    counts = Counter(pick_groups(store, 300, batch=50))
+    assert counts["normal"] == pytest.approx(200, abs=2), counts
+
+
+def test_cost_affects_share(store: RedisStore) -> None:
+    for _ in range(400):
+        hold(store, "cheap", cost=1)
+        hold(store, "pricey", cost=3)
+    order = pick_groups(store, 400, batch=9)
+    counts = Counter(order)
+    assert counts["cheap"] / 400 == pytest.approx(0.75, rel=0.05), counts
+    # equal work (cost) per group, at every point
+    work = Counter()
+    for g in order:
+        work[g] += 3 if g == "pricey" else 1
+        assert abs(work["cheap"] - work["pricey"]) <= 3, dict(work)
+
+
+def test_fractional_cost(store: RedisStore) -> None:
+    for _ in range(200):
+        hold(store, "half", cost=0.5)
+        hold(store, "whole", cost=1)
+    counts = Counter(pick_groups(store, 150, batch=10))
+    assert counts["half"] == pytest.approx(100, abs=2), counts
+
+
+def test_new_group_starts_at_current_virtual_time(store: RedisStore) -> None:
+    for _ in range(100):
+        hold(store, "old")
+    assert Counter(pick_groups(store, 40, batch=8)) == {"old": 40}
+    # "new" was idle all along: it gets its share from now on, no catching up
+    for _ in range(40):
+        hold(store, "new")
+    order = pick_groups(store, 40, batch=3)
+    counts = Counter(order)
+    assert 19 <= counts["new"] <= 21, counts
+    assert "new" in order[:2]  # but it does not wait behind old's backlog either
+    assert_round_robin(order[1:], ["old", "new"])
+
+
+def test_returning_group_gets_no_credit_for_idle_time(store: RedisStore) -> None:
+    for _ in range(200):
+        hold(store, "busy")
+    first = pick(store, 1)
+    assert group_of(first[0]) == "busy"
+    hold(store, "sometimes")
+    took = pick(store, 2)
+    assert [group_of(p) for p in took] == ["sometimes", "busy"]
+    for p in first + took:
+        store.release(Q, p.dispatch_id)
+    assert "sometimes" not in snapshot_groups(store)  # idle: forgotten
+    pick_groups(store, 100, batch=25)  # busy alone moves virtual time on
+    for _ in range(30):
+        hold(store, "sometimes")
+    counts = Counter(pick_groups(store, 30, batch=5))
+    assert 14 <= counts["sometimes"] <= 16, counts
+
+
+def test_concurrent_picks_never_return_a_message_twice(store: RedisStore,
+                                                       redis_client) -> None:
+    held = {hold(store, g) for g in ("a", "b", "c", "d") for _ in range(100)}
+    results: list[list[Picked]] = [[] for _ in range(4)]
+
+    def run(i: int) -> None:
+        mine = RedisStore(redis.Redis(connection_pool=redis_client.connection_pool),
+                          store.namespace)
+        while True:
+            got = mine.pick(Q, 3, None, NOW, LEASE)
+            if not got:
+                return
+            results[i].extend(got)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    ids = [p.hold_id for r in results for p in r]
+    dids = [p.dispatch_id for r in results for p in r]
+    assert sorted(ids) == sorted(held)
+    assert len(set(dids)) == len(dids)
+    assert store.snapshot(Q)["inflight"] == 400
+
+
+# -- pick: capacity, caps, classes ---------------------------------------------------------
+
+def test_pick_respects_capacity(store: RedisStore) -> None:
+    for _ in range(10):
+        hold(store, "a")
+        hold(store, "b")
+    got = pick(store, 100, capacity=3)
+    assert len(got) == 3
+    assert pick(store, 100, capacity=3) == []
+    assert store.snapshot(Q)["inflight"] == 3
+    assert store.release(Q, got[0].dispatch_id)
+    assert len(pick(store, 100, capacity=3)) == 1
+    assert pick(store, 100, capacity=3) == []
+    # a lower capacity (fewer workers now) takes nothing until in-flight drops below it
+    assert pick(store, 100, capacity=2) == []
+    assert pick(store, 100, capacity=0) == []
+    assert len(pick(store, 100, capacity=5)) == 2
+    assert store.snapshot(Q)["inflight"] == 5
+
+
+def test_pick_respects_group_caps(store: RedisStore) -> None:
+    configure(store, cap=2, caps={"one": 1, "many": 5})
+    for g in ("a", "b", "one", "many"):
+        for _ in range(10):
+            hold(store, g)
+    got = pick(store, 100)
+    counts = Counter(group_of(p) for p in got)
+    assert counts == {"a": 2, "b": 2, "one": 1, "many": 5}
+    assert pick(store, 100) == []
+    snap = snapshot_groups(store)
+    assert (snap["a"]["cap"], snap["one"]["cap"], snap["many"]["cap"]) == (2, 1, 5)
+    assert snap["a"]["inflight"] == 2 and snap["a"]["held_background"] == 8
+
+    # releasing a slot of "one" makes exactly one more of "one" pickable
+    one = next(p for p in got if group_of(p) == "one")
+    assert store.release(Q, one.dispatch_id)
+    again = pick(store, 100)
+    assert [group_of(p) for p in again] == ["one"]
+    assert pick(store, 100) == []
+
+
+def test_configure_lowers_and_raises_caps_of_backlogged_groups(store: RedisStore) -> None:
+    for _ in range(10):
+        hold(store, "a")
+    configure(store, cap=1)
+    assert len(pick(store, 100)) == 1
+    assert pick(store, 100) == []
+    configure(store, cap=3)  # re-ranks: "a" is eligible again
+    assert len(pick(store, 100)) == 2
+    configure(store, cap=None)
+    assert len(pick(store, 100)) == 7
+
+
+def test_interactive_picked_before_background(store: RedisStore) -> None:
+    for _ in range(5):
+        hold(store, "bulk")
+    bg = pick(store, 2)  # background groups have run and their tags moved on
+    assert [klass_of(p) for p in bg] == [BACKGROUND] * 2
+    hold(store, "web", klass=INTERACTIVE)
+    hold(store, "bulk", klass=INTERACTIVE)
+    hold(store, "web", klass=INTERACTIVE)
+    got = pick(store, 10)
+    assert [klass_of(p) for p in got] == [INTERACTIVE] * 3 + [BACKGROUND] * 3
+    assert Counter(group_of(p) for p in got[:3]) == {"web": 2, "bulk": 1}
+
+
+def test_interactive_first_under_capacity(store: RedisStore) -> None:
+    for _ in range(5):
+        hold(store, "bulk")
+    hold(store, "web", klass=INTERACTIVE)
+    got = pick(store, 10, capacity=1)
+    assert [(group_of(p), klass_of(p)) for p in got] == [("web", INTERACTIVE)]
+
+
+def test_interactive_reserve_above_cap(store: RedisStore) -> None:
+    configure(store, cap=1, reserve=1)
+    for _ in range(3):
+        hold(store, "a")
+    [bg] = pick(store, 10)
+    assert klass_of(bg) == BACKGROUND
+    assert pick(store, 10) == []  # "a" is at its cap
+    for _ in range(3):
+        hold(store, "a", klass=INTERACTIVE)
+    [i1] = pick(store, 10)  # the reserve lets one interactive through...
+    assert klass_of(i1) == INTERACTIVE
+    assert pick(store, 10) == []  # ...and not more than cap + reserve
+    assert snapshot_groups(store)["a"]["inflight"] == 2
+
+    assert store.release(Q, i1.dispatch_id)
+    [i2] = pick(store, 10)
+    assert klass_of(i2) == INTERACTIVE
+    assert pick(store, 10) == []
+    # the background slot ends: interactive still comes first, within cap + reserve
+    assert store.release(Q, bg.dispatch_id)
+    [i3] = pick(store, 10)
+    assert klass_of(i3) == INTERACTIVE
+    assert pick(store, 10) == []
+    assert store.release(Q, i2.dispatch_id)
+    assert store.release(Q, i3.dispatch_id)
+    # interactive all gone; a background task may take the one cap slot, not the reserve
+    got = pick(store, 10)
+    assert [klass_of(p) for p in got] == [BACKGROUND]
+
+
+def test_no_reserve_means_interactive_waits_at_cap(store: RedisStore) -> None:
+    configure(store, cap=1, reserve=0)
+    hold(store, "a")
+    assert len(pick(store, 10)) == 1
+    hold(store, "a", klass=INTERACTIVE)
+    assert pick(store, 10) == []
+    hold(store, "b", klass=INTERACTIVE)  # other groups are not held up
+    assert [group_of(p) for p in pick(store, 10)] == ["b"]
+
+
+# -- release -------------------------------------------------------------------------------
+
+def test_release_is_idempotent_and_frees_the_slot(store: RedisStore) -> None:
+    configure(store, cap=1)
+    for _ in range(3):
+        hold(store, "a")
+    [first] = pick(store, 10)
+    assert pick(store, 10) == []
+    assert store.release(Q, first.dispatch_id) is True
+    assert store.release(Q, first.dispatch_id) is False
+    assert store.release(Q, first.dispatch_id) is False
+    assert store.release(Q, "never-dispatched") is False
+    assert store.snapshot(Q)["inflight"] == 0
+    assert snapshot_groups(store)["a"]["inflight"] == 0
+    [second] = pick(store, 10)  # capped group is pickable again: exactly one slot
+    assert pick(store, 10) == []
+    assert store.release(Q, second.dispatch_id) is True
+    assert store.snapshot(Q)["inflight"] == 0
+
+
+def test_release_wakes_dispatchers(store: RedisStore, redis_client) -> None:
+    hold(store, "a")
+    [p] = pick(store, 1)
+    redis_client.delete(store.keys(Q).wake)
+    store.release(Q, p.dispatch_id)
+    assert redis_client.llen(store.keys(Q).wake) == 1
+    assert store.wait([Q], 0.01) is True
+    assert store.wait([Q], 0.01) is False
+
+
+# -- confirm, begin, renew -----------------------------------------------------------------
+
+def test_confirm_then_begin_runs(store: RedisStore) -> None:
+    hold(store, "a")
+    [p] = pick(store, 1)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 30_000) == []
+    assert lease_of(store, p.dispatch_id) == NOW + 30_000  # the long lease replaced the short
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000) is BeginResult.RUN
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000) is BeginResult.RUN  # redelivery
+    assert lease_of(store, p.dispatch_id) == NOW + 60_000
+    assert store.release(Q, p.dispatch_id)
+    assert store.client.zcard(store.keys(Q).leases) == 0
+
+
+def test_confirm_returns_stale_ids_for_superseded_dispatches(store: RedisStore) -> None:
+    for _ in range(3):
+        hold(store, "a")
+    picked = pick(store, 3, lease=1_000)
+    # the dispatcher stalls past the picked lease; another dispatcher reclaims
+    assert store.reclaim(Q, NOW + 1_001, 100) == (3, 0)
+    stale = store.confirm(Q, [p.dispatch_id for p in picked], NOW + 30_000)
+    assert sorted(stale) == sorted(p.dispatch_id for p in picked)
+    for p in picked:
+        assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.SKIP
+
+
+def test_confirm_mixed_current_and_stale(store: RedisStore) -> None:
+    hold(store, "a")
+    [old] = pick(store, 1, lease=1_000)
+    hold(store, "b")
+    [cur] = pick(store, 1, now=NOW + 900, lease=1_000)
+    assert store.reclaim(Q, NOW + 1_000, 100) == (1, 0)  # only old's lease ran out
+    assert store.confirm(Q, [old.dispatch_id, cur.dispatch_id], NOW + 30_000) \
+        == [old.dispatch_id]
+    assert store.begin(Q, cur.dispatch_id, NOW + 30_000) is BeginResult.RUN
+
+
+def test_confirm_after_worker_already_ran_the_dispatch_is_not_stale(
+        store: RedisStore) -> None:
+    """A fast worker may begin (and even finish) a task before the dispatcher confirms."""
+    hold(store, "a")
+    hold(store, "a")
+    running, done = pick(store, 2)
+    assert store.begin(Q, running.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.begin(Q, done.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.release(Q, done.dispatch_id)
+    assert store.confirm(Q, [running.dispatch_id, done.dispatch_id], NOW + 50_000) == []
+    assert store.snapshot(Q)["inflight"] == 1
+    assert lease_of(store, done.dispatch_id) is None  # no lease resurrected for it
+    assert lease_of(store, running.dispatch_id) == NOW + 30_000  # begin's lease stands
+    # nor is a dispatch whose worker began it and then died (its slot was reclaimed)
+    assert store.reclaim(Q, NOW + 30_000, 100) == (0, 1)
+    assert store.confirm(Q, [running.dispatch_id], NOW + 70_000) == []
+    assert lease_of(store, running.dispatch_id) is None
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.begin(Q, running.dispatch_id, NOW + 80_000) is BeginResult.RUN_REACQUIRED
+
+
+def test_begin_unknown_dispatch(store: RedisStore, redis_client) -> None:
+    assert store.begin(Q, "no-such-dispatch", NOW + 1_000) is BeginResult.RUN_UNKNOWN
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.client.zcard(store.keys(Q).leases) == 0
+    assert not redis_client.exists(store.keys(Q).dispatch("no-such-dispatch"))
+
+
+def test_begin_before_confirm(store: RedisStore) -> None:
+    """The worker may see the message before the dispatcher confirms it."""
+    hold(store, "a")
+    [p] = pick(store, 1, lease=1_000)
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.confirm(Q, [p.dispatch_id], NOW + 30_000) == []
+    # begin's long lease stands: the short picked lease no longer applies
+    assert store.reclaim(Q, NOW + 1_001, 100) == (0, 0)
+
+
+def test_renew_extends_leases(store: RedisStore) -> None:
+    for _ in range(3):
+        hold(store, "a")
+    a, b, c = pick(store, 3)
+    assert store.confirm(Q, [a.dispatch_id, b.dispatch_id, c.dispatch_id], NOW + 1_000) == []
+    assert store.begin(Q, b.dispatch_id, NOW + 1_000) is BeginResult.RUN
+    assert store.renew(Q, [a.dispatch_id, b.dispatch_id, "unknown"], NOW + 5_000) == 2
+    assert store.renew(Q, [], NOW + 5_000) == 0
+    # only c (not renewed) expires at the old deadline
+    assert store.reclaim(Q, NOW + 2_000, 100) == (0, 1)
+    assert store.reclaim(Q, NOW + 4_999, 100) == (0, 0)
+    assert store.snapshot(Q)["inflight"] == 2
+    assert store.reclaim(Q, NOW + 5_000, 100) == (0, 2)
+    assert store.snapshot(Q)["inflight"] == 0
+
+
+def test_renew_of_superseded_dispatch_does_not_count(store: RedisStore) -> None:
+    hold(store, "a")
+    [p] = pick(store, 1, lease=1_000)
+    assert store.reclaim(Q, NOW + 1_000, 10) == (1, 0)
+    assert store.renew(Q, [p.dispatch_id], NOW + 50_000) == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 50_000) is BeginResult.SKIP
+
+
+# -- reclaim -------------------------------------------------------------------------------
+
+def test_reclaim_picked_puts_message_back_at_front(store: RedisStore) -> None:
+    ids = [hold(store, "a", hold_id=f"m{i}") for i in range(3)]
+    [p] = pick(store, 1, lease=1_000)
+    assert p.hold_id == "m0"
+    assert store.reclaim(Q, NOW + 999, 100) == (0, 0)  # lease not yet run out
+    assert store.reclaim(Q, NOW + 1_000, 100) == (1, 0)
+    assert store.reclaim(Q, NOW + 1_000, 100) == (0, 0)  # done once
+    assert store.snapshot(Q)["inflight"] == 0
+    assert snapshot_groups(store)["a"]["held_background"] == 3
+    # the dispatcher that picked it died before publishing: a copy that did reach the
+    # broker after all is skipped...
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.SKIP
+    assert store.release(Q, p.dispatch_id) is False
+    # ...and the message is dispatched again, first in its group, byte for byte
+    again = pick(store, 10, now=NOW + 1_000)
+    assert [x.hold_id for x in again] == ids
+    assert again[0].value == p.value
+    assert again[0].dispatch_id != p.dispatch_id
+    assert store.begin(Q, again[0].dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.snapshot(Q)["inflight"] == 3
+
+
+def test_reclaim_picked_reenters_ahead_of_other_groups_fairly(store: RedisStore) -> None:
+    configure(store, cap=1)
+    hold(store, "a", hold_id="a0")
+    hold(store, "a", hold_id="a1")
+    [p] = pick(store, 1, lease=1_000)
+    assert p.hold_id == "a0"
+    assert pick(store, 10) == []  # capped
+    assert store.reclaim(Q, NOW + 5_000, 100) == (1, 0)
+    [q] = pick(store, 10, now=NOW + 5_000)
+    assert q.hold_id == "a0"
+
+
+def test_reclaim_picked_when_hold_id_taken_meanwhile(store: RedisStore) -> None:
+    hold(store, "a", hold_id="x", body=b"original")
+    [p] = pick(store, 1, lease=1_000)
+    hold(store, "a", hold_id="x", body=b"newer")  # same task id held again meanwhile
+    assert store.reclaim(Q, NOW + 1_000, 100) == (1, 0)
+    got = pick(store, 10, now=NOW + 1_000)
+    bodies = [Envelope.decode(g.value)[2].body for g in got]
+    assert bodies == [b"original", b"newer"]
+    assert len({g.hold_id for g in got}) == 2
+
+
+@pytest.mark.parametrize("state", ["queued", "running"])
+def test_reclaim_lost_frees_slot_and_begin_reacquires(store: RedisStore, state: str) -> None:
+    configure(store, cap=1)
+    for _ in range(3):
+        hold(store, "a")
+    [p] = pick(store, 1)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 30_000) == []
+    if state == "running":
+        assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert pick(store, 10) == []  # capped
+    assert store.reclaim(Q, NOW + 29_999, 100) == (0, 0)
+    # the worker died: the slot comes back, the message stays with the broker
+    assert store.reclaim(Q, NOW + 30_000, 100) == (0, 1)
+    assert store.snapshot(Q)["inflight"] == 0
+    assert snapshot_groups(store)["a"]["held_background"] == 2  # not held again
+    [q] = pick(store, 10, now=NOW + 30_000)
+    assert q.hold_id != p.hold_id
+    assert store.snapshot(Q)["inflight"] == 1
+    # the broker redelivers the lost message: it runs and takes a slot again
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000) is BeginResult.RUN_REACQUIRED
+    assert store.snapshot(Q)["inflight"] == 2
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000) is BeginResult.RUN  # now current
+    assert store.snapshot(Q)["inflight"] == 2
+    assert store.release(Q, p.dispatch_id) is True
+    assert store.release(Q, q.dispatch_id) is True
+    assert store.release(Q, p.dispatch_id) is False
+    assert store.snapshot(Q)["inflight"] == 0
+    [r] = pick(store, 10, now=NOW + 60_000)
+    assert store.release(Q, r.dispatch_id)
+    assert snapshot_groups(store) == {}
+
+
+def test_release_of_lost_dispatch_frees_nothing_twice(store: RedisStore) -> None:
+    hold(store, "a")
+    hold(store, "a")
+    [p] = pick(store, 1)
+    store.confirm(Q, [p.dispatch_id], NOW + 1_000)
+    assert store.reclaim(Q, NOW + 1_000, 100) == (0, 1)
+    assert store.snapshot(Q)["inflight"] == 0
+    # the task ends without begin having been seen: nothing to free, no negative count
+    assert store.release(Q, p.dispatch_id) is False
+    assert store.snapshot(Q)["inflight"] == 0
+    assert snapshot_groups(store)["a"]["inflight"] == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 2_000) is BeginResult.RUN_UNKNOWN
+
+
+def test_reclaim_respects_limit(store: RedisStore) -> None:
+    for _ in range(5):
+        hold(store, "a")
+    pick(store, 5, lease=1_000)
+    assert store.reclaim(Q, NOW + 1_000, 2) == (2, 0)
+    assert store.reclaim(Q, NOW + 1_000, 100) == (3, 0)
+
+
+# -- promote -------------------------------------------------------------------------------
+
+def test_promote_retries_to_head_others_to_tail(store: RedisStore) -> None:
+    hold(store, "a", hold_id="a1")
+    hold(store, "a", hold_id="a2")
+    hold(store, "a", hold_id="eta", due=NOW + 100)
+    hold(store, "a", hold_id="retry", front=True, due=NOW + 100)
+    hold(store, "a", hold_id="later", due=NOW + 500)
+    hold(store, "b", hold_id="b-retry", front=True, due=NOW + 700)
+    assert store.promote(Q, NOW + 99, 100) == (0, NOW + 100)
+    assert store.promote(Q, NOW + 100, 100) == (2, NOW + 500)
+    assert snapshot_groups(store)["a"]["delayed"] == 1
+    got = pick(store, 10, now=NOW + 100)
+    assert [p.hold_id for p in got] == ["retry", "a1", "a2", "eta"]
+    assert store.promote(Q, NOW + 10_000, 1) == (1, NOW + 700)  # limit respected
+    assert store.promote(Q, NOW + 10_000, 100) == (1, None)
+    assert store.promote(Q, NOW + 10_000, 100) == (0, None)
+    assert [p.hold_id for p in pick(store, 10, now=NOW + 10_000)] in (
+        ["later", "b-retry"], ["b-retry", "later"])
+
+
+def test_promote_makes_a_group_ready_and_a_retry_skips_its_backlog(store: RedisStore) -> None:
+    configure(store, cap=1)
+    for i in range(3):
+        hold(store, "a", hold_id=f"a{i}")
+    [p] = pick(store, 1)
+    # the running task retries: its new message is delayed, then re-enters at the head
+    hold(store, "a", hold_id="a0-retry", front=True, due=NOW + 50)
+    assert store.release(Q, p.dispatch_id)
+    assert store.promote(Q, NOW + 50, 100) == (1, None)
+    assert [x.hold_id for x in pick(store, 10, now=NOW + 50)] == ["a0-retry"]
+
+
+# -- bookkeeping ---------------------------------------------------------------------------
+
+def test_idle_groups_are_forgotten(store: RedisStore, redis_client) -> None:
+    k = store.keys(Q)
+    hold(store, "a")
+    hold(store, "b", klass=INTERACTIVE)
+    hold(store, "c", due=NOW + 100)
+    assert set(snapshot_groups(store)) == {"a", "b", "c"}
+    got = pick(store, 10)
+    assert set(snapshot_groups(store)) == {"a", "b", "c"}  # in flight / delayed
+    assert snapshot_groups(store)["a"]["inflight"] == 1
+    for p in got:
+        store.release(Q, p.dispatch_id)
+    assert set(snapshot_groups(store)) == {"c"}  # still has a delayed message
+    assert not redis_client.exists(k.group("a"), k.group("b"))
+    store.promote(Q, NOW + 100, 10)
+    [p] = pick(store, 10, now=NOW + 100)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 1_000) == []
+    assert store.reclaim(Q, NOW + 1_000, 10) == (0, 1)  # lost with its worker
+    assert snapshot_groups(store) == {}
+    for cls in ("i", "b"):
+        assert redis_client.zcard(k.ready(cls)) == 0
+    assert list(redis_client.scan_iter(match=f"{k.prefix}:g:*")) == []
+    assert list(redis_client.scan_iter(match=f"{k.prefix}:q:*")) == []
+    assert store.snapshot(Q)["inflight"] == 0
+    # a forgotten group comes back like a new one
+    hold(store, "a")
+    assert [group_of(x) for x in pick(store, 10)] == ["a"]
+
+
+@pytest.mark.parametrize("names", [
+    ["emoji 😀🎉", "租户 七", "ünïcödé", "with space", " lead"],
+    ["a:b", "a", "b:a", "q:b:x", "x:", ":"],
+    ["{brace}", "}{", "{", "}", "{a}:{b}", "ns:{fairq}:g"],
+])
+def test_group_names_used_verbatim_as_keys(store: RedisStore, names: list[str]) -> None:
+    configure(store, cap=2, caps={names[0]: 1}, weights={names[1]: 2.0})
+    for g in names:
+        for _ in range(4):
+            hold(store, g)
+        hold(store, g, klass=INTERACTIVE)
+    snap = snapshot_groups(store)
+    assert set(snap) == set(names)
+    assert snap[names[0]]["cap"] == 1 and snap[names[1]]["weight"] == 2.0
+    assert all(row["held_background"] == 4 and row["held_interactive"] == 1
+               for row in snap.values())
+    got = pick(store, 1000)
+    counts = Counter(group_of(p) for p in got)
+    # cap 1 (override, read back from JSON by the script) or the default cap 2
+    assert counts == {g: 1 if g == names[0] else 2 for g in names}
+    assert all(Counter(klass_of(p) for p in got if group_of(p) == g)[INTERACTIVE] == 1
+               for g in names)
+    for p in got:
+        assert store.release(Q, p.dispatch_id)
+    got = pick(store, 1000)
+    assert Counter(group_of(p) for p in got) == {g: 1 if g == names[0] else 2 for g in names}
+    for p in got:
+        store.release(Q, p.dispatch_id)
+    while more := pick(store, 1000):
+        for p in more:
+            store.release(Q, p.dispatch_id)
+    assert snapshot_groups(store) == {}  # every name's keys were found again to forget it
+
+    # weight overrides reach the script under the same name
+    configure(store, weights={names[1]: 2.0})
+    for _ in range(60):
+        hold(store, names[1])
+        hold(store, names[2])
+    assert store.client.llen(store.keys(Q).held(BACKGROUND, names[1])) == 60
+    counts = Counter(pick_groups(store, 60, batch=7))
+    assert counts == {names[1]: 40, names[2]: 20}
+
+
+def test_group_name_containing_another_groups_key_does_not_collide(
+        store: RedisStore) -> None:
+    # "x" background list is <prefix>:q:b:x; a group named "b:x" has <prefix>:q:b:b:x
+    hold(store, "x", hold_id="plain")
+    hold(store, "b:x", hold_id="tricky")
+    hold(store, "i:x", hold_id="tricky-i")
+    got = pick(store, 10)
+    assert {(p.hold_id, group_of(p)) for p in got} == {
+        ("plain", "x"), ("tricky", "b:x"), ("tricky-i", "i:x")}
+
+
+# -- the scripts themselves ----------------------------------------------------------------
+
+_KEYSPACE = re.compile(r"""redis\s*\.\s*p?call\s*\(\s*['"](keys|scan)['"]""", re.IGNORECASE)
+_LUA_DIR = Path(celery_fair.store.__file__).parent / "lua"
+
+
+def test_no_script_scans_the_keyspace() -> None:
+    files = {str(p.relative_to(_LUA_DIR)): p.read_text(encoding="utf-8")
+             for p in sorted(_LUA_DIR.rglob("*.lua"))}
+    assert "include/common.lua" in files
+    assert {f"{name}.lua" for name in OPERATIONS} <= set(files)
+    for name in OPERATIONS:
+        files[f"{name} (assembled)"] = source(name)
+    for name, text in files.items():
+        assert not _KEYSPACE.search(text), f"{name} scans the keyspace"
+        # nor hides the command name in a variable
+        for line in text.splitlines():
+            if re.search(r"redis\s*\.\s*p?call\s*\(\s*[^'\"\s]", line):
+                pytest.fail(f"{name}: redis.call with a computed command name: {line}")
+    # the check itself works
+    assert _KEYSPACE.search("redis.call('KEYS', '*')")
+    assert _KEYSPACE.search('redis.pcall( "scan", 0)')
+
+
+def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -> None:
+    for name in OPERATIONS:
+        text = source(name)
+        assert not re.search(r"^-- @include \w+$", text, re.MULTILINE), name
+        assert (_LUA_DIR / f"{name}.lua").exists()
+    store.hold(Q, "x", value("g"), 0, NOW)
+    [p] = store.pick(Q, 1, None, NOW, LEASE)
+    store.confirm(Q, [p.dispatch_id], NOW + 1)
+    store.renew(Q, [p.dispatch_id], NOW + 2)
+    store.begin(Q, p.dispatch_id, NOW + 3)
+    store.reclaim(Q, NOW, 10)
+    store.promote(Q, NOW, 10)
+    store.release(Q, p.dispatch_id)
+    configure(store)
+    assert all(redis_client.script_exists(s.sha)[0] for s in store._scripts.values())
