@@ -155,6 +155,11 @@ class Dispatcher:
 
     def _refresh(self) -> None:
         if time.monotonic() - self._refreshed < REFRESH_SECONDS:
+            # Between full refreshes only a queue without capacity is re-read: a worker
+            # that just came up wakes us and should get work at once.
+            for queue in self._queues:
+                if self._capacity.get(queue) == 0:
+                    self._set_capacity(queue)
             return
         self._refreshed = time.monotonic()
         self._queues = self.fixed_queues or self.store.queues()

@@ -121,9 +121,17 @@ class RedisStore(Store):
 
     def register_worker(self, queue: str, worker: str, concurrency: int,
                         expires_ms: int) -> None:
-        """A worker consuming ``queue`` with ``concurrency`` slots is alive until then."""
+        """A worker consuming ``queue`` with ``concurrency`` slots is alive until then.
+
+        A worker seen for the first time wakes the dispatchers: it brings capacity.
+        """
+        k = self.keys(queue)
         with _wrapped():
-            self.client.hset(self.keys(queue).workers, worker, f"{expires_ms}:{concurrency}")
+            if self.client.hset(k.workers, worker, f"{expires_ms}:{concurrency}"):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.lpush(k.wake, "1")
+                pipe.ltrim(k.wake, 0, 0)
+                pipe.execute()
 
     def unregister_worker(self, queue: str, worker: str) -> None:
         with _wrapped():
