@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from . import worker as _worker  # noqa: F401  (connects the worker-side signal receivers)
 from .config import FairConfig
-from .errors import ConfigurationError, FairError, InvalidCost, InvalidGroup, StoreError
+from .errors import (
+    ConfigurationError,
+    FairError,
+    InvalidCost,
+    InvalidGroup,
+    InvalidOption,
+    StoreError,
+)
 from .groups import fair_context
 from .task import FairTask, fair_task
 
@@ -20,6 +27,7 @@ __all__ = [
     "FairTask",
     "InvalidCost",
     "InvalidGroup",
+    "InvalidOption",
     "StoreError",
     "fair_context",
     "fair_task",

@@ -22,6 +22,10 @@ class InvalidCost(FairError, ValueError):
     """A task cost must be a positive finite number."""
 
 
+class InvalidOption(FairError, ValueError):
+    """A celery_fair task option is invalid."""
+
+
 class StoreError(FairError):
     """The celery_fair store failed."""
 

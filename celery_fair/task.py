@@ -13,14 +13,15 @@ import functools
 import inspect
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from celery import Celery, Task, shared_task
 from celery.exceptions import Ignore
 
-from .config import FairConfig, get_config
+from .config import get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
+from .errors import InvalidOption
 from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
 from .store.base import BeginResult
 from .store.redis import RedisStore, store_for_url
@@ -56,15 +57,20 @@ class FairTask(Task):
         explicit = (options.pop("fair_group", None), options.pop("fair_interactive", None),
                     options.pop("fair_cost", None))
         app = self._get_app()
+        headers = dict(options.get("headers") or {})
+        headers.pop(DISPATCH_HEADER, None)
+        headers.pop(QUEUE_HEADER, None)
         if app.conf.task_always_eager:
+            # Run directly, as Celery does; still reject a bad group or cost at call time
+            # (without needing a store, so eager tests run on any broker).
+            self._placement(args or (), kwargs or {}, headers, explicit,
+                            app.conf.get("fair_default_group", "default"))
             return super().apply_async(args, kwargs, task_id=task_id, producer=producer,
                                        link=link, link_error=link_error, shadow=shadow,
                                        **options)
         config = get_config(app)
-        headers = dict(options.get("headers") or {})
-        headers.pop(DISPATCH_HEADER, None)
-        headers.pop(QUEUE_HEADER, None)
-        headers.update(self._placement(args or (), kwargs or {}, headers, explicit, config))
+        headers.update(self._placement(args or (), kwargs or {}, headers, explicit,
+                                       config.default_group))
         options["headers"] = headers
         front = bool(options.get("retries"))  # only Task.retry() passes it
         with app.producer_or_acquire(producer) as real:
@@ -75,7 +81,7 @@ class FairTask(Task):
 
     def _placement(self, args: Sequence[Any], kwargs: Mapping[str, Any],
                    headers: Mapping[str, Any], explicit: tuple[Any, Any, Any],
-                   config: FairConfig) -> dict[str, Any]:
+                   default_group: str) -> dict[str, Any]:
         """Group, class and cost of one call, as message headers."""
         group, interactive, cost = explicit
         scope = current_scope()
@@ -91,7 +97,7 @@ class FairTask(Task):
         klass = _klass(interactive, headers.get(CLASS_HEADER), self.fair_interactive,
                        scope.interactive if scope else None, parent.get(CLASS_HEADER))
         return {
-            GROUP_HEADER: validate_group(config.default_group if group is None else group),
+            GROUP_HEADER: validate_group(default_group if group is None else group),
             CLASS_HEADER: klass,
             COST_HEADER: validate_cost(self.fair_cost if cost is None else cost),
         }
@@ -121,6 +127,9 @@ def _klass(*choices: Any) -> str:
             continue
         if choice in (INTERACTIVE, BACKGROUND):
             return str(choice)
+        if not isinstance(choice, bool):
+            raise InvalidOption(
+                f"fair_interactive={choice!r} is invalid: expected True, False or None")
         return INTERACTIVE if choice else BACKGROUND
     return BACKGROUND
 
@@ -213,7 +222,9 @@ def _due_ms(eta: Any, app: Celery, now: int) -> int:
         return 0
     when = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
     if when.tzinfo is None:
-        when = when.replace(tzinfo=app.timezone)
+        # Celery's worker reads a naive ETA as UTC whatever the app's timezone
+        # (celery.utils.time.maybe_make_aware); the delayed set must agree with it.
+        when = when.replace(tzinfo=timezone.utc)
     due = int(when.timestamp() * 1000)
     return due if due > now else 0
 
@@ -235,6 +246,7 @@ def fair_task(*args: Any, group: GroupRule = None, interactive: bool | None = No
         InvalidCost: ``cost`` is not a positive number.
     """
     validate_cost(cost)
+    _klass(interactive)
     base = options.pop("base", None) or FairTask
     if not issubclass(base, FairTask):
         base = type(f"Fair{base.__name__}", (FairTask, base), {})

@@ -60,9 +60,17 @@ def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
 @signals.task_failure.connect(weak=False)
 def _on_failure(sender: Any = None, task_id: str | None = None, **_: Any) -> None:
     # In the pool, postrun covers failures; this catches what only the main process sees
-    # (hard time limit, a pool process that died), where the request is still tracked.
+    # (hard time limit, a pool process that died). There Celery has already untracked the
+    # request (task_ready) but pushes its context on the task's request stack while it
+    # sends task_failure, so the headers come from sender.request.
+    if sender is None:
+        return
     request = _tracked_request(task_id)
-    if request is not None and sender is not None:
+    if request is None:
+        current = getattr(sender, "request", None)
+        if task_id is not None and getattr(current, "id", None) == task_id:
+            request = current
+    if request is not None:
         release_dispatch(sender.app, request_headers(request), "failure")
 
 

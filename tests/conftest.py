@@ -14,7 +14,8 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Iterator
+from typing import Any, Callable
 
 import pytest
 import redis
@@ -80,7 +81,8 @@ class RedisServer:
                 break
             except redis.ConnectionError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"redis-server did not start on port {self.port}")
+                    raise RuntimeError(
+                        f"redis-server did not start on port {self.port}") from None
                 time.sleep(0.02)
 
     def stop(self) -> None:

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from .conftest import wait_for
-
 
 def test_delay_get_through_dispatcher(app, worker, dispatcher, ledger):
     add = app.tasks["proj.add"]

@@ -1,0 +1,313 @@
+"""Bad input fails loudly, at the right moment, naming the culprit, and holds nothing.
+
+Invalid groups and costs raise at call time (or at decoration time for ``fair_task``);
+invalid settings raise :class:`ConfigurationError` naming the setting when a Dispatcher is
+built, at the first ``apply_async`` and when a worker starts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from celery_fair import (
+    ConfigurationError,
+    FairTask,
+    InvalidCost,
+    InvalidGroup,
+    InvalidOption,
+    fair_context,
+    fair_task,
+)
+from celery_fair.config import reset_config
+from celery_fair.dispatcher import Dispatcher
+from celery_fair.task import store_for
+
+from .conftest import subprocess_env
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CELERY = os.path.join(os.path.dirname(sys.executable), "celery")
+
+
+def _nothing_held(redis_client: Any, namespace: str) -> None:
+    keys = sorted(k.decode() for k in redis_client.keys(f"{namespace}:*"))
+    assert keys == [], f"a failed call left keys behind: {keys}"
+
+
+LONG = "g" * 201
+
+# (value, text the error must contain to name the value)
+BAD_GROUPS = [
+    ("", "empty"),
+    (LONG, "201 characters"),
+    ({"tenant": 1}, repr({"tenant": 1})),
+    (1.5, "1.5"),
+    (["a"], repr(["a"])),
+    (True, "True"),
+    ("acme\x00", repr("acme\x00")),
+    ("ac\nme", repr("ac\nme")),
+    ("tab\there", repr("tab\there")),
+    ("bell\x07", repr("bell\x07")),
+]
+BAD_GROUP_IDS = ["empty", "201-chars", "dict", "float", "list", "bool", "nul", "newline",
+                 "tab", "bell"]
+
+
+@pytest.mark.parametrize("value,named", BAD_GROUPS, ids=BAD_GROUP_IDS)
+def test_invalid_group_at_call_time(app, redis_client, namespace, value, named):
+    work, add = app.tasks["proj.work"], app.tasks["proj.add"]
+    calls = {
+        "call-time fair_group": lambda: add.apply_async((1, 2), fair_group=value),
+        "argument rule": lambda: work.delay(value, "x"),
+        "argument rule (kwarg)": lambda: work.apply_async(kwargs={"tenant": value}),
+        "header": lambda: add.apply_async((1, 2), headers={"fair_group": value}),
+    }
+    for how, call in calls.items():
+        with pytest.raises(InvalidGroup) as info:
+            call()
+        assert named in str(info.value), f"{how}: {info.value}"
+        assert isinstance(info.value, ValueError)
+    _nothing_held(redis_client, namespace)
+
+
+@pytest.mark.parametrize("value,named", BAD_GROUPS, ids=BAD_GROUP_IDS)
+def test_invalid_group_from_callable_rule_and_context(app, redis_client, namespace, value,
+                                                      named):
+    @app.task(base=FairTask, fair_group=lambda args, kwargs: value, shared=False,
+              name="proj.bad_rule")
+    def bad_rule() -> None:
+        return None
+
+    with pytest.raises(InvalidGroup) as info:
+        bad_rule.delay()
+    assert named in str(info.value)
+
+    with pytest.raises(InvalidGroup) as info:
+        with fair_context(group=value):
+            pass
+    assert named in str(info.value)
+    _nothing_held(redis_client, namespace)
+
+
+def test_none_group_means_unresolved(app):
+    work = app.tasks["proj.work"]
+    store = store_for(app)
+    work.apply_async(kwargs={"tenant": None})
+    work.apply_async(("acme",), fair_group=None)
+    with fair_context(group=None):
+        app.tasks["proj.add"].delay(1, 2)
+    groups = {g["group"]: g["held_background"]
+              for g in store.snapshot(app.conf.task_default_queue)["groups"]}
+    assert groups == {"default": 2, "acme": 1}
+
+
+def test_exactly_200_characters_is_fine(app):
+    name = "é" * 200
+    app.tasks["proj.add"].apply_async((1, 2), fair_group=name)
+    snap = store_for(app).snapshot(app.conf.task_default_queue)
+    assert [g["group"] for g in snap["groups"]] == [name]
+
+
+def test_fair_task_group_must_name_an_argument():
+    with pytest.raises(InvalidGroup) as info:
+        @fair_task(group="nope")
+        def convert(tenant: str, path: str) -> None:
+            return None
+    message = str(info.value)
+    assert "'nope'" in message and "convert" in message
+    assert "tenant" in message and "path" in message  # lists the real arguments
+
+    # bind=True: the first argument is the task itself, not a group source
+    with pytest.raises(InvalidGroup, match="'self'"):
+        @fair_task(group="self", bind=True)
+        def bound(self: Any, tenant: str) -> None:
+            return None
+
+    with pytest.raises(InvalidGroup, match="42"):
+        @fair_task(group=42)
+        def numbered(tenant: str) -> None:
+            return None
+
+    with pytest.raises(TypeError):
+        fair_task("tenant")  # positional options are a mistake, not a group
+
+
+def test_fair_group_option_naming_no_argument_fails_at_call(app, redis_client, namespace):
+    @app.task(base=FairTask, fair_group="nope", shared=False, name="proj.no_such_arg")
+    def no_such_arg(tenant: str) -> None:
+        return None
+
+    with pytest.raises(InvalidGroup, match="'nope'"):
+        no_such_arg.delay("acme")
+    _nothing_held(redis_client, namespace)
+
+
+BAD_COSTS = [0, -1, -0.5, math.nan, math.inf, -math.inf, "1", "cheap",
+             True, 1e10, [1]]
+
+
+@pytest.mark.parametrize("cost", BAD_COSTS, ids=[repr(c) for c in BAD_COSTS])
+def test_invalid_cost(app, redis_client, namespace, cost):
+    with pytest.raises(InvalidCost) as info:
+        app.tasks["proj.add"].apply_async((1, 2), fair_cost=cost)
+    assert repr(cost) in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+    with pytest.raises(InvalidCost):
+        @fair_task(cost=cost)
+        def costly() -> None:
+            return None
+
+    @app.task(base=FairTask, fair_cost=cost, shared=False, name="proj.costly")
+    def costly_option() -> None:
+        return None
+
+    with pytest.raises(InvalidCost):
+        costly_option.delay()
+    _nothing_held(redis_client, namespace)
+
+
+def test_valid_costs_are_accepted(app):
+    add = app.tasks["proj.add"]
+    for cost in (1, 0.001, 2.5, 1e9):
+        add.apply_async((1, 2), fair_cost=cost)
+    snap = store_for(app).snapshot(app.conf.task_default_queue)
+    assert snap["groups"][0]["held_background"] == 4
+
+
+# (settings, the setting the error must name, other text it must contain)
+BAD_SETTINGS = [
+    ({"fair_max_inflight": 0}, "fair_max_inflight", "0"),
+    ({"fair_max_inflight": "many"}, "fair_max_inflight", "'many'"),
+    ({"fair_max_inflight": -3}, "fair_max_inflight", "-3"),
+    ({"fair_max_inflight": 2.5}, "fair_max_inflight", "2.5"),
+    ({"fair_default_concurrency": -1}, "fair_default_concurrency", "-1"),
+    ({"fair_default_concurrency": 0}, "fair_default_concurrency", "0"),
+    ({"fair_group_weights": {"a": 0}}, "fair_group_weights", "'a'"),
+    ({"fair_group_weights": {"a": -2}}, "fair_group_weights", "-2"),
+    ({"fair_group_weights": "heavy"}, "fair_group_weights", "'heavy'"),
+    ({"fair_group_concurrency": {"a": 0}}, "fair_group_concurrency", "'a'"),
+    ({"fair_group_concurrency": {"": 1}}, "fair_group_concurrency", "empty"),
+    ({"fair_lease_seconds": "x"}, "fair_lease_seconds", "'x'"),
+    ({"fair_lease_seconds": 0}, "fair_lease_seconds", "0"),
+    ({"fair_lease_seconds": math.nan}, "fair_lease_seconds", "nan"),
+    ({"fair_max_inflite": 10}, "fair_max_inflite", "fair_max_inflight"),
+    ({"fair_store_url": None, "broker_url": "amqp://guest:guest@127.0.0.1:1//"},
+     "fair_store_url", "amqp://"),
+    ({"fair_store_url": "http://127.0.0.1:6379"}, "fair_store_url", "http://"),
+    ({"fair_policy": "lottery"}, "fair_policy", "'lottery'"),
+    ({"fair_interactive_reserve": -1}, "fair_interactive_reserve", "-1"),
+    ({"fair_batch_size": 0}, "fair_batch_size", "0"),
+    ({"fair_default_group": ""}, "fair_default_group", "empty"),
+    ({"fair_key_prefix": ""}, "fair_key_prefix", "''"),
+]
+BAD_SETTING_IDS = [f"{next(iter(c))}={next(iter(c.values()))!r}" for c, _, _ in BAD_SETTINGS]
+
+
+@pytest.mark.parametrize("conf,setting,text", BAD_SETTINGS, ids=BAD_SETTING_IDS)
+def test_invalid_setting(make_app, redis_client, namespace, conf, setting, text):
+    app = make_app(**conf)
+    with pytest.raises(ConfigurationError) as info:
+        Dispatcher(app)
+    assert setting in str(info.value)
+    assert text in str(info.value)
+
+    # The failed validation is not cached: the first publish fails the same way ...
+    reset_config(app)
+    for _ in range(2):  # ... and so does the next one
+        with pytest.raises(ConfigurationError) as info:
+            app.tasks["proj.work"].delay("acme", "x")
+        assert setting in str(info.value)
+    _nothing_held(redis_client, namespace)
+
+
+def test_unknown_setting_suggests_the_right_one(make_app):
+    app = make_app(fair_max_inflite=10)
+    with pytest.raises(ConfigurationError) as info:
+        Dispatcher(app)
+    assert "did you mean 'fair_max_inflight'" in str(info.value)
+    # Celery's own settings and unrelated keys are left alone.
+    app = make_app(fairness_level=3, task_acks_late=True)
+    Dispatcher(app)
+
+
+def _celery(args: list[str], conf: dict[str, Any], broker: str, namespace: str,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CELERY, "-A", "tests.proj", *args], cwd=ROOT,
+                          env=subprocess_env(conf, broker, namespace), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("conf,setting", [
+    ({"fair_max_inflight": 0}, "fair_max_inflight"),
+    ({"fair_lease_seconds": "x"}, "fair_lease_seconds"),
+    ({"fair_max_inflite": 3}, "fair_max_inflite"),
+], ids=["max_inflight", "lease", "unknown"])
+def test_bad_setting_fails_worker_at_startup(redis_server, redis_client, namespace, conf,
+                                             setting):
+    done = _celery(["worker", "-P", "solo", "-c", "1", "--without-mingle",
+                    "--without-gossip", "-n", f"bad-{namespace}@%h"],
+                   conf, redis_server.url + "/0", namespace)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "ConfigurationError" in output and setting in output, output
+    _nothing_held(redis_client, namespace)
+
+
+def test_bad_setting_fails_dispatch_command(redis_server, redis_client, namespace):
+    done = _celery(["fair", "dispatch", "--once"], {"fair_group_weights": {"a": 0}},
+                   redis_server.url + "/0", namespace)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "fair_group_weights" in output, output
+    _nothing_held(redis_client, namespace)
+
+
+def test_fair_task_unknown_to_the_worker_releases_its_slot(app, make_app, worker,
+                                                          dispatcher):
+    """A worker that does not know the task rejects the message (task_unknown); its slot
+    must come back at once, not a lease later."""
+    from celery.exceptions import NotRegistered
+
+    from .conftest import wait_for
+
+    @app.task(base=FairTask, shared=False, name="proj.only_in_the_client")
+    def only_in_the_client() -> str:
+        return "never"
+
+    # Same broker, store namespace and queue, but without that task.
+    worker_app = make_app(fair_lease_seconds=120)
+    result = only_in_the_client.apply_async(fair_group="acme")
+    store, queue = store_for(app), app.conf.task_default_queue
+    # Both use a lease far longer than the test waits: only the signal can free the slot.
+    with worker(concurrency=1, the_app=worker_app), dispatcher(worker_app):
+        with pytest.raises(NotRegistered):
+            result.get(timeout=30)
+        wait_for(lambda: store.snapshot(queue)["inflight"] == 0, timeout=30,
+                 what="the unknown task's slot to be released")
+        assert store.snapshot(queue)["groups"] == []
+        # the worker carries on with tasks it knows
+        assert worker_app.tasks["proj.add"].delay(1, 2).get(timeout=30) == 3
+
+
+def test_eager_mode_still_rejects_a_bad_group_and_cost(make_app):
+    app = make_app(task_always_eager=True, broker_url="memory://")
+    work = app.tasks["proj.work"]
+    with pytest.raises(InvalidGroup):
+        work.apply_async(("",))
+    with pytest.raises(InvalidCost):
+        work.apply_async(("acme",), fair_cost=-1)
+    assert work.apply_async(("acme", "eager")).get() == "eager"
+
+
+@pytest.mark.parametrize("value", ["false", 1, 0.0, "yes"])
+def test_fair_interactive_must_be_a_bool(app, value):
+    with pytest.raises(InvalidOption, match="fair_interactive"):
+        app.tasks["proj.work"].apply_async(("acme",), fair_interactive=value)
+    with pytest.raises(InvalidOption, match="fair_interactive"):
+        fair_task(interactive=value)
