@@ -108,12 +108,64 @@ def redis_client(redis_server: RedisServer) -> redis.Redis:
     return redis.Redis(port=redis_server.port)
 
 
-@pytest.fixture
-def make_app(redis_server: RedisServer, namespace: str) -> Callable[..., Celery]:
-    """Build the test project app; settings override the defaults."""
+RABBITMQ_URL = os.environ.get("CELERY_FAIR_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672")
 
-    def make(**conf: Any) -> Celery:
-        app = create_app(redis_server.url + "/0", namespace, "q-" + namespace, **conf)
+
+class RabbitVhost:
+    """A RabbitMQ virtual host of our own on the running server (deleted afterwards)."""
+
+    def __init__(self) -> None:
+        self.name = "fair-test-" + uuid.uuid4().hex[:8]
+        self._ctl("add_vhost", self.name)
+        self._ctl("set_permissions", "-p", self.name, "guest", ".*", ".*", ".*")
+        self.url = f"{RABBITMQ_URL}/{self.name}"
+        import kombu
+
+        with kombu.Connection(self.url, connect_timeout=5) as conn:
+            conn.ensure_connection(max_retries=3)
+
+    @staticmethod
+    def _ctl(*args: str) -> None:
+        ctl = shutil.which("rabbitmqctl")
+        if ctl is None:
+            raise RuntimeError("rabbitmqctl not found: the RabbitMQ tests need the running "
+                               "RabbitMQ on 127.0.0.1:5672 and its rabbitmqctl")
+        done = subprocess.run([ctl, *args], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {done.stderr.strip()}")
+
+    def delete(self) -> None:
+        self._ctl("delete_vhost", self.name)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[RabbitVhost]:
+    vhost = RabbitVhost()
+    yield vhost
+    vhost.delete()
+
+
+@pytest.fixture(params=["redis", "amqp"])
+def broker(request: Any) -> str:
+    """Run a test once per broker: Redis, and RabbitMQ (py-amqp). The store is Redis."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_app(redis_server: RedisServer, namespace: str,
+             request: Any) -> Callable[..., Celery]:
+    """Build the test project app; settings override the defaults.
+
+    ``make_app(broker="amqp")`` (or a test using the ``broker`` fixture) puts the Celery
+    broker on RabbitMQ; results, the ledger and celery_fair's store stay on Redis.
+    """
+
+    def make(broker: str | None = None, **conf: Any) -> Celery:
+        kind = broker or (request.getfixturevalue("broker")
+                          if "broker" in request.fixturenames else "redis")
+        store = redis_server.url + "/0"
+        url = store if kind == "redis" else request.getfixturevalue("rabbitmq").url
+        app = create_app(url, namespace, "q-" + namespace, store=store, **conf)
         reset_config(app)
         return app
 
@@ -180,10 +232,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: floa
         time.sleep(interval)
 
 
-def subprocess_env(app_conf: dict[str, Any], broker: str, namespace: str) -> dict[str, str]:
+def subprocess_env(app_conf: dict[str, Any], broker: str, namespace: str,
+                   store: str | None = None) -> dict[str, str]:
+    """Environment for ``celery -A tests.proj ...`` subprocesses (see tests/proj.py)."""
     import json
 
     env = dict(os.environ)
     env.update(FAIR_TEST_BROKER=broker, FAIR_TEST_NS=namespace,
-               FAIR_TEST_QUEUE="q-" + namespace, FAIR_TEST_CONF=json.dumps(app_conf))
+               FAIR_TEST_QUEUE="q-" + namespace, FAIR_TEST_CONF=json.dumps(app_conf),
+               FAIR_TEST_STORE=store or "")
     return env

@@ -71,8 +71,14 @@ class Ledger:
         return int(self.r.get(self.key("maxall")) or 0)
 
 
-def create_app(broker: str, namespace: str, queue: str, **conf: Any) -> Celery:
-    app = Celery("proj", broker=broker, backend=broker, set_as_current=False)
+def create_app(broker: str, namespace: str, queue: str, store: str | None = None,
+               **conf: Any) -> Celery:
+    """The test app. ``store`` is the Redis for results, celery_fair and the ledger;
+    it defaults to the broker (which must then be Redis)."""
+    store = store or broker
+    app = Celery("proj", broker=broker, backend=store, set_as_current=False)
+    if store != broker:
+        app.conf.fair_store_url = store
     app.conf.update(
         task_default_queue=queue,
         fair_key_prefix=namespace,
@@ -82,7 +88,7 @@ def create_app(broker: str, namespace: str, queue: str, **conf: Any) -> Celery:
         worker_hijack_root_logger=False,
     )
     app.conf.update(conf)
-    ledger = Ledger(broker, namespace)
+    ledger = Ledger(store, namespace)
     app.ledger = ledger  # type: ignore[attr-defined]
 
     @app.task(base=FairTask, fair_group="tenant", shared=False, name="proj.work")
@@ -131,7 +137,8 @@ def _from_env() -> Celery | None:
     if not broker:
         return None
     conf = json.loads(os.environ.get("FAIR_TEST_CONF", "{}"))
-    return create_app(broker, os.environ["FAIR_TEST_NS"], os.environ["FAIR_TEST_QUEUE"], **conf)
+    return create_app(broker, os.environ["FAIR_TEST_NS"], os.environ["FAIR_TEST_QUEUE"],
+                      store=os.environ.get("FAIR_TEST_STORE") or None, **conf)
 
 
 app = _from_env()
