@@ -1,0 +1,141 @@
+"""Cost scenarios: hold, dispatch, end-to-end drain, idle latency (fair vs plain)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kombu import Producer
+
+from celery_fair.dispatcher import Dispatcher
+from celery_fair.task import store_for
+
+from .harness import (
+    Bench,
+    captured_envelope,
+    dispatching,
+    emit,
+    percentile,
+    prefill,
+    repeat,
+    worker,
+)
+
+
+def hold(bench: Bench) -> dict[str, Any]:
+    """``delay()`` of a fair task vs plain ``delay()``, tasks/s, no workers."""
+    n = 500 if bench.quick else 3000
+
+    def once() -> dict[str, float]:
+        app = bench.app()
+        rates = {}
+        for name in ("proj.plain", "proj.fair"):
+            task = app.tasks[name]
+            task.delay("warm")
+            start = time.perf_counter()
+            for i in range(n):
+                task.delay("acme")
+            rates[name] = n / (time.perf_counter() - start)
+        return {"plain_per_s": rates["proj.plain"], "fair_per_s": rates["proj.fair"],
+                "ratio": rates["proj.fair"] / rates["proj.plain"]}
+
+    figures = repeat(bench.reps, once)
+    return emit("hold", figures, "ratio >= 0.9", figures["ratio"]["median"] >= 0.9,
+                bench.quick)
+
+
+def dispatch(bench: Bench) -> dict[str, Any]:
+    """The dispatcher alone moving held tasks into the real queue, vs kombu publishing
+    the same messages one by one (what plain Celery's publish costs)."""
+    n = 5000 if bench.quick else 20000
+
+    def once() -> dict[str, float]:
+        app = bench.app(fair_max_inflight=10**9, fair_batch_size=500)
+        envelope = captured_envelope(app)
+        queue = app.conf.task_default_queue
+        prefill(store_for(app), queue, envelope, [f"g{i}" for i in range(100)], n // 100)
+        dispatcher = Dispatcher(app)
+        start = time.perf_counter()
+        moved = 0
+        while moved < n:
+            moved += dispatcher.step().dispatched
+        fair_rate = n / (time.perf_counter() - start)
+        with app.producer_or_acquire() as producer:
+            plain_rate = _kombu_publish_rate(producer, envelope, queue + "-plain", n // 4)
+        return {"fair_dispatches_per_s": fair_rate, "kombu_publish_per_s": plain_rate}
+
+    figures = repeat(bench.reps, once)
+    return emit("dispatch", figures, "fair_dispatches_per_s >= 10000",
+                figures["fair_dispatches_per_s"]["median"] >= 10000, bench.quick)
+
+
+def _kombu_publish_rate(producer: Producer, envelope: Any, queue: str, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        producer.publish(envelope.body, routing_key=queue, exchange="",
+                         content_type=envelope.content_type,
+                         content_encoding=envelope.content_encoding,
+                         headers=envelope.headers, **envelope.properties)
+    return n / (time.perf_counter() - start)
+
+
+def end_to_end(bench: Bench) -> dict[str, Any]:
+    """N no-op tasks drained by the same worker (threads, 8), fair vs plain."""
+    n = 2000 if bench.quick else 20000
+
+    def drain(name: str) -> float:
+        app = bench.app()
+        task = app.tasks[name]
+        for i in range(n):
+            task.apply_async((f"t{i % 50}",), ignore_result=True)
+        fair = name == "proj.fair"
+        with worker(app, concurrency=8):
+            start = time.monotonic()
+            if fair:
+                with dispatching(app):
+                    end = bench.wait_done(app, n)
+            else:
+                end = bench.wait_done(app, n)
+        return n / (end - start)
+
+    def once() -> dict[str, float]:
+        plain, fair = drain("proj.plain"), drain("proj.fair")
+        return {"plain_per_s": plain, "fair_per_s": fair, "ratio": fair / plain}
+
+    figures = repeat(bench.reps, once)
+    return emit("end_to_end", figures, "ratio >= 0.9", figures["ratio"]["median"] >= 0.9,
+                bench.quick)
+
+
+def idle_latency(bench: Bench) -> dict[str, Any]:
+    """Enqueue → task start on an idle system; fair minus plain, in ms."""
+    samples = 50 if bench.quick else 200
+
+    def latencies(app: Any, name: str, count: int) -> list[float]:
+        task = app.tasks[name]
+        out = []
+        base = bench.done(app)
+        for i in range(count):
+            sent = time.time()
+            task.apply_async((f"t{i}",), ignore_result=True)
+            bench.wait_done(app, base + i + 1)
+            out.append((bench.starts(app)[-1][1] - sent) * 1000)
+        return out
+
+    def once() -> dict[str, float]:
+        app = bench.app(fair_max_inflight=4)
+        with worker(app, concurrency=4):
+            latencies(app, "proj.plain", 3)  # warm connections
+            plain = latencies(app, "proj.plain", samples)
+        app = bench.app(fair_max_inflight=4)
+        with worker(app, concurrency=4), dispatching(app):
+            latencies(app, "proj.fair", 3)
+            fair = latencies(app, "proj.fair", samples)
+        return {"plain_p50_ms": percentile(plain, 50), "plain_p99_ms": percentile(plain, 99),
+                "fair_p50_ms": percentile(fair, 50), "fair_p99_ms": percentile(fair, 99),
+                "added_p50_ms": percentile(fair, 50) - percentile(plain, 50),
+                "added_p99_ms": percentile(fair, 99) - percentile(plain, 99)}
+
+    figures = repeat(bench.reps, once)
+    met = figures["added_p50_ms"]["median"] <= 2 and figures["added_p99_ms"]["median"] <= 10
+    return emit("idle_latency", figures, "added p50 <= 2 ms, p99 <= 10 ms", met, bench.quick)
