@@ -33,7 +33,7 @@ def hold(bench: Bench) -> dict[str, Any]:
             task = app.tasks[name]
             task.delay("warm")
             start = time.perf_counter()
-            for i in range(n):
+            for _ in range(n):
                 task.delay("acme")
             rates[name] = n / (time.perf_counter() - start)
         return {"plain_per_s": rates["proj.plain"], "fair_per_s": rates["proj.fair"],
