@@ -2,6 +2,8 @@
 
 Mark tasks with :func:`fair_task` (or ``base=FairTask``); their publications are held per
 group and a dispatcher (``celery -A proj fair dispatch``) feeds the real queue fairly.
+:func:`install` does the same for tasks published by name (``send_task``, beat) that the
+``fair_tasks`` setting names; :func:`cancel` (and ``revoke()``) removes a held task.
 Importing this package also connects the worker-side receivers that release slots.
 """
 
@@ -18,6 +20,8 @@ from .errors import (
     StoreError,
 )
 from .groups import fair_context
+from .installer import install
+from .revoke import cancel
 from .task import FairTask, fair_task
 
 __all__ = [
@@ -29,7 +33,9 @@ __all__ = [
     "InvalidGroup",
     "InvalidOption",
     "StoreError",
+    "cancel",
     "fair_context",
     "fair_task",
+    "install",
 ]
 __version__ = "0.1.0"

@@ -72,6 +72,29 @@ def status(ctx: click.Context, as_json: bool) -> None:
     click.echo(render_status(snapshots))
 
 
+@fair.command(cls=CeleryCommand)
+@click.argument("task_ids", nargs=-1, required=True)
+@click.pass_context
+def cancel(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
+    """Remove held tasks by id before they run and mark them REVOKED."""
+    from .revoke import cancel_held
+
+    try:
+        done = cancel_held(_app(ctx), task_ids)
+    except FairError as exc:
+        raise click.ClickException(str(exc)) from None
+    for item in done:
+        click.echo(f"cancelled {item.task_id} (queue {item.queue}, group {item.group}): "
+                   "it will not run; its result is REVOKED")
+    missing = [t for t in task_ids if t not in {item.task_id for item in done}]
+    if missing:
+        raise click.ClickException(
+            f"not held by celery_fair: {', '.join(missing)} — never published, already "
+            "dispatched to a worker, or finished. To stop a dispatched task use "
+            "`celery -A <app> control revoke <id>` (`control terminate SIGTERM <id>` for "
+            "a running one).")
+
+
 def render_status(snapshots: list[dict[str, Any]]) -> str:
     """Plain-text table of :meth:`RedisStore.snapshot` results."""
     if not snapshots:

@@ -10,12 +10,13 @@ import difflib
 import math
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from celery import Celery
 
 from .errors import ConfigurationError
+from .rules import TaskRules, parse_rules
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ SETTINGS: tuple[Setting, ...] = (
             "Scheduling policy: 'wfq' (weighted start-time fair queueing; equal weights "
             "give round robin)."),
     Setting("fair_batch_size", 100, "Most messages one dispatcher pick takes at once."),
+    Setting("fair_tasks", {},
+            "Tasks published by name (send_task, beat) that celery_fair.install(app) holds: "
+            "{name or glob: {'group': 'kwarg:NAME' / 'arg:N' / 'header:NAME' / "
+            "'value:GROUP' (or a list of them, or a callable (args, kwargs) -> group), "
+            "'interactive': bool, 'cost': n}}."),
 )
 _DEFAULTS = {s.name: s.default for s in SETTINGS}
 
@@ -75,6 +81,7 @@ class FairConfig:
     lease_seconds: float
     policy: str
     batch_size: int
+    tasks: TaskRules = field(default_factory=TaskRules)  # fair_tasks, for install()
 
     @classmethod
     def from_app(cls, app: Celery) -> FairConfig:
@@ -97,6 +104,7 @@ class FairConfig:
             lease_seconds=_positive("fair_lease_seconds", get("fair_lease_seconds")),
             policy=_choice("fair_policy", get("fair_policy"), POLICIES),
             batch_size=_count("fair_batch_size", get("fair_batch_size")),
+            tasks=parse_rules(get("fair_tasks")),
         )
 
 

@@ -13,14 +13,20 @@ import logging
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from amqp.exceptions import MessageNacked
 from celery import Celery
+from kombu.connection import Connection
 from kombu.entity import Queue
+from kombu.exceptions import OperationalError
+from kombu.messaging import Producer
 
+from .brokers import AMQP, check_app, publish_connection
 from .config import FairConfig, get_config
 from .envelope import Envelope
 from .errors import CorruptMessage, FairError
@@ -36,6 +42,9 @@ PICK_LEASE_MS = 10_000
 MAX_IDLE_SECONDS = 1.0
 #: How often the set of fair queues and the live workers' capacity are re-read.
 REFRESH_SECONDS = 1.0
+#: Longest wait for the broker's confirm of one publish (RabbitMQ); then it counts as
+#: failed and the message is held again when its pick lease runs out.
+CONFIRM_TIMEOUT_SECONDS = 5.0
 
 
 @dataclass
@@ -47,6 +56,8 @@ class StepResult:
     requeued: int = 0
     lost: int = 0
     stale: int = 0
+    expired: int = 0  # held past their `expires`: marked REVOKED, never published
+    refused: int = 0  # the broker refused or could not route them: held again later
     saturated: bool = False  # a queue took a full batch: step again at once
     next_due_ms: int | None = None
     by_queue: dict[str, int] = field(default_factory=dict)
@@ -58,7 +69,9 @@ class Dispatcher:
     def __init__(self, app: Celery, queues: Iterable[str] | None = None,
                  batch_size: int | None = None) -> None:
         self.app = app
-        self.config: FairConfig = get_config(app)  # fails here on bad settings
+        # Fails here on bad settings, eager mode, task protocol 1 or an unsupported broker.
+        self.broker = check_app(app, dispatching=True)
+        self.config: FairConfig = get_config(app)
         self.store: RedisStore = store_for(app)
         self.batch_size = batch_size or self.config.batch_size
         self.fixed_queues = sorted(set(queues)) if queues else None
@@ -67,7 +80,12 @@ class Dispatcher:
         self._configured: set[str] = set()
         self._capacity: dict[str, int | None] = {}
         self._refreshed = 0.0
-        self._declared: dict[str, Queue] = {}
+        self._declared: dict[str, Queue | None] = {}
+        self._connection: Connection | None = None
+        self._producer: Producer | None = None
+        self._returned: set[str] = set()
+        self._clock_ms: int | None = None  # the step's "now", for expiry
+        self._counts: Counter[str] = Counter()  # expired / refused in this batch
 
     # -- one iteration ----------------------------------------------------------------
 
@@ -90,66 +108,153 @@ class Dispatcher:
                            queue, requeued + lost, requeued, lost)
         capacity = self._capacity.get(queue, 0)
         picked = store.pick(queue, self.batch_size, capacity, now, PICK_LEASE_MS)
-        stale = self._publish(queue, picked)
+        self._publish(queue, picked, now, result)
         result.dispatched += len(picked)
         result.by_queue[queue] = len(picked)
         result.promoted += promoted
         result.requeued += requeued
         result.lost += lost
-        result.stale += stale
         result.saturated |= len(picked) >= self.batch_size
         # Expired leases need no wake-up of their own: an idle dispatcher steps at least
         # every MAX_IDLE_SECONDS, well within any lease.
         if next_due is not None and (result.next_due_ms is None or next_due < result.next_due_ms):
             result.next_due_ms = next_due
 
-    def _publish(self, queue: str, picked: list[Picked]) -> int:
+    def _publish(self, queue: str, picked: list[Picked], now: int,
+                 result: StepResult) -> None:
         if not picked:
-            return 0
+            return
         sent: list[str] = []
+        self._clock_ms, self._counts = now, Counter()
         try:
-            with self.app.producer_or_acquire() as producer:
-                for item in picked:
-                    if self._publish_one(producer, queue, item):
-                        sent.append(item.dispatch_id)
+            producer = self._get_producer()
+            for item in picked:
+                if self._publish_one(producer, queue, item):
+                    sent.append(item.dispatch_id)
+        except Exception:
+            self._reset_producer()  # a fresh connection and channel next time
+            raise
         finally:
-            # Whatever reached the broker is confirmed even if a later publish failed;
+            self._clock_ms = None
+            result.expired += self._counts["expired"]
+            result.refused += self._counts["refused"]
+            # Whatever the broker confirmed is confirmed even if a later publish failed;
             # the rest stays 'picked' and is held again when its short lease runs out.
             deadline = _now_ms() + int(self.config.lease_seconds * 1000)
             stale = self.store.confirm(queue, sent, deadline)
         if stale:
             logger.warning("queue %s: %d dispatches were published after their lease ran "
                            "out; workers will skip those copies", queue, len(stale))
-        return len(stale)
+        result.stale += len(stale)
 
-    def _publish_one(self, producer: Any, queue: str, item: Picked) -> bool:
+    def _publish_one(self, producer: Producer, queue: str, item: Picked) -> bool:
+        """Publish one picked message; True once the broker accepted it."""
+        envelope = self._decode(queue, item)
+        if envelope is None:
+            return False
+        headers = dict(envelope.headers)
+        expires = _epoch_ms(headers.get("expires"))
+        if expires is not None and expires <= (self._clock_ms or _now_ms()):
+            self._expire(queue, item, envelope)
+            return False
+        headers[DISPATCH_HEADER] = item.dispatch_id
+        headers[QUEUE_HEADER] = queue
+        # No `expiration` (RabbitMQ TTL): a message the broker dropped unseen would hold its
+        # slot until the lease ran out and leave its result PENDING; the worker revokes an
+        # expired task on receipt instead (REVOKED, and the slot is released at once).
         try:
-            _, _, envelope = Envelope.decode(item.value)
+            producer.publish(
+                envelope.body, exchange=envelope.exchange, routing_key=envelope.routing_key,
+                content_type=envelope.content_type, content_encoding=envelope.content_encoding,
+                headers=headers, priority=envelope.priority,
+                delivery_mode=envelope.delivery_mode, declare=self._declare(envelope),
+                mandatory=self.broker == AMQP, confirm_timeout=CONFIRM_TIMEOUT_SECONDS,
+                retry=True, retry_policy=self.app.conf.task_publish_retry_policy,
+                **envelope.properties)
+        except (MessageNacked, OperationalError) as exc:
+            if not _nacked(exc):
+                raise
+            return self._refused(queue, item, "the broker refused it (nack)")
+        if item.dispatch_id in self._returned:
+            self._returned.discard(item.dispatch_id)
+            return self._refused(queue, item, "no queue is bound to its exchange and "
+                                 f"routing key ({envelope.exchange!r}, "
+                                 f"{envelope.routing_key!r})")
+        return True
+
+    def _decode(self, queue: str, item: Picked) -> Envelope | None:
+        try:
+            return Envelope.decode(item.value)[2]
         except CorruptMessage as exc:
             self.store.quarantine(queue, item.dispatch_id, item.value, str(exc))
             logger.error("queue %s: held message %s could not be decoded and was "
                          "quarantined: %s", queue, item.hold_id, exc)
-            return False
-        headers = dict(envelope.headers)
-        headers[DISPATCH_HEADER] = item.dispatch_id
-        headers[QUEUE_HEADER] = queue
-        producer.publish(
-            envelope.body, exchange=envelope.exchange, routing_key=envelope.routing_key,
-            content_type=envelope.content_type, content_encoding=envelope.content_encoding,
-            headers=headers, priority=envelope.priority, delivery_mode=envelope.delivery_mode,
-            declare=[self._queue_entity(envelope.queue)] if envelope.queue else None,
-            expiration=_remaining_seconds(headers.get("expires")),
-            retry=True, retry_policy=self.app.conf.task_publish_retry_policy,
-            **envelope.properties)
-        return True
+            return None
 
-    def _queue_entity(self, name: str) -> Queue:
-        entity = self._declared.get(name)
-        if entity is None:
-            entity = self.app.amqp.queues[name] if name in self.app.amqp.queues \
-                else Queue(name)
-            self._declared[name] = entity
-        return entity
+    def _expire(self, queue: str, item: Picked, envelope: Envelope) -> None:
+        """Celery's way with an expired task: REVOKED with reason 'expired', never run."""
+        task = self.app.tasks.get(envelope.task_name)
+        ignored = bool(envelope.headers.get("ignore_result")) or \
+            bool(task is not None and task.ignore_result)
+        store_errors = not ignored or bool(task is not None
+                                           and task.store_errors_even_if_ignored)
+        self.app.backend.mark_as_revoked(envelope.task_id, reason="expired",
+                                         store_result=store_errors)
+        self.store.release(queue, item.dispatch_id)
+        self._counts["expired"] += 1
+        logger.info("queue %s: task %s[%s] expired while held; marked REVOKED",
+                    queue, envelope.task_name, envelope.task_id)
+
+    def _refused(self, queue: str, item: Picked, why: str) -> bool:
+        self._counts["refused"] += 1
+        logger.warning("queue %s: dispatch of task %s not accepted: %s; it is held again "
+                       "when its pick lease runs out", queue, item.hold_id, why)
+        return False
+
+    def _declare(self, envelope: Envelope) -> list[Queue] | None:
+        """The app's definition of the target queue (quorum, priority... arguments).
+
+        A queue the app does not know is declared only when the message goes to it by
+        name (the default exchange), as Celery's ``task_create_missing_queues`` does.
+        """
+        name = envelope.queue
+        if not name:
+            return None
+        if name not in self._declared:
+            queues = self.app.amqp.queues
+            self._declared[name] = queues[name] if name in queues \
+                else Queue(name) if not envelope.exchange else None
+        entity = self._declared[name]
+        return [entity] if entity is not None else None
+
+    # -- the broker connection -----------------------------------------------------------
+
+    def _get_producer(self) -> Producer:
+        """The dispatcher's own producer (publisher confirms on RabbitMQ)."""
+        if self._producer is None:
+            self._connection = publish_connection(self.app)
+            on_return = self._on_return if self.broker == AMQP else None
+            self._producer = Producer(self._connection, on_return=on_return)
+        return self._producer
+
+    def _on_return(self, exc: Any, exchange: Any, routing_key: Any, message: Any) -> None:
+        # An unroutable message published with `mandatory` comes back before its ack.
+        headers = getattr(message, "headers", None) or {}
+        if headers.get(DISPATCH_HEADER):
+            self._returned.add(str(headers[DISPATCH_HEADER]))
+
+    def _reset_producer(self) -> None:
+        connection, self._connection, self._producer = self._connection, None, None
+        self._returned.clear()
+        if connection is not None:
+            try:
+                connection.release()
+            except Exception:  # noqa: BLE001 - it is being thrown away
+                logger.debug("closing the broker connection failed", exc_info=True)
+
+    def close(self) -> None:
+        """Close the dispatcher's broker connection (``run`` does on exit)."""
+        self._reset_producer()
 
     # -- queues, policy and capacity ----------------------------------------------------
 
@@ -213,6 +318,7 @@ class Dispatcher:
                 continue
             if not result.saturated:
                 self._sleep(result)
+        self.close()
         logger.info("celery_fair dispatcher stopped")
 
     def _sleep(self, result: StepResult) -> None:
@@ -239,13 +345,26 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _remaining_seconds(expires: Any) -> float | None:
-    if not expires:
+def _nacked(exc: BaseException | None) -> bool:
+    """The broker nacked the publish (kombu retries a nack, then raises it wrapped)."""
+    while exc is not None:
+        if isinstance(exc, MessageNacked):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _epoch_ms(value: Any) -> int | None:
+    """An ISO 8601 header (``eta``, ``expires``) in ms since the epoch; naive means UTC."""
+    if not value:
         return None
-    when = datetime.fromisoformat(str(expires))
+    try:
+        when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return max((when - datetime.now(timezone.utc)).total_seconds(), 0.001)
+    return int(when.timestamp() * 1000)
 
 
 def _redact(url: str) -> str:

@@ -17,8 +17,10 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from celery import Celery, Task, shared_task
+from celery.app.task import Context
 from celery.exceptions import Ignore
 
+from .brokers import check_app, real_destination
 from .config import get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
 from .errors import InvalidOption
@@ -50,6 +52,15 @@ class FairTask(Task):
     fair_cost: float = 1
     _fair_resolver: GroupResolver | None = None
 
+    @classmethod
+    def on_bound(cls, app: Celery) -> None:
+        """Bound to an app: install celery_fair there (``revoke`` cancels held tasks,
+        ``fair_tasks`` and starmaps of fair tasks are held; see installer.py)."""
+        super().on_bound(app)
+        from .installer import install  # installer.py imports this module
+
+        install(app)
+
     def apply_async(self, args: Sequence[Any] | None = None,
                     kwargs: Mapping[str, Any] | None = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,
@@ -68,6 +79,7 @@ class FairTask(Task):
             return super().apply_async(args, kwargs, task_id=task_id, producer=producer,
                                        link=link, link_error=link_error, shadow=shadow,
                                        **options)
+        check_app(app)  # task protocol 1 or a broker celery_fair can't publish to
         config = get_config(app)
         headers.update(self._placement(args or (), kwargs or {}, headers, explicit,
                                        config.default_group))
@@ -83,24 +95,9 @@ class FairTask(Task):
                    headers: Mapping[str, Any], explicit: tuple[Any, Any, Any],
                    default_group: str) -> dict[str, Any]:
         """Group, class and cost of one call, as message headers."""
-        group, interactive, cost = explicit
-        scope = current_scope()
-        parent = _parent_headers(self.app)
-        if group is None:
-            group = headers.get(GROUP_HEADER)
-        if group is None:
-            group = self._resolver()(args, kwargs)
-        if group is None and scope is not None:
-            group = scope.group
-        if group is None:
-            group = parent.get(GROUP_HEADER)
-        klass = _klass(interactive, headers.get(CLASS_HEADER), self.fair_interactive,
-                       scope.interactive if scope else None, parent.get(CLASS_HEADER))
-        return {
-            GROUP_HEADER: validate_group(default_group if group is None else group),
-            CLASS_HEADER: klass,
-            COST_HEADER: validate_cost(self.fair_cost if cost is None else cost),
-        }
+        return placement(self.app, headers, explicit,
+                         lambda: self._resolver()(args, kwargs), self.fair_interactive,
+                         self.fair_cost, default_group)
 
     def _resolver(self) -> GroupResolver:
         rule = self.fair_group
@@ -118,6 +115,43 @@ class FairTask(Task):
                 is BeginResult.SKIP:
             raise Ignore()
         return super().__call__(*args, **kwargs)
+
+    def push_request(self, *args: Any, **kwargs: Any) -> None:
+        # Task.__call__ pushes a request. Celery before 5.5 pushed a bare one, so a task
+        # class with its own __call__ (this one) lost the worker's request (id, retries,
+        # delivery_info...) wherever Celery's stack protection is not installed (workers
+        # embedded with celery.contrib.testing). Keep the current request's fields, as
+        # Celery 5.5+ does.
+        self.request_stack.push(Context(*args, **{**self.request.__dict__, **kwargs}))
+
+
+def placement(app: Celery, headers: Mapping[str, Any], explicit: tuple[Any, Any, Any],
+              rule_group: Callable[[], Any], rule_interactive: bool | None,
+              rule_cost: float, default_group: str) -> dict[str, Any]:
+    """Group, class and cost of one publication, as message headers.
+
+    Precedence, most specific first: the call's ``fair_*`` options (``explicit``), the
+    message's own fair headers (a retry), the task's rule, :func:`fair_context`, the
+    parent task's headers (a continuation published by a worker), the default group.
+    """
+    group, interactive, cost = explicit
+    scope = current_scope()
+    parent = _parent_headers(app)
+    if group is None:
+        group = headers.get(GROUP_HEADER)
+    if group is None:
+        group = rule_group()
+    if group is None and scope is not None:
+        group = scope.group
+    if group is None:
+        group = parent.get(GROUP_HEADER)
+    klass = _klass(interactive, headers.get(CLASS_HEADER), rule_interactive,
+                   scope.interactive if scope else None, parent.get(CLASS_HEADER))
+    return {
+        GROUP_HEADER: validate_group(default_group if group is None else group),
+        CLASS_HEADER: klass,
+        COST_HEADER: validate_cost(rule_cost if cost is None else cost),
+    }
 
 
 def _klass(*choices: Any) -> str:
@@ -174,6 +208,7 @@ class HoldingProducer:
     """
 
     def __init__(self, producer: Any, store: RedisStore, front: bool, app: Celery) -> None:
+        check_app(app)
         self._producer = producer
         self._store = store
         self._front = front
@@ -202,13 +237,13 @@ class HoldingProducer:
             body, serializer, content_type, content_encoding, compression, headers)
         if isinstance(raw, str):
             raw = raw.encode(cenc or "utf-8")
-        queues = [getattr(q, "name", q) for q in declare or ()]
-        routing_key = routing_key or ""
+        exchange, routing_key, queue = real_destination(
+            self._app, getattr(exchange, "name", exchange) or "", routing_key or "",
+            list(declare or ()))
         envelope = Envelope(
             body=raw, content_type=ctype, content_encoding=cenc, headers=headers,
-            exchange=getattr(exchange, "name", exchange) or "", routing_key=routing_key,
-            queue=queues[0] if queues else routing_key, delivery_mode=delivery_mode,
-            priority=priority, properties=properties)
+            exchange=exchange, routing_key=routing_key, queue=queue,
+            delivery_mode=delivery_mode, priority=priority, properties=properties)
         group = headers[GROUP_HEADER]
         value = envelope.encode(group, headers[CLASS_HEADER], headers[COST_HEADER], self._front)
         now = int(time.time() * 1000)

@@ -13,12 +13,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import pytest
 import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
+from kombu.asynchronous import set_event_loop
 
 from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
@@ -133,10 +135,21 @@ def ledger(app: Celery) -> Ledger:
 def worker(app: Celery) -> Callable[..., Any]:
     """Start an in-thread worker: ``with worker(concurrency=4): ...``."""
 
+    @contextmanager
     def start(concurrency: int = 4, pool: str = "threads", the_app: Celery | None = None,
-              **kw: Any) -> Any:
-        return start_worker(the_app or app, concurrency=concurrency, pool=pool,
-                            perform_ping_check=False, shutdown_timeout=30, **kw)
+              **kw: Any) -> Iterator[Any]:
+        # The worker's event loop is process-global. Older Celery (5.3) reuses the previous
+        # embedded worker's loop, whose timer is not the new worker's: ETA messages never
+        # fire. Each embedded worker gets a loop of its own (real workers have one anyway).
+        set_event_loop(None)
+        with start_worker(the_app or app, concurrency=concurrency, pool=pool,
+                          perform_ping_check=False, shutdown_timeout=30, **kw) as w:
+            hub = getattr(w, "hub", None)
+            if hub is not None:
+                # On RabbitMQ the event loop has no timer of its own and polls for up to
+                # 10 s, so it notices shutdown that late; a no-op timer bounds the poll.
+                hub.call_soon(hub.call_repeatedly, 0.25, lambda: None)
+            yield w
 
     return start
 

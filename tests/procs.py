@@ -23,13 +23,13 @@ class CeleryProcess:
     """One ``celery -A tests.proj <args>`` subprocess in its own process group."""
 
     def __init__(self, args: list[str], conf: dict[str, Any], broker: str, namespace: str,
-                 log: Path) -> None:
+                 log: Path, store: str | None = None) -> None:
         self.args = args
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [CELERY, "-A", "tests.proj", *args], cwd=ROOT,
-            env=subprocess_env(conf, broker, namespace), stdout=self._log,
+            env=subprocess_env(conf, broker, namespace, store), stdout=self._log,
             stderr=subprocess.STDOUT, start_new_session=True)
 
     @property

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import redis
-from celery import Celery
+from celery import Celery, Task
 
 from celery_fair import FairTask
 
@@ -72,10 +72,12 @@ class Ledger:
 
 
 def create_app(broker: str, namespace: str, queue: str, store: str | None = None,
-               **conf: Any) -> Celery:
+               fair: bool = True, **conf: Any) -> Celery:
     """The test app. ``store`` is the Redis for results, celery_fair and the ledger;
-    it defaults to the broker (which must then be Redis)."""
+    it defaults to the broker (which must then be Redis). ``fair=False`` makes the same
+    tasks plain Celery tasks (to compare celery-fair with Celery)."""
     store = store or broker
+    base: type[Task] = FairTask if fair else Task
     app = Celery("proj", broker=broker, backend=store, set_as_current=False)
     if store != broker:
         app.conf.fair_store_url = store
@@ -91,7 +93,7 @@ def create_app(broker: str, namespace: str, queue: str, store: str | None = None
     ledger = Ledger(store, namespace)
     app.ledger = ledger  # type: ignore[attr-defined]
 
-    @app.task(base=FairTask, fair_group="tenant", shared=False, name="proj.work")
+    @app.task(base=base, fair_group="tenant", shared=False, name="proj.work")
     def work(tenant: str, label: str = "", duration: float = 0.0) -> str:
         ledger.enter(tenant, label)
         try:
@@ -101,20 +103,20 @@ def create_app(broker: str, namespace: str, queue: str, store: str | None = None
             ledger.leave(tenant)
         return label
 
-    @app.task(base=FairTask, fair_group="tenant", fair_interactive=True, shared=False,
+    @app.task(base=base, fair_group="tenant", fair_interactive=True, shared=False,
               name="proj.preview")
     def preview(tenant: str, label: str = "", duration: float = 0.0) -> str:
         return work.run(tenant, label, duration)
 
-    @app.task(base=FairTask, shared=False, name="proj.add")
+    @app.task(base=base, shared=False, name="proj.add")
     def add(x: int, y: int) -> int:
         return x + y
 
-    @app.task(base=FairTask, shared=False, name="proj.tsum")
+    @app.task(base=base, shared=False, name="proj.tsum")
     def tsum(values: list[int]) -> int:
         return sum(values)
 
-    @app.task(base=FairTask, fair_group="tenant", bind=True, shared=False, name="proj.flaky",
+    @app.task(base=base, fair_group="tenant", bind=True, shared=False, name="proj.flaky",
               max_retries=3)
     def flaky(self: Any, tenant: str, fails: int, countdown: float = 0.5) -> int:
         ledger.enter(tenant, f"flaky-{self.request.retries}")
@@ -123,11 +125,24 @@ def create_app(broker: str, namespace: str, queue: str, store: str | None = None
             raise self.retry(countdown=countdown)
         return self.request.retries
 
-    @app.task(base=FairTask, shared=False, name="proj.group_of")
+    @app.task(base=base, shared=False, name="proj.group_of")
     def group_of() -> Any:
         from celery_fair.task import request_headers
 
         return request_headers(group_of.request).get("fair_group")
+
+    # Fair and plain twins for time limits (prefork workers): see tests/twins.py.
+    @app.task(base=base, fair_group="tenant", shared=False, name="proj.nap")
+    def nap(tenant: str, seconds: float) -> str:
+        from .twins import nap as sleep
+
+        return sleep(seconds)
+
+    @app.task(shared=False, name="proj.plain_nap")
+    def plain_nap(tenant: str, seconds: float) -> str:
+        from .twins import nap as sleep
+
+        return sleep(seconds)
 
     return app
 

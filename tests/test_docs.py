@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from celery_fair.config import settings_table
@@ -22,3 +23,15 @@ def test_ci_runs_the_readme_test_command():
     ci = (Path(__file__).parent.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert "test-command" in ci
     assert "pytest" in _between("test-command")
+
+
+def test_ci_and_tox_cover_every_supported_celery():
+    root = Path(__file__).parent.parent
+    ci = (root / ".ci" / "run").read_text(encoding="utf-8")
+    # the README's command first, then the suite again on the oldest supported Celery
+    assert ci.index('bash -euo pipefail -c "$cmd"') < ci.index("celery[redis]>=5.3,<5.4")
+    tox = (root / "tox.ini").read_text(encoding="utf-8")
+    envlist = next(line for line in tox.splitlines() if line.startswith("envlist"))
+    assert all(f"celery5{minor}" in envlist for minor in range(3, 8))
+    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'"celery(\[redis\])?>=5\.3,<6"', pyproject)

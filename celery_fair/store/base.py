@@ -91,3 +91,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def configure(self, queue: str, policy: Policy) -> None:
         """Store the queue's policy settings and re-rank its groups under them."""
+
+    @abc.abstractmethod
+    def cancel(self, queue: str, task_ids: Iterable[str]) -> list[tuple[str, bytes]]:
+        """Remove the held or delayed messages of ``task_ids`` (their tasks were revoked
+        before running), including copies held under a suffixed hold id
+        (``<task id>~<n>``: the same id held twice). The removal is atomic; a message
+        already picked, queued or running is left alone. Returns ``(hold id, stored
+        value)`` of every message removed."""

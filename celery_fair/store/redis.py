@@ -103,6 +103,27 @@ class RedisStore(Store):
                   policy.interactive_reserve, policy.default_weight,
                   json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)))
 
+    def cancel(self, queue: str, task_ids: Iterable[str]) -> list[tuple[str, bytes]]:
+        ids = list(dict.fromkeys(task_ids))
+        if not ids:
+            return []
+        ids += self._suffixed_copies(queue, ids)
+        flat = self._run("cancel", queue, *ids)
+        return [(_text(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
+
+    def _suffixed_copies(self, queue: str, ids: list[str]) -> list[str]:
+        """Hold ids ``<id>~<n>`` of ``ids`` (an id held twice). Found by a scan of the
+        held ids, done only in a queue that ever had such a copy (``stat`` ``dup``)."""
+        k = self.keys(queue)
+        with _wrapped():
+            if not int(self.client.hget(k.stat, "dup") or 0):
+                return []
+            held = [_text(key) for key, _ in self.client.hscan_iter(k.msg, match="*~*",
+                                                                     count=1000)]
+        wanted = set(ids)
+        return [hid for hid in held if hid not in wanted and any(
+            hid[:i] in wanted for i, ch in enumerate(hid) if ch == "~")]
+
     # -- reads and bookkeeping outside the hot path -----------------------------------
 
     def queues(self) -> list[str]:

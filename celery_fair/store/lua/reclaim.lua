@@ -16,7 +16,10 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT',
   local dk = k_dispatch(did)
   local state, g, cls, id, value = unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v'))
   if state == 'picked' then
-    if redis.call('HEXISTS', K_MSG, id) == 1 then id = id .. '~' .. did end
+    if redis.call('HEXISTS', K_MSG, id) == 1 then
+      id = id .. '~' .. did
+      redis.call('HINCRBY', K_STAT, 'dup', 1)  -- cancel looks for suffixed copies
+    end
     redis.call('HSET', K_MSG, id, value)
     redis.call('LPUSH', k_list(cls, g), id)
     redis.call('HSET', dk, 's', 'superseded')
