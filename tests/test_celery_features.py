@@ -21,31 +21,11 @@ from celery_fair.envelope import Envelope
 from celery_fair.task import store_for
 
 from .conftest import wait_for
-
-
-def _queue(app: Any) -> str:
-    return str(app.conf.task_default_queue)
-
-
-def _snapshot(app: Any) -> dict[str, Any]:
-    return store_for(app).snapshot(_queue(app))
-
-
-def _groups(app: Any) -> dict[str, dict[str, Any]]:
-    return {g["group"]: g for g in _snapshot(app)["groups"]}
-
-
-def _held(app: Any) -> dict[str, int]:
-    """Held (not delayed, not in flight) messages per group."""
-    return {name: g["held_background"] + g["held_interactive"]
-            for name, g in _groups(app).items()
-            if g["held_background"] + g["held_interactive"]}
-
-
-def _settled(app: Any) -> bool:
-    """Nothing in flight, held or delayed any more."""
-    snap = _snapshot(app)
-    return snap["inflight"] == 0 and snap["delayed"] == 0 and not snap["groups"]
+from .helpers import groups as _groups
+from .helpers import held as _held
+from .helpers import queue_of as _queue
+from .helpers import settled as _settled
+from .helpers import snapshot as _snapshot
 
 
 def _held_envelope(app: Any, task_id: str) -> Envelope:
