@@ -1,15 +1,17 @@
-"""``python -m bench {all|SCENARIO...|report} [--quick] [--reps N]``."""
+"""``python -m bench {all|SCENARIO...|report} [--quick] [--reps N]``; ``python -m bench chaos``."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 from . import fairness, throughput
-from .harness import RESULTS, Bench
+from .harness import RESULTS, Bench, write_run_info
 
 SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "hold": throughput.hold,
@@ -24,11 +26,18 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["chaos"]:
+        return chaos_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("what", nargs="+", help="all, report, or scenarios: "
                         + ", ".join(SCENARIOS))
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
+    parser.add_argument("--e2e-tasks", type=int, default=10_000,
+                        help="tasks per end-to-end drain (default 10,000: a full run then "
+                        "takes about 15 minutes on 2 busy CPUs; the issue's figure is "
+                        "20,000)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     if args.what == ["report"]:
@@ -43,13 +52,37 @@ def main(argv: list[str] | None = None) -> int:
                      f"{', '.join(SCENARIOS)}")
     if args.what == ["all"]:
         (RESULTS / "latest.jsonl").unlink(missing_ok=True)
-    bench = Bench(quick=args.quick, reps=args.reps)
+    bench = Bench(quick=args.quick, reps=args.reps, e2e_tasks=args.e2e_tasks)
+    started = time.time()
+    load_before = os.getloadavg()
     try:
         for name in names:
             SCENARIOS[name](bench)
     finally:
         bench.close()
+    if args.what == ["all"]:
+        write_run_info(started, load_before)
     return 0
+
+
+def chaos_main(argv: list[str]) -> int:
+    """``python -m bench chaos [--tasks N --groups G ...]``: exit 1 if an invariant broke."""
+    from dataclasses import fields
+
+    from .chaos import Plan, run
+
+    parser = argparse.ArgumentParser(prog="python -m bench chaos",
+                                     description="The crash, restart and kill campaign.")
+    defaults = Plan()
+    for f in fields(Plan):
+        kind = float if isinstance(getattr(defaults, f.name), float) else \
+            str if isinstance(getattr(defaults, f.name), str) else int
+        parser.add_argument("--" + f.name.replace("_", "-"), type=kind,
+                            default=getattr(defaults, f.name), help=f"default {f.default}")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    figures = run(Plan(**vars(args)))
+    return 0 if figures.ok else 1
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ so the figures that matter are ratios measured in one run, not absolute rates.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import platform
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,9 +36,10 @@ RESULTS = Path(__file__).parent / "results"
 class Bench:
     """One benchmark run: a redis-server and a fresh namespace per app."""
 
-    def __init__(self, quick: bool = False, reps: int = 3) -> None:
+    def __init__(self, quick: bool = False, reps: int = 3, e2e_tasks: int = 10_000) -> None:
         self.quick = quick
         self.reps = reps
+        self.e2e_tasks = e2e_tasks
         self.server = RedisServer()
         self.url = self.server.url + "/0"
         self.redis = redis.Redis.from_url(self.url)
@@ -77,8 +78,9 @@ class Bench:
     def done(self, app: Celery) -> int:
         return int(self.redis.get(f"{app.ns}:done") or 0)
 
-    def starts(self, app: Celery) -> list[tuple[str, float]]:
-        raw = self.redis.lrange(f"{app.ns}:starts", 0, -1)
+    def starts(self, app: Celery, offset: int = 0) -> list[tuple[str, float]]:
+        """(tenant, start time) of the tasks started, from the ``offset``-th on."""
+        raw = self.redis.lrange(f"{app.ns}:starts", offset, -1)
         out = []
         for item in raw:
             tenant, _, t = item.decode().rpartition("|")
@@ -104,15 +106,26 @@ def worker(app: Celery, concurrency: int = 4, pool: str = "threads",
 
 
 @contextmanager
-def dispatching(app: Celery, **kw: Any) -> Iterator[Dispatcher]:
-    d = Dispatcher(app, **kw)
-    thread = threading.Thread(target=d.run, daemon=True)
-    thread.start()
+def dispatching(app: Celery, **kw: Any) -> Iterator[Any]:
+    """A dispatcher in a process of its own, as in production (``celery fair dispatch``):
+    in a thread of the benchmark process it would share the embedded worker's GIL.
+
+    Forked: enter this before starting a worker, while the process has one thread.
+    """
+    process = multiprocessing.get_context("fork").Process(
+        target=_dispatch, args=(app, kw), daemon=True)
+    process.start()
     try:
-        yield d
+        yield process
     finally:
-        d.stop()
-        thread.join(10)
+        process.terminate()  # SIGTERM: the dispatcher finishes its step and stops
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+
+
+def _dispatch(app: Celery, kw: dict[str, Any]) -> None:
+    Dispatcher(app, **kw).run()
 
 
 def captured_envelope(app: Celery, args: tuple[Any, ...] = ("t",)) -> Envelope:
@@ -191,4 +204,40 @@ def machine() -> dict[str, str]:
         pass
     return {"cpus": str(os.cpu_count()), "cpu": cpu, "python": platform.python_version(),
             "celery": celery.__version__, "kombu": kombu.__version__,
-            "redis_py": redis.__version__, "os": platform.platform()}
+            "redis_py": redis.__version__, "hiredis": _hiredis(), "os": platform.platform()}
+
+
+def _hiredis() -> str:
+    """Whether redis-py parses replies with hiredis (about half the CPU per round trip)."""
+    try:
+        import hiredis
+    except ImportError:
+        return "without hiredis"
+    return f"hiredis {hiredis.__version__}"
+
+
+def commit() -> str:
+    """The checked-out commit, with ``+changes`` when the tree differs from it."""
+    import subprocess
+
+    root = Path(__file__).parent.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                              cwd=root).stdout.strip()
+
+    try:
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", "celery_fair",
+                    "bench")
+        return git("rev-parse", "--short", "HEAD") + ("+changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_run_info(started: float, load_before: tuple[float, float, float]) -> None:
+    """What a full run ran on: commit, machine, duration, load (bench/results/run.json)."""
+    info = {"commit": commit(), "machine": machine(), "started": started,
+            "seconds": round(time.time() - started), "load_before": load_before,
+            "load_after": os.getloadavg()}
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "run.json").write_text(json.dumps(info), encoding="utf-8")

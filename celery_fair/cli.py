@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Callable
 
 import click
 from celery.bin.base import CeleryCommand, CeleryOption
@@ -21,6 +24,17 @@ def _app(ctx: click.Context) -> Any:
     return ctx.obj.app
 
 
+def _cap(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """--concurrency: an integer >= 0, or 'none' (no cap, stored as -1)."""
+    if value is None:
+        return None
+    if value.lower() == "none":
+        return -1
+    if not value.isdigit():
+        raise click.BadParameter(f"{value!r} is not a number >= 0 or 'none'", ctx, param)
+    return int(value)
+
+
 @fair.command(cls=CeleryCommand)
 @click.option("-Q", "--queues", default="", help="Comma-separated fair queues (default: all).",
               cls=CeleryOption, help_group="Dispatch Options")
@@ -32,17 +46,26 @@ def _app(ctx: click.Context) -> Any:
 @click.option("-l", "--loglevel", default="INFO",
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
               cls=CeleryOption, help_group="Dispatch Options")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve Prometheus metrics on this port at /metrics (default: "
+                   "fair_metrics_port; 0: any free port).",
+              cls=CeleryOption, help_group="Dispatch Options")
+@click.option("--metrics-address", default=None,
+              help="Address of the metrics endpoint (default: fair_metrics_address).",
+              cls=CeleryOption, help_group="Dispatch Options")
 @click.pass_context
 def dispatch(ctx: click.Context, queues: str, batch_size: int | None, once: bool,
-             loglevel: str) -> None:
+             loglevel: str, metrics_port: int | None, metrics_address: str | None) -> None:
     """Feed the real worker queues from the holding queues, fairly."""
     from .dispatcher import Dispatcher
 
     logging.basicConfig(level=loglevel.upper(),
                         format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
     names = [q.strip() for q in queues.split(",") if q.strip()] or None
+    metrics = None
     try:
         dispatcher = Dispatcher(_app(ctx), queues=names, batch_size=batch_size)
+        metrics = _serve_metrics(dispatcher, metrics_port, metrics_address)
         if once:
             result = dispatcher.step()
             click.echo(f"dispatched {result.dispatched}, promoted {result.promoted}, "
@@ -51,25 +74,266 @@ def dispatch(ctx: click.Context, queues: str, batch_size: int | None, once: bool
             dispatcher.run()
     except FairError as exc:
         raise click.ClickException(str(exc)) from None
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def _serve_metrics(dispatcher: Any, port: int | None, address: str | None) -> Any:
+    """Start the dispatcher's /metrics endpoint when a port is given or configured."""
+    config = dispatcher.config
+    port = config.metrics_port if port is None else port
+    if port is None:
+        return None
+    from .metrics import DispatcherMetrics
+
+    metrics = DispatcherMetrics(dispatcher, config.metrics_groups).attach()
+    try:
+        metrics.serve(port, address or config.metrics_address)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot listen on port {port}: {exc}",
+                                 param_hint="'--metrics-port'") from None
+    return metrics
 
 
 @fair.command(cls=CeleryCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.",
               cls=CeleryOption, help_group="Status Options")
+@click.option("--watch", type=click.FloatRange(min=0.1), is_flag=False, flag_value=2.0,
+              default=None, metavar="[SECONDS]",
+              help="Refresh every SECONDS (default 2) until Ctrl-C.",
+              cls=CeleryOption, help_group="Status Options")
+@click.option("--top", type=click.IntRange(0, 10_000), default=10, show_default=True,
+              help="Groups shown per queue (the ones holding the most tasks).",
+              cls=CeleryOption, help_group="Status Options")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool) -> None:
-    """Show held, delayed and in-flight tasks per fair queue and group."""
+def status(ctx: click.Context, as_json: bool, watch: float | None, top: int) -> None:
+    """Show held, delayed and in-flight tasks per fair queue and its busiest groups."""
+    from .task import store_for
+
+    app = _app(ctx)
+    with _errors():
+        store = store_for(app)
+
+    def read() -> list[dict[str, Any]]:
+        with _errors():
+            return [_queue_status(app, store, q, top) for q in store.queues()]
+
+    _show(ctx, read, as_json, watch, render_status)
+
+
+@fair.command(cls=CeleryCommand)
+@click.option("-Q", "--queue", "queues", multiple=True,
+              help="Only this fair queue (repeatable; default: all).",
+              cls=CeleryOption, help_group="Groups Options")
+@click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True,
+              help="Most groups listed per queue.",
+              cls=CeleryOption, help_group="Groups Options")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.",
+              cls=CeleryOption, help_group="Groups Options")
+@click.pass_context
+def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """List groups with held, in-flight, cap and weight; most held first."""
+    from .task import store_for
+
+    with _errors():
+        store = store_for(_app(ctx))
+        known = store.queues()
+        _check_queues(queues, known)
+        data = [{"queue": q, "groups": store.busiest_groups(q, limit),
+                 "group_count": store.queue_figures(q)["group_count"]}
+                for q in (queues or known)]
+    _show(ctx, lambda: data, as_json, None, render_groups)
+
+
+@fair.command(cls=CeleryCommand)
+@click.argument("group")
+@click.option("-Q", "--queue", "queues", multiple=True,
+              help="Fair queue (repeatable; default: every known fair queue).",
+              cls=CeleryOption, help_group="Limit Options")
+@click.option("--concurrency", default=None, callback=_cap, metavar="N|none",
+              help="Most tasks of the group in flight: a number (0 pauses it) or 'none'.",
+              cls=CeleryOption, help_group="Limit Options")
+@click.option("--weight", type=click.FloatRange(1e-6, 1e6), default=None,
+              help="Share of dispatches relative to other groups (default weight 1).",
+              cls=CeleryOption, help_group="Limit Options")
+@click.option("--reset", is_flag=True, help="Drop the runtime limits: the settings apply.",
+              cls=CeleryOption, help_group="Limit Options")
+@click.pass_context
+def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: int | None,
+          weight: float | None, reset: bool) -> None:
+    """Set a group's cap and weight at runtime, for every dispatcher at once.
+
+    Stored in Redis, they take precedence over fair_group_concurrency and
+    fair_group_weights and survive dispatcher restarts. Without options: show them.
+    """
+    from .groups import validate_group
+    from .store.redis import KEEP, RESET
     from .task import store_for
 
     try:
+        group = validate_group(group)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'GROUP'") from None
+    if reset and (concurrency is not None or weight is not None):
+        raise click.UsageError("--reset cannot be combined with --concurrency or --weight")
+    cap_arg: int | str = RESET if reset else KEEP if concurrency is None else concurrency
+    weight_arg: float | str = RESET if reset else KEEP if weight is None else weight
+    with _errors():
         store = store_for(_app(ctx))
-        snapshots = [store.snapshot(q) for q in store.queues()]
-    except FairError as exc:
+        known = store.queues()  # a queue named with --queue may be new: limits ahead of work
+        if not (queues or known):
+            raise click.UsageError("no fair queue has held a task yet: name one with --queue")
+        for queue in queues or known:
+            cap, now_weight = store.limit(queue, group, cap_arg, weight_arg)
+            click.echo(f"group {group} in queue {queue}: "
+                       f"{'no cap' if cap is None else f'cap {cap}'}, weight {now_weight:g}")
+
+
+@fair.command(name="inspect", cls=CeleryCommand)
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.",
+              cls=CeleryOption, help_group="Inspect Options")
+@click.pass_context
+def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
+    """Where a task stands: held (its place and what is ahead of it), or dispatched."""
+    from .locate import describe, locate
+    from .task import store_for
+
+    app = _app(ctx)
+    with _errors():
+        where = locate(store_for(app), task_id)
+    if where is None:
+        where = {"task_id": task_id, "state": "not held",
+                 "result_state": app.AsyncResult(task_id).state}
+        text = (f"task {task_id}: not held by celery_fair (result state "
+                f"{where['result_state']}: finished, never published as a fair task, or "
+                "unknown)")
+    else:
+        text = describe(where)
+    click.echo(json.dumps(where, indent=2) if as_json else text)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """celery_fair and Redis errors end the command with their message."""
+    import redis
+
+    try:
+        yield
+    except (FairError, redis.RedisError) as exc:
         raise click.ClickException(str(exc)) from None
-    if as_json:
-        click.echo(json.dumps({"queues": snapshots}, indent=2))
+
+
+def _check_queues(queues: tuple[str, ...], known: list[str]) -> None:
+    unknown = [q for q in queues if q not in known]
+    if unknown:
+        raise click.BadParameter(
+            f"no fair queue named {', '.join(unknown)} (known: {', '.join(known) or 'none'})",
+            param_hint="'--queue'")
+
+
+def _queue_status(app: Any, store: Any, queue: str, top: int) -> dict[str, Any]:
+    from .config import get_config
+    from .store.redis import now_ms
+
+    figures = store.queue_figures(queue)
+    capacity = get_config(app).max_inflight
+    if capacity is None:
+        capacity = store.worker_capacity(queue, now_ms())
+    rows = store.busiest_groups(queue, top) if top else []
+    return {**figures, "capacity": capacity, "groups": rows,
+            "more_groups": max(figures["group_count"] - len(rows), 0)}
+
+
+def _show(ctx: click.Context, read: Callable[[], list[dict[str, Any]]], as_json: bool,
+          watch: float | None, render: Callable[[list[dict[str, Any]]], Any]) -> None:
+    """Print once, or every ``watch`` seconds until Ctrl-C (a live view on a terminal,
+    one JSON document per line with --json)."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console(no_color=bool(getattr(ctx.obj, "no_color", False)),
+                      highlight=False, soft_wrap=as_json)
+    if not console.is_terminal:  # piped: no wrapping at 80 columns
+        console.width = 240
+
+    def view() -> Any:
+        data = read()
+        if as_json:
+            return json.dumps({"queues": data}, indent=None if watch else 2)
+        return render(data)
+
+    if watch is None:
+        console.print(view())
         return
-    click.echo(render_status(snapshots))
+    try:
+        if console.is_terminal and not as_json:  # redraw in place
+            with Live(view(), console=console, auto_refresh=False) as live:
+                while True:
+                    time.sleep(watch)
+                    live.update(view(), refresh=True)
+        else:  # piped: one view after another
+            while True:
+                console.print(view())
+                time.sleep(watch)
+    except KeyboardInterrupt:
+        pass
+
+
+def render_status(queues: list[dict[str, Any]]) -> Any:
+    """The ``status`` view: per queue, its totals and its busiest groups."""
+    from rich.console import Group
+    from rich.text import Text
+
+    if not queues:
+        return Text("no fair queues yet (nothing has been held)")
+    parts: list[Any] = []
+    for q in queues:
+        held = q["held_interactive"] + q["held_background"]
+        parts.append(Text(
+            f"queue {q['queue']}: {held} held ({q['held_interactive']} interactive), "
+            f"{q['delayed']} delayed, {q['inflight']}/{q['capacity']} in flight, "
+            f"{q['group_count']} groups with work, {q['released']} released"))
+        if q["groups"]:
+            parts.append(_group_table(q["groups"]))
+        if q["more_groups"]:
+            parts.append(Text(f"... and {q['more_groups']} more groups "
+                              f"(celery fair groups --queue {q['queue']})"))
+    return Group(*parts)
+
+
+def render_groups(queues: list[dict[str, Any]]) -> Any:
+    """The ``groups`` view: one table per queue."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[Any] = []
+    for q in queues:
+        parts.append(Text(f"queue {q['queue']}: {q['group_count']} groups with work"))
+        if q["groups"]:
+            parts.append(_group_table(q["groups"]))
+    return Group(*parts) if parts else Text("no fair queues yet (nothing has been held)")
+
+
+def _group_table(rows: list[dict[str, Any]]) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    limited = any(g["limited"] for g in rows)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                  caption="* runtime limit (celery fair limit)" if limited else None,
+                  caption_justify="left")
+    for name in ("group", "held", "interactive", "delayed", "in flight", "cap", "weight"):
+        table.add_column(name, justify="left" if name == "group" else "right")
+    for g in rows:
+        cap_mark = " *" if "cap" in g["limited"] else ""
+        weight_mark = " *" if "weight" in g["limited"] else ""
+        table.add_row(g["group"], str(g["held_background"]), str(g["held_interactive"]),
+                      str(g["delayed"]), str(g["inflight"]),
+                      ("-" if g["cap"] is None else str(g["cap"])) + cap_mark,
+                      f"{g['weight']:g}{weight_mark}")
+    return table
 
 
 @fair.command(cls=CeleryCommand)
@@ -95,23 +359,30 @@ def cancel(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
             "a running one).")
 
 
-def render_status(snapshots: list[dict[str, Any]]) -> str:
-    """Plain-text table of :meth:`RedisStore.snapshot` results."""
-    if not snapshots:
-        return "no fair queues yet (nothing has been held)"
-    head = ("queue", "group", "held", "interactive", "delayed", "in flight", "cap", "weight")
-    rows = [head]
-    for snap in snapshots:
-        for g in snap["groups"]:
-            rows.append((snap["queue"], g["group"], str(g["held_background"]),
-                         str(g["held_interactive"]), str(g["delayed"]), str(g["inflight"]),
-                         "-" if g["cap"] is None else str(g["cap"]), f"{g['weight']:g}"))
-        if not snap["groups"]:
-            rows.append((snap["queue"], "(idle)", "0", "0", "0", "0", "-", "-"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+@fair.command(cls=CeleryCommand)
+@click.option("--repair", is_flag=True, help="Fix what is found (each finding says how).",
+              cls=CeleryOption, help_group="Check Options")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.",
+              cls=CeleryOption, help_group="Check Options")
+@click.option("-Q", "--queues", default="", help="Comma-separated fair queues (default: all).",
+              cls=CeleryOption, help_group="Check Options")
+@click.pass_context
+def check(ctx: click.Context, repair: bool, as_json: bool, queues: str) -> None:
+    """Check the store's invariants (exit 1 when something is wrong and left so)."""
+    from .check import check as run_check
+    from .store.safety import unsafe_settings
+    from .task import store_for
+
+    names = [q.strip() for q in queues.split(",") if q.strip()] or None
+    try:
+        report = run_check(_app(ctx), repair=repair, queues=names)
+    except FairError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(json.dumps(report.to_dict(), indent=2) if as_json else str(report))
+    for sentence in unsafe_settings(store_for(_app(ctx)).client):  # advice, not a finding
+        click.echo(f"warning: {sentence}", err=True)
+    if report.problems:
+        ctx.exit(1)
 
 
 @click.group()

@@ -40,19 +40,47 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
             "consuming the queue) or a positive number."),
+    Setting("fair_dispatch_ahead", 2,
+            "With fair_max_inflight 'auto': messages kept in the real queue beyond the "
+            "workers' free slots, so a slot that frees up takes its next task at once "
+            "instead of waiting for the dispatcher (0: none)."),
     Setting("fair_interactive_reserve", 1,
             "Extra slots above a group's cap usable only by interactive tasks."),
     Setting("fair_lease_seconds", 30,
             "How long a dispatched task's slot survives without a sign of life from a worker."),
+    Setting("fair_done_ttl", 3900,
+            "Seconds a finished dispatch is remembered (about 180 bytes of Redis each), so "
+            "a copy the broker redelivers after the task ran (acks_late: the ack died with "
+            "its worker or connection) is skipped, not run twice; must cover the broker's "
+            "redelivery delay (Redis: visibility_timeout, 3600 by default). 0: off."),
     Setting("fair_policy", "wfq",
             "Scheduling policy: 'wfq' (weighted start-time fair queueing; equal weights "
             "give round robin)."),
     Setting("fair_batch_size", 100, "Most messages one dispatcher pick takes at once."),
+    Setting("fair_direct_push", True,
+            "When the broker is the store's own Redis, let the pick script push messages "
+            "into kombu's queue itself (no publish round trip); False: always publish "
+            "with kombu."),
     Setting("fair_tasks", {},
             "Tasks published by name (send_task, beat) that celery_fair.install(app) holds: "
             "{name or glob: {'group': 'kwarg:NAME' / 'arg:N' / 'header:NAME' / "
             "'value:GROUP' (or a list of them, or a callable (args, kwargs) -> group), "
             "'interactive': bool, 'cost': n}}."),
+    Setting("fair_group_resolver", None,
+            "Web integrations (Django middleware, Flask extension): the group of tasks "
+            "published during a request, as a callable request -> group or its dotted "
+            "path ('myapp.tenancy.tenant_of'). None: the logged-in user's id."),
+    Setting("fair_metrics_port", None,
+            "Port where `celery fair dispatch` serves Prometheus metrics on /metrics "
+            "(None: off; needs the `metrics` extra)."),
+    Setting("fair_metrics_address", "0.0.0.0", "Address the metrics endpoint listens on."),
+    Setting("fair_metrics_groups", 10,
+            "Groups with metric series of their own: the ones holding the most tasks; "
+            "the others are summed under group `_other` (0: only `_other`)."),
+    Setting("fair_on_store_error", "raise",
+            "When the store cannot hold a fair task at publish time (Redis down or full): "
+            "'raise' a StoreError naming the store, or 'publish' the task straight to the "
+            "broker (it runs, but outside fairness and caps)."),
 )
 _DEFAULTS = {s.name: s.default for s in SETTINGS}
 
@@ -63,6 +91,7 @@ def settings_table() -> str:
     rows += [f"| `{s.name}` | `{s.default!r}` | {s.doc} |" for s in SETTINGS]
     return "\n".join(rows)
 POLICIES = ("wfq",)
+ON_STORE_ERROR = ("raise", "publish")
 MAX_GROUP_LENGTH = 200
 
 
@@ -77,17 +106,25 @@ class FairConfig:
     group_concurrency: Mapping[str, int]
     group_weights: Mapping[str, float]
     max_inflight: int | None  # None: auto
+    dispatch_ahead: int
     interactive_reserve: int
     lease_seconds: float
+    done_ttl: int
     policy: str
     batch_size: int
+    direct_push: bool
     tasks: TaskRules = field(default_factory=TaskRules)  # fair_tasks, for install()
+    group_resolver: Any = None  # fair_group_resolver: for contrib.django / contrib.flask
+    metrics_port: int | None = None
+    metrics_address: str = "0.0.0.0"
+    metrics_groups: int = 10
+    on_store_error: str = "raise"  # or "publish": straight to the broker, unfairly
 
     @classmethod
     def from_app(cls, app: Celery) -> FairConfig:
         """Read and validate the app's settings; raise ConfigurationError on the first bad one."""
         conf = app.conf
-        _reject_unknown(conf)
+        _reject_unknown(conf, getattr(app, "namespace", None))
         get: Callable[[str], Any] = lambda name: conf.get(name, _DEFAULTS[name])  # noqa: E731
         return cls(
             store_url=_store_url(get("fair_store_url"), conf.get("broker_url")),
@@ -99,12 +136,22 @@ class FairConfig:
                                          get("fair_group_concurrency"), _count),
             group_weights=_group_map("fair_group_weights", get("fair_group_weights"), _weight),
             max_inflight=_max_inflight(get("fair_max_inflight")),
+            dispatch_ahead=_count("fair_dispatch_ahead", get("fair_dispatch_ahead"),
+                                  minimum=0),
             interactive_reserve=_count("fair_interactive_reserve",
                                        get("fair_interactive_reserve"), minimum=0),
             lease_seconds=_positive("fair_lease_seconds", get("fair_lease_seconds")),
+            done_ttl=_count("fair_done_ttl", get("fair_done_ttl"), minimum=0),
             policy=_choice("fair_policy", get("fair_policy"), POLICIES),
             batch_size=_count("fair_batch_size", get("fair_batch_size")),
+            direct_push=_flag("fair_direct_push", get("fair_direct_push")),
             tasks=parse_rules(get("fair_tasks")),
+            group_resolver=_resolver_ref("fair_group_resolver", get("fair_group_resolver")),
+            metrics_port=_port("fair_metrics_port", get("fair_metrics_port")),
+            metrics_address=_nonempty_str("fair_metrics_address", get("fair_metrics_address")),
+            metrics_groups=_count("fair_metrics_groups", get("fair_metrics_groups"), minimum=0),
+            on_store_error=_choice("fair_on_store_error", get("fair_on_store_error"),
+                                   ON_STORE_ERROR),
         )
 
 
@@ -124,13 +171,37 @@ def reset_config(app: Celery) -> None:
     _cache.pop(app, None)
 
 
-def _reject_unknown(conf: Mapping[str, Any]) -> None:
-    for key in list(conf.keys()):
-        lowered = str(key).lower()
-        if lowered.startswith("fair_") and lowered not in _DEFAULTS:
-            close = difflib.get_close_matches(lowered, list(_DEFAULTS), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigurationError(f"unknown celery_fair setting {key!r}{hint}")
+def _reject_unknown(conf: Mapping[str, Any], namespace: str | None) -> None:
+    prefix = namespace.rstrip("_") + "_" if namespace else ""
+    for key in map(str, list(conf.keys())):
+        read_as = _fair_key(key, prefix)
+        if read_as is None or read_as[1] in _DEFAULTS:
+            continue
+        written_prefix, name = read_as
+        hint = ""
+        for close in difflib.get_close_matches(name, list(_DEFAULTS), n=1):
+            # spelled the way the user spells settings (CELERY_FAIR_... in Django)
+            hint = f"; did you mean {written_prefix + _case_like(key, close)!r}?"
+        raise ConfigurationError(f"unknown celery_fair setting {key!r}{hint}")
+
+
+def _case_like(key: str, name: str) -> str:
+    return name.upper() if key.isupper() else name
+
+
+def _fair_key(key: str, prefix: str) -> tuple[str, str] | None:
+    """(prefix as written, ``fair_*`` name) of a key celery_fair would read, else None.
+
+    Celery maps a namespace (``config_from_object("django.conf:settings",
+    namespace="CELERY")``) for every key it is asked for, so ``CELERY_FAIR_X`` reads as
+    ``fair_x``. With a namespace, other settings of the source (Django's own ``FAIR_*``)
+    are not Celery's; only a lowercase ``fair_x`` set on ``app.conf`` is read bare.
+    """
+    if prefix and key.upper().startswith(prefix.upper() + "FAIR_"):
+        return key[:len(prefix)], key[len(prefix):].lower()
+    if key.lower().startswith("fair_") and (not prefix or key.islower()):
+        return "", key.lower()
+    return None
 
 
 def _fail(name: str, value: Any, expected: str) -> ConfigurationError:
@@ -175,11 +246,25 @@ def _optional_count(name: str, value: Any) -> int | None:
     return None if value is None else _count(name, value)
 
 
+def _port(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise _fail(name, value, "None or a port number from 0 to 65535 (0: any free port)")
+    return value
+
+
 def _positive(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not math.isfinite(value) or value <= 0:
         raise _fail(name, value, "a positive number of seconds")
     return float(value)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(name, value, "True or False")
+    return value
 
 
 def _weight(name: str, value: Any) -> float:
@@ -210,6 +295,18 @@ def _max_inflight(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _fail("fair_max_inflight", value, "'auto' or an integer >= 1")
     return value
+
+
+def _resolver_ref(name: str, value: Any) -> Any:
+    """A callable, a dotted path to one (imported by the web integration, where the
+    app's modules can be imported), or None."""
+    if value is None or callable(value):
+        return value
+    if isinstance(value, str) and value.replace(":", ".").count(".") >= 1 \
+            and all(part.isidentifier() for part in value.replace(":", ".").split(".")):
+        return value
+    raise _fail(name, value, "a callable request -> group, or its dotted path "
+                             "('package.module.function')")
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:

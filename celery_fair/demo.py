@@ -35,6 +35,7 @@ from typing import Any
 import redis
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
+from kombu.asynchronous import set_event_loop
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -256,10 +257,18 @@ def enqueue(app: Celery, batches: list[Batch]) -> None:
 def worker(app: Celery) -> Iterator[None]:
     """A real Celery worker in a thread; its task threads are drained when it stops."""
     pool = None
+    # The worker's event loop is process-global and older Celery (5.3) would reuse the
+    # previous run's, whose timer the new worker does not drive: give each run its own.
+    set_event_loop(None)
     try:
         with start_worker(app, concurrency=CONCURRENCY, pool="threads", loglevel="ERROR",
                           perform_ping_check=False, shutdown_timeout=30) as controller:
             pool = controller.pool
+            hub = getattr(controller, "hub", None)
+            if hub is not None:
+                # An embedded worker's event loop may have no timer: on older Celery
+                # (5.3) it then notices a finished task only when its poll times out.
+                hub.call_soon(hub.call_repeatedly, 0.01, lambda: None)
             yield
     finally:
         # The embedded worker stops with a cold shutdown, which leaves the pool's threads

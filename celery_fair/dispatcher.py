@@ -9,15 +9,17 @@ releases) instead of polling.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import signal
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from amqp.exceptions import MessageNacked
 from celery import Celery
@@ -26,18 +28,27 @@ from kombu.entity import Queue
 from kombu.exceptions import OperationalError
 from kombu.messaging import Producer
 
-from .brokers import AMQP, check_app, publish_connection
+from .brokers import AMQP, REDIS, check_app, publish_connection
 from .config import FairConfig, get_config
-from .envelope import Envelope
+from .direct import direct_push
+from .envelope import Envelope, placement_of
 from .errors import CorruptMessage, FairError
-from .store.base import Picked, Policy
+from .outage import Backoff, Outage
+from .store.base import DirectPush, Picked, Policy
 from .store.redis import RedisStore
+from .store.redis import now_ms as _now_ms
+from .store.safety import warn_unsafe_settings
+from .summary import SummaryWriter
 from .task import DISPATCH_HEADER, QUEUE_HEADER, store_for
 
 logger = logging.getLogger(__name__)
 
 #: How long a dispatcher may take from pick to the broker's acceptance of a message.
 PICK_LEASE_MS = 10_000
+#: How often a busy dispatcher looks for expired leases (seconds). A step per release
+#: would otherwise run the reclaim script each time; leases last seconds, so a few tenths
+#: of a second later changes nothing.
+RECLAIM_SECONDS = 0.2
 #: Longest sleep between steps when idle (also bounds shutdown and discovery delays).
 MAX_IDLE_SECONDS = 1.0
 #: How often the set of fair queues and the live workers' capacity are re-read.
@@ -45,6 +56,15 @@ REFRESH_SECONDS = 1.0
 #: Longest wait for the broker's confirm of one publish (RabbitMQ); then it counts as
 #: failed and the message is held again when its pick lease runs out.
 CONFIRM_TIMEOUT_SECONDS = 5.0
+#: Longest wait between steps while the store or the broker fails.
+MAX_BACKOFF_SECONDS = 5.0
+
+
+#: kombu 5.4+ takes a publish confirm timeout; older kombu would send it along as a
+#: message property.
+_CONFIRM_TIMEOUT: dict[str, float] = (
+    {"confirm_timeout": CONFIRM_TIMEOUT_SECONDS}
+    if "confirm_timeout" in inspect.signature(Producer.publish).parameters else {})
 
 
 @dataclass
@@ -63,6 +83,17 @@ class StepResult:
     by_queue: dict[str, int] = field(default_factory=dict)
 
 
+class DispatchObserver(Protocol):
+    """What a dispatcher reports as it works (``metrics.DispatcherMetrics``)."""
+
+    def on_dispatch(self, queue: str, group: str, klass: str, due_at: float | None) -> None:
+        """One message handed to the broker: its group, class and when it became due."""
+
+    def on_reclaim(self, queue: str, requeued: int, lost: int) -> None: ...
+
+    def on_step(self, seconds: float) -> None: ...
+
+
 class Dispatcher:
     """Dispatches the fair queues of ``app`` (all of them, or ``queues``)."""
 
@@ -79,46 +110,86 @@ class Dispatcher:
         self._queues: list[str] = []
         self._configured: set[str] = set()
         self._capacity: dict[str, int | None] = {}
+        self._reclaim_after = 0.0  # monotonic; no reclaim before (see run)
         self._refreshed = 0.0
         self._declared: dict[str, Queue | None] = {}
         self._connection: Connection | None = None
         self._producer: Producer | None = None
         self._returned: set[str] = set()
+        self._broker_failed = False
+        self._push: dict[str, DirectPush | None] = {}
         self._clock_ms: int | None = None  # the step's "now", for expiry
+        self._reclaimed: dict[str, float] = {}  # queue -> when its leases were last checked
         self._counts: Counter[str] = Counter()  # expired / refused in this batch
+        # Store or broker down: back off (capped) and log the outage's start and end once.
+        self._backoff = Backoff(0.1, MAX_BACKOFF_SECONDS)
+        self._outage = Outage(logger, "dispatcher step",
+                              expected=(FairError, OperationalError, OSError))
+        self._summary = SummaryWriter(self.store)  # for dashboards; about once a second
+        self.observer: DispatchObserver | None = None
 
     # -- one iteration ----------------------------------------------------------------
 
     def step(self, now_ms: int | None = None) -> StepResult:
         """Do one round over every fair queue; returns what was done."""
+        started = time.monotonic()
         self._refresh()
+        if self._broker_failed:
+            # Reconnect before picking: while the broker is down nothing is picked only
+            # to wait out its pick lease (and the step keeps failing, so the outage shows).
+            self._get_producer()
+            assert self._connection is not None
+            self._connection.ensure_connection(max_retries=1, interval_start=0,
+                                               interval_step=0)
+            self._broker_failed = False
         result = StepResult()
         for queue in self._queues:
             self._step_queue(queue, result, now_ms)
+        self._summary.maybe_write(self._queues, self._capacity)
+        if self.observer is not None:
+            self.observer.on_step(time.monotonic() - started)
         return result
 
     def _step_queue(self, queue: str, result: StepResult, now_ms: int | None) -> None:
         now = _now_ms() if now_ms is None else now_ms
         store = self.store
-        promoted, next_due = store.promote(queue, now, 1000)
-        requeued, lost = store.reclaim(queue, now, 1000)
+        capacity = self._capacity.get(queue, 0)
+        (promoted, next_due), (requeued, lost), (pushed, picked) = \
+            store.promote_reclaim_pick(queue, now, self.batch_size, capacity, PICK_LEASE_MS,
+                                       self._push_for(queue),
+                                       now + int(self.config.lease_seconds * 1000),
+                                       reclaim=self._reclaim_due(queue, now_ms))
         if requeued or lost:
             logger.warning("queue %s: reclaimed %d slots whose lease ran out "
                            "(%d held again, %d lost with their worker)",
                            queue, requeued + lost, requeued, lost)
-        capacity = self._capacity.get(queue, 0)
-        picked = store.pick(queue, self.batch_size, capacity, now, PICK_LEASE_MS)
+            if self.observer is not None:
+                self.observer.on_reclaim(queue, requeued, lost)
+        if self.observer is not None:
+            for push in pushed:
+                self.observer.on_dispatch(queue, push.group, push.klass, push.due_at)
         self._publish(queue, picked, now, result)
-        result.dispatched += len(picked)
-        result.by_queue[queue] = len(picked)
+        taken = len(pushed) + len(picked)
+        result.dispatched += taken
+        result.by_queue[queue] = taken
         result.promoted += promoted
         result.requeued += requeued
         result.lost += lost
-        result.saturated |= len(picked) >= self.batch_size
+        result.saturated |= taken >= self.batch_size
         # Expired leases need no wake-up of their own: an idle dispatcher steps at least
         # every MAX_IDLE_SECONDS, well within any lease.
         if next_due is not None and (result.next_due_ms is None or next_due < result.next_due_ms):
             result.next_due_ms = next_due
+
+    def _reclaim_due(self, queue: str, now_ms: int | None) -> bool:
+        """Whether this step checks ``queue``'s leases: every RECLAIM_SECONDS, and on
+        every step given its own clock (tests move time)."""
+        clock = time.monotonic()
+        if now_ms is None and (clock < self._reclaim_after or clock - self._reclaimed.get(
+                queue, -RECLAIM_SECONDS) < RECLAIM_SECONDS):
+            return False
+        self._reclaimed[queue] = clock
+        return True
 
     def _publish(self, queue: str, picked: list[Picked], now: int,
                  result: StepResult) -> None:
@@ -128,18 +199,27 @@ class Dispatcher:
         self._clock_ms, self._counts = now, Counter()
         try:
             producer = self._get_producer()
-            for item in picked:
-                if self._publish_one(producer, queue, item):
-                    sent.append(item.dispatch_id)
+            batch = _batch(producer, len(picked))
+            buffered: list[str] = sent if batch is None else []
+            with batch or nullcontext():
+                for item in picked:
+                    if self._publish_one(producer, queue, item):
+                        buffered.append(item.dispatch_id)
+            # Leaving the batch flushed it in one round trip: all of it reached the broker.
+            if batch is not None:
+                sent = buffered
         except Exception:
             self._reset_producer()  # a fresh connection and channel next time
+            self._broker_failed = True
             raise
         finally:
             self._clock_ms = None
             result.expired += self._counts["expired"]
             result.refused += self._counts["refused"]
-            # Whatever the broker confirmed is confirmed even if a later publish failed;
-            # the rest stays 'picked' and is held again when its short lease runs out.
+            # Whatever the broker accepted is confirmed even if a later publish failed;
+            # the rest stays 'picked' and is held again when its short lease runs out
+            # (a failed batch flush counts as not accepted: if some of it did arrive,
+            # workers skip those copies as stale duplicates).
             deadline = _now_ms() + int(self.config.lease_seconds * 1000)
             stale = self.store.confirm(queue, sent, deadline)
         if stale:
@@ -168,9 +248,9 @@ class Dispatcher:
                 content_type=envelope.content_type, content_encoding=envelope.content_encoding,
                 headers=headers, priority=envelope.priority,
                 delivery_mode=envelope.delivery_mode, declare=self._declare(envelope),
-                mandatory=self.broker == AMQP, confirm_timeout=CONFIRM_TIMEOUT_SECONDS,
-                retry=True, retry_policy=self.app.conf.task_publish_retry_policy,
-                **envelope.properties)
+                mandatory=self.broker == AMQP, retry=True,
+                retry_policy=self.app.conf.task_publish_retry_policy,
+                **_CONFIRM_TIMEOUT, **envelope.properties)
         except (MessageNacked, OperationalError) as exc:
             if not _nacked(exc):
                 raise
@@ -180,6 +260,9 @@ class Dispatcher:
             return self._refused(queue, item, "no queue is bound to its exchange and "
                                  f"routing key ({envelope.exchange!r}, "
                                  f"{envelope.routing_key!r})")
+        if self.observer is not None:
+            group, klass = placement_of(item.value)
+            self.observer.on_dispatch(queue, group, klass, envelope.due_at)
         return True
 
     def _decode(self, queue: str, item: Picked) -> Envelope | None:
@@ -225,9 +308,27 @@ class Dispatcher:
             self._declared[name] = queues[name] if name in queues \
                 else Queue(name) if not envelope.exchange else None
         entity = self._declared[name]
-        return [entity] if entity is not None else None
+        if entity is None or self._already_declared(entity):
+            return None
+        return [entity]
+
+    def _already_declared(self, entity: Queue) -> bool:
+        """kombu's own cache check, without the entity copy its ``maybe_declare`` makes on
+        every publish (a third of a dispatch's cost); the cache empties on reconnect."""
+        declared = getattr(self._connection, "declared_entities", None)
+        return bool(entity.can_cache_declaration and declared is not None
+                    and hash(entity) in declared)
 
     # -- the broker connection -----------------------------------------------------------
+
+    def _push_for(self, queue: str) -> DirectPush | None:
+        """Whether the pick script may push ``queue``'s messages itself (``direct.py``)."""
+        if not self.config.direct_push or self.broker != REDIS:
+            return None
+        if queue not in self._push:
+            connection = self._get_producer().connection
+            self._push[queue] = direct_push(self.app, self.store, connection, queue)
+        return self._push[queue]
 
     def _get_producer(self) -> Producer:
         """The dispatcher's own producer (publisher confirms on RabbitMQ)."""
@@ -246,6 +347,7 @@ class Dispatcher:
     def _reset_producer(self) -> None:
         connection, self._connection, self._producer = self._connection, None, None
         self._returned.clear()
+        self._push.clear()
         if connection is not None:
             try:
                 connection.release()
@@ -280,11 +382,17 @@ class Dispatcher:
         return Policy(c.default_concurrency, c.interactive_reserve, 1.0,
                       c.group_concurrency, c.group_weights)
 
+    def capacity(self, queue: str) -> int | None:
+        """Tasks in flight ``queue`` may have, as last read (None: not read yet)."""
+        return self._capacity.get(queue)
+
     def _set_capacity(self, queue: str) -> None:
         if self.config.max_inflight is not None:
             capacity: int | None = self.config.max_inflight
         else:
             capacity = self.store.worker_capacity(queue, _now_ms())
+            if capacity:  # a few ready in the real queue: no slot idles until we step
+                capacity += self.config.dispatch_ahead
         previous = self._capacity.get(queue, -1)
         if capacity != previous:
             if capacity == 0:
@@ -301,21 +409,18 @@ class Dispatcher:
         self._install_signal_handlers()
         logger.info("celery_fair dispatcher started (store %s, namespace %r)",
                     _redact(self.config.store_url), self.config.key_prefix)
-        backoff = 0.0
+        warn_unsafe_settings(self.store.client, _redact(self.config.store_url))
         while not self.stopping.is_set():
             try:
                 result = self.step()
-                backoff = 0.0
-            except FairError as exc:
-                backoff = min(max(backoff * 2, 0.1), 5.0)
-                logger.warning("dispatcher step failed (retrying in %.1fs): %s", backoff, exc)
-                self.stopping.wait(backoff)
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any outage
+                self._hold_reclaim()
+                delay = self._backoff.next()
+                self._outage.failed(exc, f"retrying with backoff (now {delay:.1f}s)")
+                self.stopping.wait(delay)
                 continue
-            except Exception:  # noqa: BLE001 - the loop must survive broker hiccups
-                backoff = min(max(backoff * 2, 0.1), 5.0)
-                logger.exception("dispatcher step failed (retrying in %.1fs)", backoff)
-                self.stopping.wait(backoff)
-                continue
+            self._backoff.reset()
+            self._outage.ok()
             if not result.saturated:
                 self._sleep(result)
         self.close()
@@ -328,8 +433,16 @@ class Dispatcher:
         try:
             self.store.wait(self._queues, timeout)
         except FairError as exc:
-            logger.warning("dispatcher wait failed: %s", exc)
-            self.stopping.wait(1.0)
+            # the next step meets the same outage and backs off; never spin here
+            self._hold_reclaim()
+            self._outage.failed(exc)
+            self.stopping.wait(timeout)
+
+    def _hold_reclaim(self) -> None:
+        # Leases ran on while the store may have been out of reach for workers too: give
+        # their lease keepers (which retry every third of a lease) time to renew before a
+        # lease that lapsed meanwhile counts as a dead worker.
+        self._reclaim_after = time.monotonic() + self.config.lease_seconds / 2
 
     def stop(self) -> None:
         self.stopping.set()
@@ -341,8 +454,19 @@ class Dispatcher:
             signal.signal(signum, lambda *_: self.stop())
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _batch(producer: Producer, count: int) -> Any:
+    """A kombu publish batch for ``count`` messages, or None where kombu has none.
+
+    kombu 5.7's ``Producer.batch()`` buffers the Redis ``LPUSH`` of every publish and sends
+    them in one pipeline when the block ends (about 10x the rate of one round trip per
+    message). Older kombu, and transports that cannot batch (py-amqp: each publish waits
+    for its publisher confirm), publish message by message.
+    """
+    if not getattr(producer, "supports_batch_publish", False):
+        return None
+    # Room for every command of every message (a queue with `x-expires` adds a PEXPIRE
+    # per priority step), so the whole step is one flush.
+    return producer.batch(max_size=max(count, 1) * 16)
 
 
 def _nacked(exc: BaseException | None) -> bool:

@@ -1,13 +1,20 @@
 """The held message: what a publish carried, in a form the store keeps as one byte string.
 
-Layout of a stored value (the Lua scripts read only the prefix)::
+Layout of a stored value::
 
-    <class><front><cost>:<group byte length>:<group><meta JSON>\\n<body bytes>
+    <class><front><cost>:<group byte length>:<group><meta JSON>\\n<headers JSON>\\n
+    <properties JSON>\\n<body bytes>
 
 ``class`` is ``i`` (interactive) or ``b`` (background); ``front`` is ``1`` when the message
-re-enters at the head of its group (retries). The meta JSON holds everything kombu needs to
-publish the message verbatim: headers, properties, exchange, routing key, queues to declare.
-JSON never contains a raw newline, so the first ``\\n`` after the prefix ends it.
+re-enters at the head of its group (retries). The JSON parts hold everything kombu needs to
+publish the message verbatim: exchange, routing key, target queue, content type and
+encoding, delivery mode and priority (meta), then the headers and the properties. The meta
+also holds ``t``: when the message became due for dispatch (epoch seconds; its hold time,
+or its ETA if later), first so that ``summarize.lua`` reads it without decoding. JSON
+never contains a raw newline, so each ``\\n`` after the prefix ends one part. Headers and
+properties are parts of their own so that ``pick.lua`` can build kombu's Redis message from
+them without decoding them (the direct push, see ``dispatcher.py``). A value written before
+that split (meta with ``h`` and ``p`` inside, then the body) still decodes.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class Envelope:
     delivery_mode: int | None = None
     priority: int | None = None
     properties: dict[str, Any] = field(default_factory=dict)
+    due_at: float | None = None  # epoch seconds the message became due (meta ``t``)
 
     @property
     def task_id(self) -> str:
@@ -48,36 +56,58 @@ class Envelope:
 
     def encode(self, group: str, klass: str, cost: float, front: bool) -> bytes:
         """The stored value: routing prefix for the scripts, then meta and body."""
+        fields: dict[str, Any] = {} if self.due_at is None else {"t": self.due_at}
         meta = dumps({
-            "h": self.headers, "p": self.properties, "e": self.exchange,
-            "r": self.routing_key, "q": self.queue, "ct": self.content_type,
-            "ce": self.content_encoding, "dm": self.delivery_mode, "pr": self.priority,
+            **fields, "e": self.exchange, "r": self.routing_key, "q": self.queue,
+            "ct": self.content_type, "ce": self.content_encoding,
+            "dm": self.delivery_mode, "pr": self.priority,
         }).encode()
         group_bytes = group.encode()
         prefix = f"{klass}{1 if front else 0}{_cost_text(cost)}:{len(group_bytes)}:".encode()
-        return b"".join((prefix, group_bytes, meta, b"\n", self.body))
+        return b"".join((prefix, group_bytes, meta, b"\n", dumps(self.headers).encode(),
+                         b"\n", dumps(self.properties).encode(), b"\n", self.body))
 
     @classmethod
     def decode(cls, value: bytes) -> tuple[str, str, Envelope]:
         """Parse a stored value into ``(group, class, envelope)``."""
         try:
-            klass = value[:1].decode()
-            first = value.index(b":", 2)
-            second = value.index(b":", first + 1)
-            size = int(value[first + 1:second])
-            start = second + 1
-            group = value[start:start + size].decode()
-            newline = value.index(b"\n", start + size)
-            meta = loads(value[start + size:newline])
+            klass, group, end = _prefix(value)
+            newline = value.index(b"\n", end)
+            meta = loads(value[end:newline])
+            if "h" not in meta:  # headers and properties in parts of their own
+                first = value.index(b"\n", newline + 1)
+                second = value.index(b"\n", first + 1)
+                meta["h"] = loads(value[newline + 1:first])
+                meta["p"] = loads(value[first + 1:second])
+                newline = second
             body = value[newline + 1:]
             envelope = cls(
                 body=body, content_type=meta["ct"], content_encoding=meta["ce"],
                 headers=meta["h"], exchange=meta["e"], routing_key=meta["r"],
                 queue=meta["q"], delivery_mode=meta["dm"], priority=meta["pr"],
-                properties=meta["p"])
+                properties=meta["p"], due_at=meta.get("t"))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise CorruptMessage(f"held message could not be decoded: {exc!r}") from None
         return group, klass, envelope
+
+
+def placement_of(value: bytes) -> tuple[str, str]:
+    """``(group, class)`` of a stored value, reading only its prefix (no JSON)."""
+    try:
+        klass, group, _ = _prefix(value)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptMessage(f"held message could not be decoded: {exc!r}") from None
+    return group, klass
+
+
+def _prefix(value: bytes) -> tuple[str, str, int]:
+    """Class, group and the offset where the meta JSON starts."""
+    klass = value[:1].decode()
+    first = value.index(b":", 2)
+    second = value.index(b":", first + 1)
+    size = int(value[first + 1:second])
+    start = second + 1
+    return klass, value[start:start + size].decode(), start + size
 
 
 def _cost_text(cost: float) -> str:

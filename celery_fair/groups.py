@@ -36,6 +36,9 @@ def validate_group(value: Any) -> str:
             f"expected at most {MAX_GROUP_LENGTH}")
     if any(unicodedata.category(ch) == "Cc" for ch in name):
         raise InvalidGroup(f"fair group {name!r} contains control characters")
+    if any(unicodedata.category(ch) == "Cs" for ch in name):
+        raise InvalidGroup(f"fair group {name!r} contains lone surrogates: expected text "
+                           "that encodes to UTF-8")
     return name
 
 

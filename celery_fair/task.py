@@ -9,9 +9,15 @@ later publishes it verbatim.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import logging
+import os
+import socket
+import threading
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -23,10 +29,14 @@ from celery.exceptions import Ignore
 from .brokers import check_app, real_destination
 from .config import get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
-from .errors import InvalidOption
+from .errors import FairError, InvalidOption, StoreError
 from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
+from .outage import Outage
+from .spool import pid_alive, spool_for
 from .store.base import BeginResult
 from .store.redis import RedisStore, store_for_url
+
+logger = logging.getLogger(__name__)
 
 #: Headers celery_fair adds to a held message.
 GROUP_HEADER, CLASS_HEADER, COST_HEADER = "fair_group", "fair_class", "fair_cost"
@@ -110,11 +120,35 @@ class FairTask(Task):
         return resolver
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.request.is_eager:
+            return super().__call__(*args, **kwargs)
         # In a worker: a stale duplicate of a dispatch that was held again is skipped.
-        if not self.request.is_eager and begin_dispatch(self.app, self.request) \
-                is BeginResult.SKIP:
+        if self._begin() is BeginResult.SKIP:
             raise Ignore()
-        return super().__call__(*args, **kwargs)
+        result = super().__call__(*args, **kwargs)
+        # The body ran to its end: say so now rather than at task_postrun, after the
+        # result is stored. A worker killed in between would leave the dispatch running,
+        # and the copy the broker redelivers (acks_late) would run the task again.
+        from .worker import release_dispatch  # worker.py imports this module
+
+        release_dispatch(self.app, request_headers(self.request), "returned", done=True,
+                         run=getattr(self.request, "fair_run", None))
+        self.request.fair_released = True  # task_postrun has nothing left to do
+        return result
+
+    def _begin(self) -> BeginResult:
+        try:
+            run = new_run()
+            self.request.fair_run = run  # its releases name it
+            result = begin_dispatch(self.app, self.request, acks_late=bool(self.acks_late),
+                                    run=run)
+        except FairError as exc:
+            # The store is down: run (a stale duplicate might run too, as without
+            # celery_fair); the lease keeper marks it running once the store is back.
+            _begin_outage.failed(exc, "running tasks without checking their dispatch")
+            return BeginResult.RUN_UNKNOWN
+        _begin_outage.ok()
+        return result
 
     def push_request(self, *args: Any, **kwargs: Any) -> None:
         # Task.__call__ pushes a request. Celery before 5.5 pushed a bare one, so a task
@@ -191,14 +225,52 @@ def request_headers(request: Any) -> Mapping[str, Any]:
             if getattr(request, name, None) is not None}
 
 
-def begin_dispatch(app: Celery, request: Any) -> BeginResult:
-    """Tell the store a worker starts the dispatch carried by ``request``."""
+def begin_dispatch(app: Celery, request: Any, acks_late: bool = False,
+                   run: str | None = None) -> BeginResult:
+    """Tell the store a worker starts the dispatch carried by ``request``, as ``run``
+    (:func:`new_run`). ``acks_late``: the message stays with the record while it runs
+    (see ``begin.lua``)."""
     headers = request_headers(request)
     did, queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
     if not did or not queue:
         return BeginResult.RUN_UNKNOWN
-    deadline = int((time.time() + get_config(app).lease_seconds) * 1000)
-    return store_for(app).begin(queue, did, deadline)
+    now = time.time()
+    deadline = int((now + get_config(app).lease_seconds) * 1000)
+    store = store_for(app)
+
+    def gone(other: str) -> bool:
+        # Before taking a dead run over, land what its process could not tell the store
+        # (a release that failed in an outage): if the task had ended, this copy skips.
+        if not run_gone(other):
+            return False
+        with contextlib.suppress(ValueError):
+            spool_for(store).replay(int(other.rsplit(":", 3)[1]))
+        return True
+
+    return store.begin(queue, did, deadline, now_ms=int(now * 1000), run=run or new_run(),
+                       acks_late=acks_late, host=_HOST, gone=gone)
+
+
+_HOST = f"{socket.gethostname()}:"
+
+
+def new_run() -> str:
+    """A name for one run of a task: ``host:pid:thread:nonce``."""
+    return f"{_HOST}{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:12]}"
+
+
+def run_gone(run: str) -> bool:
+    """Whether the run named ``run`` (of this host) ended without a word: its process is
+    gone (a pool process killed mid-task, whose message Celery requeued), or it was this
+    very thread's, which runs one task at a time."""
+    try:
+        _, pid, thread, _ = run.rsplit(":", 3)
+        pid_number = int(pid)
+    except ValueError:
+        return False
+    if pid_number == os.getpid():
+        return thread == str(threading.get_ident())
+    return not pid_alive(pid_number)
 
 
 class HoldingProducer:
@@ -224,8 +296,8 @@ class HoldingProducer:
                 compression: str | None = None, exchange: Any = None, retry: bool = False,
                 retry_policy: Any = None, declare: Any = None, expiration: Any = None,
                 timeout: Any = None, confirm_timeout: Any = None, **properties: Any) -> None:
-        if not headers or "task" not in headers or GROUP_HEADER not in headers:
-            return self._producer.publish(  # type: ignore[no-any-return]
+        def send() -> None:
+            self._producer.publish(
                 body, routing_key=routing_key, delivery_mode=delivery_mode,
                 mandatory=mandatory, immediate=immediate, priority=priority,
                 content_type=content_type, content_encoding=content_encoding,
@@ -233,6 +305,27 @@ class HoldingProducer:
                 exchange=exchange, retry=retry, retry_policy=retry_policy, declare=declare,
                 expiration=expiration, timeout=timeout, confirm_timeout=confirm_timeout,
                 **properties)
+
+        if not headers or "task" not in headers or GROUP_HEADER not in headers:
+            return send()
+        try:
+            self._hold(body, routing_key, delivery_mode, priority, content_type,
+                       content_encoding, serializer, headers, compression, exchange,
+                       declare, properties)
+        except StoreError as exc:
+            if get_config(self._app).on_store_error != "publish":
+                raise
+            # fair_on_store_error = "publish": the task is kept, fairness is not.
+            _publish_outage.failed(exc, "publishing fair tasks straight to the broker "
+                                   "(fair_on_store_error='publish')")
+            return send()
+        _publish_outage.ok()
+        return None
+
+    def _hold(self, body: Any, routing_key: str | None, delivery_mode: Any,
+              priority: int | None, content_type: str | None, content_encoding: str | None,
+              serializer: str | None, headers: dict[str, Any], compression: str | None,
+              exchange: Any, declare: Any, properties: dict[str, Any]) -> None:
         raw, ctype, cenc = self._producer._prepare(
             body, serializer, content_type, content_encoding, compression, headers)
         if isinstance(raw, str):
@@ -240,16 +333,20 @@ class HoldingProducer:
         exchange, routing_key, queue = real_destination(
             self._app, getattr(exchange, "name", exchange) or "", routing_key or "",
             list(declare or ()))
+        now = int(time.time() * 1000)
+        due = _due_ms(headers.get("eta"), self._app, now)
         envelope = Envelope(
             body=raw, content_type=ctype, content_encoding=cenc, headers=headers,
             exchange=exchange, routing_key=routing_key, queue=queue,
-            delivery_mode=delivery_mode, priority=priority, properties=properties)
+            delivery_mode=delivery_mode, priority=priority, properties=properties,
+            due_at=max(now, due) / 1000)
         group = headers[GROUP_HEADER]
         value = envelope.encode(group, headers[CLASS_HEADER], headers[COST_HEADER], self._front)
-        now = int(time.time() * 1000)
-        self._store.hold(envelope.queue, envelope.task_id, value,
-                         _due_ms(headers.get("eta"), self._app, now), now)
-        return None
+        self._store.hold(envelope.queue, envelope.task_id, value, due, now)
+
+
+_publish_outage = Outage(logger, "celery_fair: holding fair tasks", expected=(FairError,))
+_begin_outage = Outage(logger, "celery_fair: marking dispatches running", expected=(FairError,))
 
 
 def _due_ms(eta: Any, app: Celery, now: int) -> int:

@@ -8,6 +8,7 @@ fair (no dispatch header: nothing to do).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -18,60 +19,208 @@ from celery.worker import state as worker_state
 
 from .config import get_config
 from .errors import FairError
+from .outage import Backoff, Outage
+from .spool import spool_for
+from .store.base import BeginResult
+from .store.redis import RedisStore
 from .task import DISPATCH_HEADER, QUEUE_HEADER, request_headers, store_for
 
 logger = logging.getLogger(__name__)
 
 
-def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str) -> None:
-    """Free the slot of the dispatch named in ``headers`` (idempotent)."""
+class PendingReleases:
+    """Releases that failed while the store was unreachable, kept to retry on reconnect:
+    by a thread of the process that kept them, with backoff, and before the next release
+    in the process. Soon, because a release marks the task done: until it lands, a copy
+    the broker redelivers would run it again. Should the process end first, the
+    dispatch's lease, no longer renewed, returns the slot after ``fair_lease_seconds``.
+    Bounded: past ``limit`` the oldest are left to their leases."""
+
+    def __init__(self, limit: int = 10_000, backoff: tuple[float, float] = (0.05, 0.25)) -> None:
+        self.limit = limit
+        self.backoff = backoff
+        self._lock = threading.Lock()
+        # (queue, dispatch id) -> (seconds to keep its 'released' tombstone (0: none), run)
+        self._items: dict[RedisStore, dict[tuple[str, str], tuple[int, str]]] = {}
+        self._retrier: threading.Thread | None = None
+        self._retrier_pid = 0
+
+    def add(self, store: RedisStore, queue: str, did: str, done_seconds: int = 0,
+            run: str = "") -> None:
+        with self._lock:
+            items = self._items.setdefault(store, {})
+            done_seconds = max(done_seconds, items.get((queue, did), (0, ""))[0])
+            items[(queue, did)] = (done_seconds, run)
+            while len(items) > self.limit:
+                del items[next(iter(items))]
+            self._start_retrier()
+        spool_for(store).add(queue, did, done_seconds, run)  # should this process die
+
+    def _start_retrier(self) -> None:
+        # With the lock held. One thread per process: a forked pool process has a copy of
+        # the parent's object but none of its threads.
+        alive = self._retrier is not None and self._retrier.is_alive()
+        if alive and self._retrier_pid == os.getpid():
+            return
+        self._retrier_pid = os.getpid()
+        self._retrier = threading.Thread(target=self._retry_until_done, daemon=True,
+                                         name="celery-fair-releases")
+        self._retrier.start()
+
+    def _retry_until_done(self) -> None:
+        backoff, wait = Backoff(*self.backoff), threading.Event()
+        while True:
+            wait.wait(backoff.next())
+            for store in list(self._items):
+                try:
+                    retry_pending_releases(store)
+                except FairError:
+                    pass  # still down (the first failure was logged)
+            with self._lock:
+                if not any(self._items.values()):
+                    self._retrier = None
+                    return
+
+    def __len__(self) -> int:
+        return sum(len(items) for items in self._items.values())
+
+    def flush(self, store: RedisStore) -> int:
+        """Retry every pending release of ``store``; raises FairError (keeping the rest)
+        when the store still fails. Returns how many were retried."""
+        with self._lock:
+            items = self._items.pop(store, {})
+        done = 0
+        try:
+            for (queue, did), (done_seconds, run) in list(items.items()):
+                store.release(queue, did, done_seconds, run=run or None)
+                del items[(queue, did)]
+                done += 1
+        finally:
+            with self._lock:
+                if items:
+                    self._items.setdefault(store, {}).update(items)
+                elif not self._items.get(store):
+                    spool_for(store).clear()
+        return done
+
+
+pending_releases = PendingReleases()
+_release_outage = Outage(logger, "celery_fair: releasing slots", expected=(FairError,))
+
+
+def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
+                     done: bool = False, run: str | None = None) -> None:
+    """Free the slot of the dispatch named in ``headers`` (idempotent). ``done``: the task
+    ran to its end in the pool, so its record stays ``fair_done_ttl`` seconds as a
+    tombstone and a copy the broker redelivers later is skipped. When the store is
+    unreachable the release is kept and retried on reconnect (:class:`PendingReleases`)."""
     did, queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
     if not did or not queue:
         return
+    store = store_for(app)
+    done_seconds = get_config(app).done_ttl if done else 0
     try:
-        store_for(app).release(queue, did)
-    except FairError as exc:  # the lease returns the slot later
-        logger.warning("celery_fair: could not release %s (%s): %s", did, reason, exc)
+        retry_pending_releases(store)
+        store.release(queue, did, done_seconds, run=run)
+    except FairError as exc:
+        pending_releases.add(store, queue, did, done_seconds, run or "")
+        _release_outage.failed(exc, "keeping them to retry when the store is back (or "
+                               "their leases return the slots)")
+        return
+    _release_outage.ok()
+
+
+def retry_pending_releases(store: RedisStore) -> None:
+    """Retry the releases that failed in this process; FairError if the store still fails."""
+    if len(pending_releases):
+        flushed = pending_releases.flush(store)
+        _release_outage.ok(f"; {flushed} pending releases done")
+
+
+#: task_postrun states after which the message must not run again. Not REJECTED: a task
+#: raising Reject(requeue=True) asks for its message to run again (and a dead-lettered
+#: one may be published again with its headers).
+FINISHED_STATES = frozenset({"SUCCESS", "FAILURE", "RETRY", "IGNORED"})
+
+
+#: Ids of the tasks this process is running (task_prerun to task_postrun): a task_failure
+#: for one of them comes from the task's own trace, and its postrun releases it.
+_running: set[str] = set()
 
 
 @signals.task_postrun.connect(weak=False)
-def _on_postrun(sender: Any = None, task: Any = None, state: str | None = None,
-                **_: Any) -> None:
-    if task is not None and not task.request.is_eager:
-        release_dispatch(task.app, request_headers(task.request), state or "postrun")
+def _on_postrun(sender: Any = None, task_id: str | None = None, task: Any = None,
+                state: str | None = None, **_: Any) -> None:
+    # The task ran to its end in this pool process: what Celery redelivers of it from now
+    # (acks_late: the worker died before its ack, or the ack died with the connection) is
+    # a duplicate. A retry is a new message with a new dispatch.
+    _running.discard(str(task_id))
+    if task is not None and not task.request.is_eager \
+            and not getattr(task.request, "fair_released", False):
+        release_dispatch(task.app, request_headers(task.request), state or "postrun",
+                         done=state in FINISHED_STATES,
+                         run=getattr(task.request, "fair_run", None))
 
 
 @signals.task_prerun.connect(weak=False)
-def _on_prerun(sender: Any = None, task: Any = None, **_: Any) -> None:
+def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
+               **_: Any) -> None:
     # FairTask checks its dispatch itself (and can skip a stale duplicate); a plain task
-    # that carries a dispatch header (published through install()) only marks it running.
+    # that carries a dispatch header (published through install()) only marks it running:
+    # a signal receiver cannot stop the task, so such a duplicate runs (and is logged).
     from .task import FairTask, begin_dispatch
 
+    if task_id is not None:
+        _running.add(str(task_id))
     if task is not None and not isinstance(task, FairTask) and not task.request.is_eager:
         headers = request_headers(task.request)
         if headers.get(DISPATCH_HEADER):
             try:
-                begin_dispatch(task.app, headers)
+                result = begin_dispatch(task.app, headers)
             except FairError as exc:
                 logger.warning("celery_fair: could not mark %s running: %s",
                                headers.get(DISPATCH_HEADER), exc)
+                return
+            if result is BeginResult.SKIP:
+                logger.warning("celery_fair: task %s[%s] is a duplicate of dispatch %s "
+                               "(stale or already run) and runs anyway: only a FairTask "
+                               "can skip it", task.name, task_id,
+                               headers.get(DISPATCH_HEADER))
+
+
+#: Dispatch headers of the requests this (main) process received, by task id. Celery
+#: before 5.7 sends task_failure for a lost pool process after untracking the request and
+#: without its context, so this is where the failure receiver finds the dispatch then.
+#: Pruned to the tracked requests at every lease beat.
+_received: dict[str, dict[str, Any]] = {}
+
+
+@signals.task_received.connect(weak=False)
+def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+    headers = request_headers(request) if request is not None else {}
+    if headers.get(DISPATCH_HEADER) and getattr(request, "id", None):
+        _received[str(request.id)] = {DISPATCH_HEADER: headers.get(DISPATCH_HEADER),
+                                      QUEUE_HEADER: headers.get(QUEUE_HEADER)}
 
 
 @signals.task_failure.connect(weak=False)
 def _on_failure(sender: Any = None, task_id: str | None = None, **_: Any) -> None:
     # In the pool, postrun covers failures; this catches what only the main process sees
     # (hard time limit, a pool process that died). There Celery has already untracked the
-    # request (task_ready) but pushes its context on the task's request stack while it
-    # sends task_failure, so the headers come from sender.request.
-    if sender is None:
-        return
+    # request (task_ready); Celery 5.7 pushes its context on the task's request stack while
+    # it sends task_failure, older versions don't (then: what task_received saw).
+    if sender is None or str(task_id) in _running:
+        return  # raised by the task in this process: its postrun releases it
     request = _tracked_request(task_id)
     if request is None:
         current = getattr(sender, "request", None)
         if task_id is not None and getattr(current, "id", None) == task_id:
             request = current
-    if request is not None:
-        release_dispatch(sender.app, request_headers(request), "failure")
+    headers = request_headers(request) if request is not None else {}
+    if not headers.get(DISPATCH_HEADER) and task_id is not None:
+        headers = _received.get(task_id, {})
+    _received.pop(str(task_id), None)
+    release_dispatch(sender.app, headers, "failure")
 
 
 @signals.task_revoked.connect(weak=False)
@@ -116,14 +265,21 @@ class LeaseKeeper(threading.Thread):
         self.concurrency = concurrency
         self.stopping = threading.Event()
         self.lease = get_config(app).lease_seconds
+        self.gone: set[str] = set()
 
     def run(self) -> None:
         interval = max(self.lease / 3, 0.05)
+        backoff = Backoff(min(0.5, interval), interval)
+        outage = Outage(logger, "celery_fair: lease renewal", expected=(FairError,))
         while not self.stopping.is_set():
             try:
                 self.beat()
-            except FairError as exc:
-                logger.warning("celery_fair: lease renewal failed: %s", exc)
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any outage
+                outage.failed(exc, "retrying with backoff")
+                self.stopping.wait(backoff.next())
+                continue
+            backoff.reset()
+            outage.ok()
             self.stopping.wait(interval)
 
     def beat(self) -> None:
@@ -134,6 +290,7 @@ class LeaseKeeper(threading.Thread):
             store.register_worker(queue, self.hostname, self.concurrency, expires)
         held: dict[str, list[str]] = {}
         requests = list(worker_state.active_requests) + list(worker_state.reserved_requests)
+        self.forget_received(requests)
         for request in requests:
             headers = request_headers(request)
             did, fair_queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
@@ -141,6 +298,17 @@ class LeaseKeeper(threading.Thread):
                 held.setdefault(str(fair_queue), []).append(str(did))
         for fair_queue, dids in held.items():
             store.renew(fair_queue, dids, expires)
+        retry_pending_releases(store)
+        spool_for(store).replay_dead()  # what processes of this host died holding
+
+    def forget_received(self, requests: list[Any]) -> None:
+        """Drop what task_received saw of requests untracked for a whole beat (not just
+        now: a request is tracked a moment after task_received fires)."""
+        tracked = {str(getattr(r, "id", "")) for r in requests}
+        gone = {t for t in list(_received) if t not in tracked}
+        for task_id in gone & self.gone:
+            _received.pop(task_id, None)
+        self.gone = gone
 
     def stop(self) -> None:
         self.stopping.set()
@@ -167,7 +335,11 @@ class LeaseStep(bootsteps.StartStopStep):
         get_config(app)  # bad settings fail the worker at startup, not at the first task
         queues = [q.name for q in getattr(parent.task_consumer, "queues", None) or ()]
         self.keeper = LeaseKeeper(app, parent.hostname, queues, _concurrency(parent))
-        self.keeper.beat()  # register capacity before the first task arrives
+        try:
+            self.keeper.beat()  # register capacity before the first task arrives
+        except FairError as exc:  # the worker runs tasks without the store too
+            logger.warning("celery_fair: store unreachable at worker start, the lease "
+                           "keeper retries in the background: %s", exc)
         self.keeper.start()
 
     def stop(self, parent: Any) -> None:

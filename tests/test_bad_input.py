@@ -53,9 +53,12 @@ BAD_GROUPS = [
     ("ac\nme", repr("ac\nme")),
     ("tab\there", repr("tab\there")),
     ("bell\x07", repr("bell\x07")),
+    ("k" * 10240, "10240 characters"),
+    ("del\x7f", repr("del\x7f")),
+    ("sur\ud800", "surrogates"),
 ]
 BAD_GROUP_IDS = ["empty", "201-chars", "dict", "float", "list", "bool", "nul", "newline",
-                 "tab", "bell"]
+                 "tab", "bell", "10kB", "del", "surrogate"]
 
 
 @pytest.mark.parametrize("value,named", BAD_GROUPS, ids=BAD_GROUP_IDS)
@@ -191,11 +194,20 @@ BAD_SETTINGS = [
     ({"fair_group_weights": {"a": 0}}, "fair_group_weights", "'a'"),
     ({"fair_group_weights": {"a": -2}}, "fair_group_weights", "-2"),
     ({"fair_group_weights": "heavy"}, "fair_group_weights", "'heavy'"),
+    ({"fair_group_weights": {"a": math.nan}}, "fair_group_weights", "nan"),
+    ({"fair_group_weights": {"a": math.inf}}, "fair_group_weights", "inf"),
+    ({"fair_group_weights": {"a": -math.inf}}, "fair_group_weights", "-inf"),
+    ({"fair_group_weights": {"a": 1e12}}, "fair_group_weights", "1000000000000.0"),
+    ({"fair_group_weights": {"a": True}}, "fair_group_weights", "True"),
+    ({"fair_group_weights": {"a": "2"}}, "fair_group_weights", "'2'"),
+    ({"fair_group_weights": {"": 2}}, "fair_group_weights", "empty"),
     ({"fair_group_concurrency": {"a": 0}}, "fair_group_concurrency", "'a'"),
     ({"fair_group_concurrency": {"": 1}}, "fair_group_concurrency", "empty"),
     ({"fair_lease_seconds": "x"}, "fair_lease_seconds", "'x'"),
     ({"fair_lease_seconds": 0}, "fair_lease_seconds", "0"),
     ({"fair_lease_seconds": math.nan}, "fair_lease_seconds", "nan"),
+    ({"fair_done_ttl": -1}, "fair_done_ttl", "-1"),
+    ({"fair_done_ttl": 1.5}, "fair_done_ttl", "1.5"),
     ({"fair_max_inflite": 10}, "fair_max_inflite", "fair_max_inflight"),
     ({"fair_store_url": None, "broker_url": "amqp://guest:guest@127.0.0.1:1//"},
      "fair_store_url", "amqp://"),
@@ -205,6 +217,7 @@ BAD_SETTINGS = [
     ({"fair_batch_size": 0}, "fair_batch_size", "0"),
     ({"fair_default_group": ""}, "fair_default_group", "empty"),
     ({"fair_key_prefix": ""}, "fair_key_prefix", "''"),
+    ({"fair_on_store_error": "drop"}, "fair_on_store_error", "'drop'"),
 ]
 BAD_SETTING_IDS = [f"{next(iter(c))}={next(iter(c.values()))!r}" for c, _, _ in BAD_SETTINGS]
 
@@ -311,3 +324,97 @@ def test_fair_interactive_must_be_a_bool(app, value):
         app.tasks["proj.work"].apply_async(("acme",), fair_interactive=value)
     with pytest.raises(InvalidOption, match="fair_interactive"):
         fair_task(interactive=value)
+
+
+# -- command-line arguments ----------------------------------------------------------------
+
+@pytest.mark.parametrize("args,named", [
+    (["fair", "dispatch", "--batch-size", "0"], "--batch-size"),
+    (["fair", "dispatch", "--batch-size", "many"], "--batch-size"),
+    (["fair", "dispatch", "--loglevel", "LOUD"], "--loglevel"),
+    (["fair", "cancel"], "TASK_IDS"),
+    (["fair", "status", "--colour"], "--colour"),
+    (["fair", "check", "--repair=yes"], "--repair"),
+], ids=["batch-0", "batch-word", "loglevel", "cancel-no-ids", "status-unknown", "check-flag"])
+def test_bad_command_line_names_the_option(redis_server, redis_client, namespace, args,
+                                           named):
+    done = _celery(args, {}, redis_server.url + "/0", namespace)
+    assert done.returncode == 2, done.stdout + done.stderr  # click's usage error
+    assert named in done.stderr, done.stderr
+    _nothing_held(redis_client, namespace)
+
+
+def test_bad_demo_scale_names_the_option():
+    done = subprocess.run([os.path.join(os.path.dirname(sys.executable), "celery-fair"),
+                           "demo", "--scale", "0"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--scale" in done.stderr, done.stderr
+
+
+# -- corrupt or foreign data in the store --------------------------------------------------
+
+def test_undecodable_messages_are_quarantined_and_the_rest_dispatches(
+        app, worker, dispatcher, ledger, redis_client, caplog):
+    """Values celery_fair did not write — garbage, a right prefix over broken metadata, a
+    due delayed entry of garbage — each move to the quarantine hash with an error log line;
+    every other group's tasks run."""
+    import logging
+
+    from celery_fair.check import check
+
+    from .conftest import wait_for
+
+    store, queue = store_for(app), app.conf.task_default_queue
+    k = store.keys(queue)
+    work = app.tasks["proj.work"]
+    results = [work.delay(g, f"{g}-{i}") for g in ("acme", "globex") for i in range(3)]
+    # garbage in a ready group's list (a foreign writer, or a damaged value)
+    redis_client.hset(k.msg, "junk-1", b"\xff\xfe garbage")
+    redis_client.rpush(k.held("b", "evil"), "junk-1")
+    redis_client.zadd(k.ready("b"), {"evil": 0})
+    redis_client.sadd(k.groups, "evil")  # once its only message is gone, it is forgotten
+    # a valid prefix over metadata that is not JSON: only the dispatcher can tell
+    store.hold(queue, "junk-2", b"b01:4:evil{not json\n[]", 0, 0)
+    # a due delayed entry of garbage
+    redis_client.hset(k.msg, "junk-3", b"???")
+    redis_client.zadd(k.delayed, {"junk-3": 1})
+    caplog.set_level(logging.ERROR)
+    with worker(concurrency=2), dispatcher():
+        assert [r.get(timeout=30) for r in results] == [
+            f"{g}-{i}" for g in ("acme", "globex") for i in range(3)]
+        wait_for(lambda: redis_client.hlen(k.quarantine) == 3, what="3 quarantined values")
+    quarantined = redis_client.hgetall(k.quarantine)
+    assert quarantined[b"junk-1"] == b"\xff\xfe garbage"
+    assert quarantined[b"junk-3"] == b"???"
+    assert b"b01:4:evil{not json\n[]" in quarantined.values()  # under its dispatch id
+    text = caplog.text
+    assert "junk-1" in text and "junk-3" in text and "quarantine" in text
+    assert "junk-2" in text and "could not be decoded" in text
+    assert sorted(ledger.runs()) == sorted(f"{g}-{i}" for g in ("acme", "globex")
+                                           for i in range(3))
+    report = check(app)
+    assert report.ok, str(report)
+
+
+def test_foreign_key_type_gives_a_clear_error_and_blocks_nothing_else(app, redis_client):
+    from celery_fair.check import check
+    from celery_fair.errors import StoreError
+
+    store, queue = store_for(app), app.conf.task_default_queue
+    k = store.keys(queue)
+    work = app.tasks["proj.work"]
+    work.delay("globex", "first")  # registers the fair queue
+    redis_client.set(k.held("b", "acme"), "someone else's string")
+    with pytest.raises(StoreError) as info:
+        work.delay("acme", "x")
+    message = str(info.value)
+    assert "WRONGTYPE" in message and "operation hold" in message and queue in message
+    assert "fair check" in message
+    assert redis_client.hlen(k.msg) == 1, "the failed hold left a half-held message"
+    work.delay("globex", "second")
+    picked = store.pick(queue, 10, None, 0, 10_000)
+    assert [p.hold_id for p in picked] != [] and len(picked) == 2
+    report = check(app)
+    assert report.kinds() == {"foreign_key"} and k.held("b", "acme") in str(report)
+    assert not check(app, repair=True).problems
+    work.delay("acme", "now fine")
+    assert [p.hold_id for p in store.pick(queue, 10, None, 0, 10_000)] != []

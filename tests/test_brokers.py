@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+import celery
 import pytest
 from amqp.exceptions import PreconditionFailed
 from kombu import Connection, Exchange, Queue
@@ -20,6 +21,8 @@ from celery_fair.task import store_for
 
 from . import twins
 from .conftest import wait_for
+
+CELERY_VERSION = tuple(int(part) for part in celery.__version__.split(".")[:2])
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -140,6 +143,8 @@ def _held(app: Any, task_id: str, queue: str | None = None) -> Envelope:
 # -- quorum queues and native delayed delivery --------------------------------------------
 
 
+@pytest.mark.xfail(CELERY_VERSION < (5, 5), run=False, reason=(
+    "Celery < 5.5 workers cannot consume quorum queues (global QoS): nothing to compare"))
 @pytest.mark.parametrize("exchange_type", ["topic", "direct"])
 def test_quorum_queue_countdown(make_app, namespace, worker, dispatcher, exchange_type):
     """Celery 5.5+ reroutes an ETA message for a quorum queue (topic exchange) to its

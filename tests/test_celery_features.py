@@ -255,11 +255,13 @@ def test_task_that_expires_while_held_is_revoked_and_released(app, worker, dispa
     from celery.exceptions import TaskRevokedError
 
     work = app.tasks["proj.work"]
-    expires_at = time.time() + 1.0
-    result = work.apply_async(("acme", "too-late"), expires=1.0)
+    # An absolute expiry: a relative one would start counting only once apply_async runs.
+    expires_at = datetime.now(timezone.utc) + timedelta(seconds=1)
+    result = work.apply_async(("acme", "too-late"), expires=expires_at)
     fresh = work.apply_async(("acme", "in-time"), expires=600)
     assert _held(app) == {"acme": 2}
-    wait_for(lambda: time.time() > expires_at + 0.1, what="the first task to expire")
+    wait_for(lambda: datetime.now(timezone.utc) > expires_at + timedelta(seconds=0.1),
+             what="the first task to expire")
     with worker(concurrency=2), dispatcher():
         assert fresh.get(timeout=30) == "in-time"
         with pytest.raises(TaskRevokedError):

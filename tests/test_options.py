@@ -8,7 +8,6 @@ the assertion does not depend on timing.
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -209,15 +208,17 @@ def test_expired_while_queued_is_revoked_by_the_worker(broker, make_app, worker)
     message unseen on RabbitMQ."""
     app = make_app(fair_max_inflight=4)
     fair, plain = twins.register(app)
-    expires_at = time.time() + 2.0
-    got_fair = fair.apply_async(("late-fair",), expires=2.0)
+    # Absolute: a relative expiry would start counting only once apply_async runs.
+    expires_at = datetime.now(timezone.utc) + timedelta(seconds=2)
+    got_fair = fair.apply_async(("late-fair",), expires=expires_at)
     stepper = Dispatcher(app)
     result = stepper.step()
     assert (result.dispatched, result.expired) == (1, 0)  # sent while still valid
     stepper.close()
-    got_plain = plain.apply_async(("late-plain",), expires=2.0) if broker == "redis" \
-        else None
-    wait_for(lambda: time.time() > expires_at + 0.2, what="the expiry to pass")
+    got_plain = plain.apply_async(("late-plain",), expires=expires_at) \
+        if broker == "redis" else None
+    wait_for(lambda: datetime.now(timezone.utc) > expires_at + timedelta(seconds=0.2),
+             what="the expiry to pass")
     with worker(concurrency=2, the_app=app):
         wait_for(lambda: got_fair.state == "REVOKED", what="the worker to revoke it")
         if got_plain is not None:

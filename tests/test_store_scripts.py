@@ -18,8 +18,9 @@ import redis
 import celery_fair.store
 from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope
 from celery_fair.store.base import BeginResult, Picked, Policy
-from celery_fair.store.redis import RedisStore
+from celery_fair.store.redis import PRUNE_GRACE_MS, RESET, RedisStore, now_ms
 from celery_fair.store.scripts import OPERATIONS, source
+from celery_fair.testing import RedisServer
 
 Q = "fairq"
 NOW = 1_700_000_000_000
@@ -346,6 +347,30 @@ def test_pick_respects_group_caps(store: RedisStore) -> None:
     assert pick(store, 100) == []
 
 
+def test_pick_reads_the_default_cap_once_per_call_not_per_message() -> None:
+    """A group capped by the queue's default costs pick no more reads than a group with
+    a cap of its own: the default is read once per call and passed down (``cap_of``).
+    Counted with Redis ``commandstats`` on a server of its own (nothing else runs there)."""
+    server = RedisServer()
+    try:
+        client = redis.Redis(port=server.port)
+        store = RedisStore(client, "caps")
+        reads = {}
+        for name, caps in (("default", {}), ("own", {f"g{i}": 3 for i in range(5)})):
+            client.flushall()
+            configure(store, cap=3, caps=caps)
+            for i in range(5):
+                for _ in range(4):
+                    hold(store, f"g{i}")
+            client.config_resetstat()
+            assert Counter(group_of(p) for p in pick(store, 100)) == \
+                {f"g{i}": 3 for i in range(5)}
+            reads[name] = client.info("commandstats")["cmdstat_hget"]["calls"]
+        assert reads["default"] == reads["own"], reads
+    finally:
+        server.stop()
+
+
 def test_configure_lowers_and_raises_caps_of_backlogged_groups(store: RedisStore) -> None:
     for _ in range(10):
         hold(store, "a")
@@ -436,6 +461,61 @@ def test_release_is_idempotent_and_frees_the_slot(store: RedisStore) -> None:
     [second] = pick(store, 10)  # capped group is pickable again: exactly one slot
     assert pick(store, 10) == []
     assert store.release(Q, second.dispatch_id) is True
+    assert store.snapshot(Q)["inflight"] == 0
+
+
+def test_release_of_a_finished_dispatch_keeps_a_tombstone_that_skips_redelivery(
+        store: RedisStore, redis_client) -> None:
+    configure(store, cap=1)
+    hold(store, "a")
+    hold(store, "a")
+    [p] = pick(store, 10)
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.release(Q, p.dispatch_id, 7200) is True
+    dk = store.keys(Q).dispatch(p.dispatch_id)
+    assert redis_client.hgetall(dk) == {b"s": b"released"}  # only the state is kept
+    assert 7190 < redis_client.ttl(dk) <= 7200
+    assert redis_client.zscore(store.keys(Q).leases, p.dispatch_id) is None
+    [nxt] = pick(store, 10)  # the slot came back: the group's next task is dispatched
+    # the broker redelivers the finished message (its ack died): skipped, takes no slot
+    assert store.begin(Q, p.dispatch_id, NOW + 40_000) is BeginResult.SKIP
+    assert store.renew(Q, [p.dispatch_id], NOW + 40_000) == 0
+    assert redis_client.hgetall(dk) == {b"s": b"released"}
+    assert redis_client.zscore(store.keys(Q).leases, p.dispatch_id) is None
+    assert snapshot_groups(store)["a"]["inflight"] == 1
+    assert int(redis_client.hget(store.keys(Q).stat, "skipped")) == 1
+    # the skipped copy's own release (postrun IGNORED) and any later one change nothing
+    assert store.release(Q, p.dispatch_id, 7200) is False
+    assert store.release(Q, p.dispatch_id) is False
+    assert redis_client.hgetall(dk) == {b"s": b"released"}
+    assert snapshot_groups(store)["a"]["inflight"] == 1
+    assert store.release(Q, nxt.dispatch_id, 7200) is True
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.check(Q, False, NOW + 50_000, 30_000) == []  # tombstones are valid
+
+
+def test_release_without_tombstone_lets_a_redelivered_copy_run(
+        store: RedisStore, redis_client) -> None:
+    # fair_done_ttl 0, or a release that must not block a redelivery (revoked, rejected,
+    # a lost pool process with task_reject_on_worker_lost): the record goes
+    hold(store, "a")
+    [p] = pick(store, 1)
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.release(Q, p.dispatch_id, 0) is True
+    assert redis_client.exists(store.keys(Q).dispatch(p.dispatch_id)) == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 40_000) is BeginResult.RUN_UNKNOWN
+
+
+def test_release_of_a_lost_dispatch_that_finished_keeps_a_tombstone(
+        store: RedisStore, redis_client) -> None:
+    # the worker outlived its lease (slot reclaimed, record lost) and then finished
+    hold(store, "a")
+    [p] = pick(store, 1)
+    store.begin(Q, p.dispatch_id, NOW + 30_000)
+    assert store.reclaim(Q, NOW + 31_000, 10) == (0, 1)
+    assert store.release(Q, p.dispatch_id, 60) is False  # no slot to free twice
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 40_000) is BeginResult.SKIP
     assert store.snapshot(Q)["inflight"] == 0
 
 
@@ -532,11 +612,14 @@ def test_renew_extends_leases(store: RedisStore) -> None:
     assert store.begin(Q, b.dispatch_id, NOW + 1_000) is BeginResult.RUN
     assert store.renew(Q, [a.dispatch_id, b.dispatch_id, "unknown"], NOW + 5_000) == 2
     assert store.renew(Q, [], NOW + 5_000) == 0
-    # only c (not renewed) expires at the old deadline
-    assert store.reclaim(Q, NOW + 2_000, 100) == (0, 1)
+    # only c (not renewed) expires at the old deadline; no worker ever reported it, so
+    # it is held again rather than left to the broker
+    assert store.reclaim(Q, NOW + 2_000, 100) == (1, 0)
     assert store.reclaim(Q, NOW + 4_999, 100) == (0, 0)
     assert store.snapshot(Q)["inflight"] == 2
-    assert store.reclaim(Q, NOW + 5_000, 100) == (0, 2)
+    # then the worker dies: a (received, never begun) is held again from its bytes; b
+    # (begun, acks early: no bytes kept) is left to the broker
+    assert store.reclaim(Q, NOW + 5_000, 100) == (1, 1)
     assert store.snapshot(Q)["inflight"] == 0
 
 
@@ -595,15 +678,14 @@ def test_reclaim_picked_when_hold_id_taken_meanwhile(store: RedisStore) -> None:
     assert len({g.hold_id for g in got}) == 2
 
 
-@pytest.mark.parametrize("state", ["queued", "running"])
-def test_reclaim_lost_frees_slot_and_begin_reacquires(store: RedisStore, state: str) -> None:
+def test_reclaim_lost_frees_slot_and_begin_reacquires(store: RedisStore) -> None:
     configure(store, cap=1)
     for _ in range(3):
         hold(store, "a")
     [p] = pick(store, 1)
     assert store.confirm(Q, [p.dispatch_id], NOW + 30_000) == []
-    if state == "running":
-        assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    # a worker started it (acks early: the record keeps no bytes)
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.RUN
     assert pick(store, 10) == []  # capped
     assert store.reclaim(Q, NOW + 29_999, 100) == (0, 0)
     # the worker died: the slot comes back, the message stays with the broker
@@ -627,14 +709,182 @@ def test_reclaim_lost_frees_slot_and_begin_reacquires(store: RedisStore, state: 
     assert snapshot_groups(store) == {}
 
 
+def test_received_not_begun_is_held_again_when_its_worker_dies(store: RedisStore) -> None:
+    """A worker received it (its lease keeper renewed it) and died before running it: the
+    record still has the bytes, so it is held again; the broker's copy is skipped."""
+    hold(store, "a", hold_id="x", body=b"payload")
+    [p] = pick(store, 1)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 1_000) == []
+    assert store.renew(Q, [p.dispatch_id], NOW + 30_000) == 1
+    assert store.reclaim(Q, NOW + 29_999, 100) == (0, 0)
+    assert store.reclaim(Q, NOW + 30_000, 100) == (1, 0)
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000) is BeginResult.SKIP
+    [again] = pick(store, 10, now=NOW + 30_000)
+    assert (again.hold_id, again.value) == ("x", p.value)
+
+
+def _running(store: RedisStore, acks_late: bool, run: str = "first") -> Picked:
+    hold(store, "a", hold_id="x", body=b"payload")
+    [p] = pick(store, 1)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 1_000) == []
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000, now_ms=NOW, run=run,
+                       acks_late=acks_late) is BeginResult.RUN
+    return p
+
+
+def test_copy_of_a_live_acks_late_run_is_skipped(store: RedisStore) -> None:
+    """The broker redelivered a message whose run goes on (its ack died with a
+    connection): the copy is skipped, takes no slot, changes nothing."""
+    p = _running(store, acks_late=True)
+    assert store.begin(Q, p.dispatch_id, NOW + 31_000, now_ms=NOW + 1_000, run="copy",
+                       acks_late=True) is BeginResult.SKIP
+    assert store.snapshot(Q)["inflight"] == 1
+    assert store.queue_figures(Q)["skipped"] == 1
+    # the first run goes on and ends; a later copy finds the tombstone
+    assert store.renew(Q, [p.dispatch_id], NOW + 40_000) == 1
+    assert store.release(Q, p.dispatch_id, 3600) is True
+    assert store.begin(Q, p.dispatch_id, NOW + 50_000, now_ms=NOW + 20_000, run="copy",
+                       acks_late=True) is BeginResult.SKIP
+    assert store.snapshot(Q)["inflight"] == 0
+
+
+def test_acks_late_run_whose_worker_died_is_held_again(store: RedisStore) -> None:
+    p = _running(store, acks_late=True)
+    # a copy the broker redelivered while the lease still runs is skipped...
+    assert store.begin(Q, p.dispatch_id, NOW + 36_000, now_ms=NOW + 6_000, run="copy",
+                       acks_late=True) is BeginResult.SKIP
+    # ...and when the lease runs out unrenewed, the kept bytes are held again
+    assert store.reclaim(Q, NOW + 30_000, 100) == (1, 0)
+    assert store.snapshot(Q)["inflight"] == 0
+    [again] = pick(store, 10, now=NOW + 30_000)
+    assert (again.hold_id, again.value) == ("x", p.value)
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000, run="late") is BeginResult.SKIP
+    assert store.begin(Q, again.dispatch_id, NOW + 60_000, acks_late=True) is BeginResult.RUN
+
+
+def test_copy_after_the_lease_ran_out_takes_the_run_over(store: RedisStore) -> None:
+    """The first run's worker died and its lease ran out, but no dispatcher has reclaimed
+    it yet: the copy runs in its place, in the slot it still holds."""
+    p = _running(store, acks_late=True)
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000, now_ms=NOW + 30_000, run="copy",
+                       acks_late=True) is BeginResult.RUN
+    assert store.snapshot(Q)["inflight"] == 1
+    assert store.reclaim(Q, NOW + 30_000, 100) == (0, 0)  # its lease is the copy's now
+
+
+def test_copy_of_an_acks_early_run_still_runs(store: RedisStore) -> None:
+    """Without the bytes (acks early) a dead run could not be held again, so a copy is
+    not skipped on the strength of the lease: it runs, as in Celery."""
+    p = _running(store, acks_late=False)
+    assert store.begin(Q, p.dispatch_id, NOW + 31_000, now_ms=NOW + 1_000, run="copy",
+                       acks_late=False) is BeginResult.RUN
+    assert store.snapshot(Q)["inflight"] == 1
+
+
+def test_the_same_run_beginning_again_runs(store: RedisStore) -> None:
+    p = _running(store, acks_late=True, run="mine")
+    assert store.begin(Q, p.dispatch_id, NOW + 31_000, now_ms=NOW + 1_000, run="mine",
+                       acks_late=True) is BeginResult.RUN
+
+
+@pytest.mark.parametrize("runner_gone", [True, False])
+def test_copy_asks_whether_a_run_of_its_own_host_is_gone(store: RedisStore,
+                                                        runner_gone: bool) -> None:
+    """A pool process killed mid-task (its message requeued by Celery): the copy, on the
+    same host, sees that run's process is gone and takes over at once; while it lives,
+    the copy is skipped."""
+    p = _running(store, acks_late=True, run="h1:123:7:first")
+    asked: list[str] = []
+
+    def gone(run: str) -> bool:
+        asked.append(run)
+        return runner_gone
+
+    got = store.begin(Q, p.dispatch_id, NOW + 31_000, now_ms=NOW + 1_000,
+                      run="h1:456:7:copy", acks_late=True, host="h1:", gone=gone)
+    assert asked == ["h1:123:7:first"]
+    assert got is (BeginResult.RUN if runner_gone else BeginResult.SKIP)
+    assert store.queue_figures(Q)["skipped"] == (0 if runner_gone else 1)
+    assert store.snapshot(Q)["inflight"] == 1
+
+
+def test_copy_does_not_ask_about_another_hosts_run(store: RedisStore) -> None:
+    p = _running(store, acks_late=True, run="h2:123:7:first")
+    got = store.begin(Q, p.dispatch_id, NOW + 31_000, now_ms=NOW + 1_000,
+                      run="h1:456:7:copy", acks_late=True, host="h1:",
+                      gone=lambda run: pytest.fail(f"asked about {run}"))
+    assert got is BeginResult.SKIP
+
+
+def test_run_gone_knows_dead_processes_and_its_own_thread() -> None:
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from celery_fair.task import run_gone
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    me, thread = os.getpid(), threading.get_ident()
+    assert run_gone(f"h:{child.pid}:1:x")  # exited and reaped
+    assert not run_gone(f"h:{os.getppid()}:1:x")  # alive
+    assert run_gone(f"h:{me}:{thread}:x")  # this thread runs one task at a time
+    assert not run_gone(f"h:{me}:{thread + 1}:x")  # another thread of this process
+    assert not run_gone("not a run token")
+
+
+def test_release_by_a_run_that_was_taken_over_does_nothing(store: RedisStore) -> None:
+    p = _running(store, acks_late=True, run="h1:1:1:first")
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000, now_ms=NOW + 30_000, run="h1:2:1:copy",
+                       acks_late=True) is BeginResult.RUN  # the first one's lease ran out
+    assert store.release(Q, p.dispatch_id, 3600, run="h1:1:1:first") is False
+    assert store.snapshot(Q)["inflight"] == 1
+    assert store.release(Q, p.dispatch_id, 3600, run="h1:2:1:copy") is True
+    assert store.snapshot(Q)["inflight"] == 0
+
+
+def test_reclaim_queued_no_worker_reported_holds_again(store: RedisStore) -> None:
+    """The broker accepted it but no worker ever reported it (a Redis broker restarting
+    while a worker popped it loses it): held again, and a copy that does turn up is
+    skipped."""
+    configure(store, cap=1)
+    hold(store, "a", hold_id="x", body=b"payload")
+    hold(store, "a", hold_id="y")
+    [p] = pick(store, 1)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 30_000) == []
+    assert store.reclaim(Q, NOW + 29_999, 100) == (0, 0)
+    assert store.reclaim(Q, NOW + 30_000, 100) == (1, 0)
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000) is BeginResult.SKIP
+    [again] = pick(store, 10, now=NOW + 30_000)
+    assert (again.hold_id, again.value) == ("x", p.value)  # first in its group, verbatim
+    assert Envelope.decode(again.value)[2].body == b"payload"
+    assert store.begin(Q, again.dispatch_id, NOW + 60_000) is BeginResult.RUN
+    assert store.release(Q, again.dispatch_id) is True
+
+
+def test_reclaim_queued_without_bytes_is_lost(store: RedisStore, redis_client) -> None:
+    """A queued record without the message (confirmed by an older version) cannot be
+    held again: its slot comes back and the broker is left to redeliver it."""
+    hold(store, "a")
+    [p] = pick(store, 1)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 1_000) == []
+    redis_client.hdel(store.keys(Q).dispatch(p.dispatch_id), "v")
+    assert store.reclaim(Q, NOW + 1_000, 100) == (0, 1)
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 2_000) is BeginResult.RUN_REACQUIRED
+
+
 def test_release_of_lost_dispatch_frees_nothing_twice(store: RedisStore) -> None:
     hold(store, "a")
     hold(store, "a")
     [p] = pick(store, 1)
     store.confirm(Q, [p.dispatch_id], NOW + 1_000)
+    assert store.begin(Q, p.dispatch_id, NOW + 1_000) is BeginResult.RUN  # acks early
     assert store.reclaim(Q, NOW + 1_000, 100) == (0, 1)
     assert store.snapshot(Q)["inflight"] == 0
-    # the task ends without begin having been seen: nothing to free, no negative count
+    # the task ends after its slot was reclaimed: nothing to free, no negative count
     assert store.release(Q, p.dispatch_id) is False
     assert store.snapshot(Q)["inflight"] == 0
     assert snapshot_groups(store)["a"]["inflight"] == 0
@@ -684,6 +934,27 @@ def test_promote_makes_a_group_ready_and_a_retry_skips_its_backlog(store: RedisS
 
 # -- bookkeeping ---------------------------------------------------------------------------
 
+def test_worker_capacity_only_reads_and_registering_prunes_the_long_dead(
+        store: RedisStore, redis_client) -> None:
+    key = store.keys(Q).workers
+    now = now_ms()
+    store.register_worker(Q, "live", 4, now + 30_000)
+    store.register_worker(Q, "just-expired", 2, now - 1)
+    store.register_worker(Q, "long-dead", 8, now - PRUNE_GRACE_MS - 1_000)
+    # an entry written by a registration of its own is pruned by the next one
+    assert redis_client.hexists(key, "long-dead") is False
+    redis_client.hset(key, "long-dead", f"{now - PRUNE_GRACE_MS - 1_000}:8")
+    assert store.worker_capacity(Q, now) == 4  # expired workers never count
+    assert store.worker_capacity(Q, now + 30_001) == 0
+    # ... and reading wrote nothing
+    assert set(redis_client.hkeys(key)) == {b"live", b"just-expired", b"long-dead"}
+    store.register_worker(Q, "live", 4, now + 30_000)
+    assert set(redis_client.hkeys(key)) == {b"live", b"just-expired"}  # within the grace
+    assert store.prune_workers(Q, now) == 1
+    assert set(redis_client.hkeys(key)) == {b"live"}
+    assert store.worker_capacity(Q, now) == 4
+
+
 def test_idle_groups_are_forgotten(store: RedisStore, redis_client) -> None:
     k = store.keys(Q)
     hold(store, "a")
@@ -700,6 +971,7 @@ def test_idle_groups_are_forgotten(store: RedisStore, redis_client) -> None:
     store.promote(Q, NOW + 100, 10)
     [p] = pick(store, 10, now=NOW + 100)
     assert store.confirm(Q, [p.dispatch_id], NOW + 1_000) == []
+    assert store.begin(Q, p.dispatch_id, NOW + 1_000) is BeginResult.RUN
     assert store.reclaim(Q, NOW + 1_000, 10) == (0, 1)  # lost with its worker
     assert snapshot_groups(store) == {}
     for cls in ("i", "b"):
@@ -804,4 +1076,108 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
     store.promote(Q, NOW, 10)
     store.release(Q, p.dispatch_id)
     configure(store)
-    assert all(redis_client.script_exists(s.sha)[0] for s in store._scripts.values())
+    store.limit(Q, "g", 2)
+    store.cancel(Q, ["not-held"])
+    store.summarize(Q, ["g"])
+    store.check(Q, False, NOW, LEASE)
+    assert [n for n, s in store._scripts.items() if not redis_client.script_exists(s.sha)[0]] == []
+
+
+# -- runtime limits (limit.lua) and the held counters ---------------------------------------
+
+def test_limit_overrides_settings_at_once_and_survives_configure(store: RedisStore) -> None:
+    configure(store, cap=1)
+    for _ in range(4):
+        hold(store, "a")
+    assert len(pick(store, 4)) == 1                      # the setting's cap
+    assert store.limit(Q, "a", 3) == (3, 1.0)
+    assert len(pick(store, 4)) == 2                      # re-ranked at once: 3 in flight
+    configure(store, cap=1)                              # a dispatcher (re)starts
+    row = snapshot_groups(store)["a"]
+    assert (row["cap"], row["limited"]) == (3, ["cap"])
+    assert store.limit(Q, "a", RESET) == (1, 1.0)       # back to the setting
+    assert snapshot_groups(store)["a"]["limited"] == []
+
+
+def test_limit_reset_restores_the_groups_own_setting(store: RedisStore) -> None:
+    configure(store, cap=1, caps={"a": 2}, weights={"a": 4})
+    assert store.limit(Q, "a", 5, 0.5) == (5, 0.5)
+    configure(store, cap=1, caps={"a": 2}, weights={"a": 4})  # a dispatcher restarts
+    assert store.limit(Q, "a") == (5, 0.5)
+    assert store.limit(Q, "a", RESET, RESET) == (2, 4.0)
+    assert store.limit(Q, "b", 3) == (3, 1.0)
+    assert store.limit(Q, "b", RESET) == (1, 1.0)             # the queue default
+
+
+def test_limit_zero_pauses_a_group_and_minus_one_lifts_the_cap(store: RedisStore) -> None:
+    configure(store, cap=1)
+    hold(store, "a")
+    hold(store, "a")
+    hold(store, "b")
+    store.limit(Q, "a", 0)
+    assert [group_of(p) for p in pick(store, 5)] == ["b"]
+    assert store.limit(Q, "a", -1) == (None, 1.0)
+    assert [group_of(p) for p in pick(store, 5)] == ["a", "a"]
+
+
+def test_limit_weight_is_used_by_pick(store: RedisStore) -> None:
+    configure(store, weights={"a": 1})
+    for _ in range(8):
+        hold(store, "a")
+        hold(store, "b")
+    assert store.limit(Q, "a", weight=3) == (None, 3.0)
+    assert Counter(pick_groups(store, 8)) == {"a": 6, "b": 2}
+
+
+def _held_truth(store: RedisStore) -> tuple[dict[str, int], int, int]:
+    k = store.keys(Q)
+    per_group, by_class = {}, {"i": 0, "b": 0}
+    for g in store.client.smembers(k.groups):
+        g = g.decode()
+        lens = {c: store.client.llen(k.held(c, g)) for c in "ib"}
+        by_class = {c: by_class[c] + lens[c] for c in "ib"}
+        if sum(lens.values()):
+            per_group[g] = sum(lens.values())
+    return per_group, by_class["i"], by_class["b"]
+
+
+def _assert_counters_exact(store: RedisStore) -> None:
+    per_group, held_i, held_b = _held_truth(store)
+    figures = store.queue_figures(Q)
+    assert (figures["held_interactive"], figures["held_background"]) == (held_i, held_b)
+    assert dict(store.top_groups(Q, 1000)) == per_group
+
+
+def test_held_counters_follow_every_script(store: RedisStore) -> None:
+    configure(store, cap=2)
+    for g in ("a", "a", "a", "b"):
+        hold(store, g)
+    hold(store, "c", INTERACTIVE)
+    hold(store, "b", due=NOW + 100)
+    _assert_counters_exact(store)
+    assert store.top_groups(Q, 1) == [("a", 3)]
+    store.promote(Q, NOW + 100, 10)                       # delayed -> held
+    _assert_counters_exact(store)
+    picked = pick(store, 3)
+    _assert_counters_exact(store)
+    store.reclaim(Q, NOW + LEASE + 1, 10)                 # picked -> held again
+    _assert_counters_exact(store)
+    held_id = hold(store, "d")
+    store.cancel(Q, [held_id])
+    _assert_counters_exact(store)
+    assert store.queue_figures(Q)["released"] == 0
+    again = pick(store, 2)
+    store.confirm(Q, [p.dispatch_id for p in again], NOW + LEASE * 10)
+    store.release(Q, again[0].dispatch_id)
+    store.release(Q, again[0].dispatch_id)                # idempotent: counted once
+    assert store.queue_figures(Q)["released"] == 1
+    assert picked  # (the first pick's dispatches were reclaimed above)
+
+
+def test_configure_rebuilds_the_held_counters(store: RedisStore) -> None:
+    for g in ("a", "a", "b"):
+        hold(store, g)
+    store.client.delete(store.keys(Q).stat, store.keys(Q).backlog)  # e.g. an older version
+    configure(store)
+    _assert_counters_exact(store)
+    assert store.top_groups(Q, 5) == [("a", 2), ("b", 1)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -22,7 +22,8 @@ class BeginResult(enum.IntEnum):
     RUN_REACQUIRED = 2
     #: the store never saw it (no record): run it, nothing held is ever dropped
     RUN_UNKNOWN = 0
-    #: a stale duplicate: the message was held again and a newer dispatch carries it
+    #: a stale duplicate: the message was held again and a newer dispatch carries it, or
+    #: the dispatch already ran to its end and the broker redelivered it
     SKIP = -1
 
 
@@ -33,6 +34,28 @@ class Picked:
     dispatch_id: str
     hold_id: str
     value: bytes
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """One message ``pick`` pushed into the broker's list itself (for metrics)."""
+
+    klass: str
+    due_at: float | None  # epoch seconds it became due; None when not recorded
+    group: str
+
+
+@dataclass(frozen=True)
+class DirectPush:
+    """Where ``pick`` may push messages itself: kombu's Redis list of the real queue, on
+    the store's own Redis (see ``celery_fair.direct``)."""
+
+    queue: str
+    sep: str
+    priority_steps: tuple[int, ...]
+    exchange: str  # the queue's own direct exchange ('' for none)
+    routing_key: str
+    binding_key: str  # kombu's binding set of that exchange
 
 
 @dataclass(frozen=True)
@@ -69,20 +92,35 @@ class Store(abc.ABC):
         """Mark dispatches the broker accepted 'queued'. Returns the stale ones."""
 
     @abc.abstractmethod
-    def begin(self, queue: str, dispatch_id: str, deadline_ms: int) -> BeginResult:
-        """A worker is about to run a dispatch: mark it running, say whether to run it."""
+    def begin(self, queue: str, dispatch_id: str, deadline_ms: int, *,
+              now_ms: int | None = None, run: str | None = None, acks_late: bool = False,
+              host: str = "", gone: Callable[[str], bool] | None = None) -> BeginResult:
+        """A worker is about to run a dispatch: mark it running, say whether to run it.
+
+        ``run`` names this run (unique; generated when None): a copy of the dispatch that
+        another run is running under a live lease is skipped when ``acks_late`` runs keep
+        the message with the record, since reclaim can then hold it again should that run
+        die. When that run's token starts with ``host`` (this machine's), ``gone(token)``
+        says whether it has ended without a word (its pool process was killed): then
+        this run takes it over at once. ``now_ms`` is the clock the lease is judged by."""
 
     @abc.abstractmethod
     def renew(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> int:
         """Extend leases of dispatches a worker holds. Returns how many were current."""
 
     @abc.abstractmethod
-    def release(self, queue: str, dispatch_id: str) -> bool:
-        """Free a dispatch's slot. Idempotent; returns whether a slot was freed."""
+    def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
+                run: str | None = None) -> bool:
+        """Free a dispatch's slot. Idempotent; returns whether a slot was freed. With
+        ``done_seconds`` (the task ran to its end) its record stays that long as a
+        'released' tombstone, so a redelivered copy is skipped; 0 forgets it. With
+        ``run``, only while that run holds it (no other run has taken it over)."""
 
     @abc.abstractmethod
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
-        """Take back slots whose lease ran out. Returns (held again, lost to a dead worker)."""
+        """Take back slots whose lease ran out: a dispatch no worker reported (picked or
+        queued) is held again, one a worker had is lost with it (the broker redelivers).
+        Returns (held again, lost to a dead worker)."""
 
     @abc.abstractmethod
     def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int | None]:

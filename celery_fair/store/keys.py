@@ -57,8 +57,36 @@ class QueueKeys:
         return f"{self.prefix}:wake"
 
     @property
+    def quarantine(self) -> str:
+        return f"{self.prefix}:quarantine"
+
+    @property
     def workers(self) -> str:
         return f"{self.prefix}:workers"
+
+    @property
+    def summary(self) -> str:
+        return f"{self.prefix}:summary"
+
+    @property
+    def conf_caps(self) -> str:
+        return f"{self.prefix}:conf:caps"
+
+    @property
+    def conf_weights(self) -> str:
+        return f"{self.prefix}:conf:weights"
+
+    @property
+    def limit_caps(self) -> str:
+        return f"{self.prefix}:limit:caps"
+
+    @property
+    def limit_weights(self) -> str:
+        return f"{self.prefix}:limit:weights"
+
+    @property
+    def backlog(self) -> str:
+        return f"{self.prefix}:backlog"
 
     def held(self, klass: str, group: str) -> str:
         return f"{self.prefix}:q:{klass}:{group}"
@@ -71,7 +99,6 @@ class QueueKeys:
 
     def dispatch(self, dispatch_id: str) -> str:
         return f"{self.prefix}:d:{dispatch_id}"
-
 
 
 def queues_key(namespace: str) -> str:

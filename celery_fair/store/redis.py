@@ -3,34 +3,55 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.commands.core import Script
 
 from ..errors import StoreConnectionError, StoreError
-from .base import BeginResult, Picked, Policy, Store
+from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
 from .keys import QueueKeys, queues_key
 from .scripts import OPERATIONS, source
+
+logger = logging.getLogger(__name__)
 
 #: How long the record of a superseded or lost dispatch is kept (seconds). A stale copy
 #: delivered later than this runs as an unknown dispatch.
 TOMBSTONE_SECONDS = 86_400
+#: How long after its registration expired a worker's entry is dropped (ms). Expired
+#: workers never count; the margin only keeps a registering worker whose clock runs ahead
+#: from dropping entries another host's clock still sees as live.
+PRUNE_GRACE_MS = 60_000
+#: :meth:`RedisStore.limit` arguments: leave the value as it is, or clear the runtime limit.
+KEEP, RESET = "", "reset"
 
 
 @contextmanager
-def _wrapped() -> Iterator[None]:
+def _wrapped(where: str = "") -> Iterator[None]:
+    at = f" ({where})" if where else ""
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise StoreConnectionError(f"celery_fair store unreachable: {exc}") from exc
+        raise StoreConnectionError(f"celery_fair store unreachable{at}: {exc}") from exc
     except redis.RedisError as exc:
-        raise StoreError(f"celery_fair store failed: {exc}") from exc
+        raise StoreError(f"celery_fair store failed{at}: {exc}") from exc
+
+
+def describe(client: redis.Redis) -> str:
+    """Where ``client`` connects, as a URL without credentials (for error messages)."""
+    kw = client.connection_pool.connection_kwargs
+    if kw.get("path"):
+        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
+    scheme = "rediss" if "ssl" in str(client.connection_pool.connection_class).lower() \
+        else "redis"
+    return f"{scheme}://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
 
 
 class RedisStore(Store):
@@ -39,6 +60,7 @@ class RedisStore(Store):
     def __init__(self, client: redis.Redis, namespace: str = "fair") -> None:
         self.client = client
         self.namespace = namespace
+        self.where = describe(client)
         self._scripts: dict[str, Script] = {
             name: client.register_script(source(name)) for name in OPERATIONS}
         self._known_queues: set[str] = set()
@@ -53,25 +75,84 @@ class RedisStore(Store):
         return QueueKeys(self.namespace, queue)
 
     def _run(self, name: str, queue: str, *args: Any) -> Any:
-        with _wrapped():
-            return self._scripts[name](keys=[self.keys(queue).prefix], args=args)
+        try:
+            with _wrapped(self.where):
+                return self._scripts[name](keys=[self.keys(queue).prefix], args=args)
+        except StoreConnectionError:
+            raise
+        except StoreError as exc:
+            # A script error is a damaged or foreign key: say where, and what finds it.
+            raise StoreError(f"{exc} (operation {name}, fair queue {queue!r}; "
+                             "`celery -A <app> fair check` finds what is damaged, "
+                             "`--repair` fixes it)") from exc.__cause__
 
     # -- the atomic operations ---------------------------------------------------------
 
     def hold(self, queue: str, hold_id: str, value: bytes, due_ms: int, now_ms: int) -> str:
         if queue not in self._known_queues:
-            with _wrapped():
+            with _wrapped(self.where):
                 self.client.sadd(queues_key(self.namespace), queue)
             self._known_queues.add(queue)
         return _text(self._run("hold", queue, hold_id, value, due_ms, now_ms))
 
     def pick(self, queue: str, limit: int, capacity: int | None, now_ms: int,
-             lease_ms: int) -> list[Picked]:
-        token = uuid.uuid4().hex[:12] + "."
-        flat = self._run("pick", queue, now_ms, limit, -1 if capacity is None else capacity,
-                         lease_ms, token)
-        return [Picked(_text(flat[i]), _text(flat[i + 1]), flat[i + 2])
-                for i in range(0, len(flat), 3)]
+             lease_ms: int, *, token: str | None = None) -> list[Picked]:
+        return self.pick_and_push(queue, limit, capacity, now_ms, lease_ms, None, 0,
+                                  token=token)[1]
+
+    def pick_and_push(self, queue: str, limit: int, capacity: int | None, now_ms: int,
+                      lease_ms: int, push: DirectPush | None, queued_deadline_ms: int,
+                      *, token: str | None = None) -> tuple[list[Pushed], list[Picked]]:
+        """``pick``; with ``push``, the script itself pushes what it can into kombu's list
+        (those dispatches are 'queued' at once, until ``queued_deadline_ms``). Returns how
+        what it pushed and the picked messages left for the caller to publish. Dispatch
+        ids are ``<token><n>``; a test may fix the token to replay a run exactly."""
+        args = _pick_args(limit, capacity, now_ms, lease_ms, push, queued_deadline_ms, token)
+        return _picked(self.keys(queue), self._run("pick", queue, *args), push)
+
+    def promote_reclaim_pick(self, queue: str, now_ms: int, limit: int,
+                             capacity: int | None, lease_ms: int, push: DirectPush | None,
+                             queued_deadline_ms: int, reclaim: bool = True
+                             ) -> tuple[tuple[int, int | None], tuple[int, int],
+                                        tuple[list[Pushed], list[Picked]]]:
+        """``promote``, ``reclaim`` (at most 1,000 each; reclaim only when ``reclaim``)
+        and ``pick_and_push``, in this order, in one round trip (a pipeline: atomic
+        steps, not one)."""
+        prefix = self.keys(queue).prefix
+        calls = [("promote", [now_ms, 1000]),
+                 ("reclaim", [now_ms, 1000, TOMBSTONE_SECONDS]),
+                 ("pick", _pick_args(limit, capacity, now_ms, lease_ms, push,
+                                     queued_deadline_ms, None))]
+        if not reclaim:
+            del calls[1]
+        answers = self._pipelined(prefix, calls)
+        if not reclaim:
+            answers.insert(1, (0, 0))
+        (moved, nxt, bad), (requeued, lost), flat = answers
+        if bad:
+            _log_quarantined(self.keys(queue), bad)
+        return ((int(moved), None if int(nxt) < 0 else int(nxt)),
+                (int(requeued), int(lost)), _picked(self.keys(queue), flat, push))
+
+    def _pipelined(self, prefix: str, calls: list[tuple[str, list[Any]]]) -> list[Any]:
+        """Run scripts in one round trip. EVALSHA directly: a redis-py pipeline of Script
+        objects would first ask SCRIPT EXISTS, a round trip of its own, every time. After
+        a script cache flush (NOSCRIPT) they are loaded again and the calls retried; the
+        scripts that had run already are run again, which is harmless for the callers."""
+        with _wrapped(self.where):
+            for attempt in (1, 2):
+                pipe = self.client.pipeline(transaction=False)
+                for name, args in calls:
+                    pipe.evalsha(self._scripts[name].sha, 1, prefix, *args)
+                try:
+                    return list(pipe.execute())
+                except redis.exceptions.NoScriptError:
+                    if attempt == 2:
+                        raise
+                    for name, _ in calls:
+                        script = self._scripts[name]
+                        script.sha = self.client.script_load(script.script)
+        raise AssertionError("unreachable")
 
     def confirm(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> list[str]:
         ids = list(dispatch_ids)
@@ -79,22 +160,36 @@ class RedisStore(Store):
             return []
         return [_text(d) for d in self._run("confirm", queue, deadline_ms, *ids)]
 
-    def begin(self, queue: str, dispatch_id: str, deadline_ms: int) -> BeginResult:
-        return BeginResult(int(self._run("begin", queue, dispatch_id, deadline_ms)))
+    def begin(self, queue: str, dispatch_id: str, deadline_ms: int, *,
+              now_ms: int | None = None, run: str | None = None, acks_late: bool = False,
+              host: str = "", gone: Callable[[str], bool] | None = None) -> BeginResult:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        args: list[Any] = [dispatch_id, deadline_ms, now, run or uuid.uuid4().hex,
+                           int(acks_late), host if gone else ""]
+        reply = self._run("begin", queue, *args, "")
+        if isinstance(reply, bytes) and gone is not None and gone(reply.decode()):
+            # a run of this host holds it, and its process is gone: take over
+            reply = self._run("begin", queue, *args, reply.decode())
+        if isinstance(reply, bytes):  # a live run holds it (or another took over): a copy
+            reply = self._run("begin", queue, *args[:-1], "", "")
+        return BeginResult(int(reply))
 
     def renew(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> int:
         ids = list(dispatch_ids)
         return int(self._run("renew", queue, deadline_ms, *ids)) if ids else 0
 
-    def release(self, queue: str, dispatch_id: str) -> bool:
-        return bool(self._run("release", queue, dispatch_id))
+    def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
+                run: str | None = None) -> bool:
+        return bool(self._run("release", queue, dispatch_id, done_seconds, run or ""))
 
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         requeued, lost = self._run("reclaim", queue, now_ms, limit, TOMBSTONE_SECONDS)
         return int(requeued), int(lost)
 
     def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int | None]:
-        moved, nxt = self._run("promote", queue, now_ms, limit)
+        moved, nxt, bad = self._run("promote", queue, now_ms, limit)
+        if bad:
+            _log_quarantined(self.keys(queue), bad)
         return int(moved), (None if int(nxt) < 0 else int(nxt))
 
     def configure(self, queue: str, policy: Policy) -> None:
@@ -115,7 +210,7 @@ class RedisStore(Store):
         """Hold ids ``<id>~<n>`` of ``ids`` (an id held twice). Found by a scan of the
         held ids, done only in a queue that ever had such a copy (``stat`` ``dup``)."""
         k = self.keys(queue)
-        with _wrapped():
+        with _wrapped(self.where):
             if not int(self.client.hget(k.stat, "dup") or 0):
                 return []
             held = [_text(key) for key, _ in self.client.hscan_iter(k.msg, match="*~*",
@@ -124,11 +219,34 @@ class RedisStore(Store):
         return [hid for hid in held if hid not in wanted and any(
             hid[:i] in wanted for i, ch in enumerate(hid) if ch == "~")]
 
+    def check(self, queue: str, repair: bool, now_ms: int,
+              lease_ms: int) -> list[tuple[str, str, str, str]]:
+        """Check (and with ``repair``, fix) the invariants of ``queue`` atomically
+        (``check.lua``). Keys outside the fixed ones are found first by SCAN (not
+        atomic; the script re-reads them). Returns ``(kind, subject, detail, action)``
+        per finding; ``action`` is empty when nothing was done."""
+        k = self.keys(queue)
+        groups: set[str] = set()
+        dispatch_ids: set[str] = set()
+        parts = {f"{k.prefix}:q:i:": groups, f"{k.prefix}:q:b:": groups,
+                 f"{k.prefix}:g:": groups, f"{k.prefix}:d:": dispatch_ids}
+        with _wrapped(self.where):
+            # one pass over the queue's keys (not atomic; the script re-reads each)
+            for raw in self.client.scan_iter(match=_glob_escape(k.prefix) + ":*", count=1000):
+                key = _text(raw)
+                for head, found in parts.items():
+                    if key.startswith(head):
+                        found.add(key[len(head):])
+        flat = self._run("check", queue, 1 if repair else 0, now_ms, lease_ms,
+                         json.dumps(sorted(groups)), json.dumps(sorted(dispatch_ids)))
+        return [(_text(flat[i]), _text(flat[i + 1]), _text(flat[i + 2]), _text(flat[i + 3]))
+                for i in range(0, len(flat), 4)]
+
     # -- reads and bookkeeping outside the hot path -----------------------------------
 
     def queues(self) -> list[str]:
         """Every fair queue that has held a message, sorted."""
-        with _wrapped():
+        with _wrapped(self.where):
             return sorted(_text(q) for q in self.client.smembers(queues_key(self.namespace)))
 
     def wait(self, queues: Iterable[str], timeout: float) -> bool:
@@ -137,48 +255,111 @@ class RedisStore(Store):
         if not keys:
             time.sleep(timeout)
             return False
-        with _wrapped():
+        with _wrapped(self.where):
             return self.client.blpop(keys, timeout=max(timeout, 0.001)) is not None
 
     def register_worker(self, queue: str, worker: str, concurrency: int,
                         expires_ms: int) -> None:
         """A worker consuming ``queue`` with ``concurrency`` slots is alive until then.
 
-        A worker seen for the first time wakes the dispatchers: it brings capacity.
+        A worker seen for the first time wakes the dispatchers: it brings capacity. The
+        entries of workers long dead are dropped here (:meth:`prune_workers`), so the
+        hash stays as small as the set of live workers while reads stay reads.
         """
         k = self.keys(queue)
-        with _wrapped():
+        with _wrapped(self.where):
             if self.client.hset(k.workers, worker, f"{expires_ms}:{concurrency}"):
                 pipe = self.client.pipeline(transaction=False)
                 pipe.lpush(k.wake, "1")
                 pipe.ltrim(k.wake, 0, 0)
                 pipe.execute()
+        self.prune_workers(queue, now_ms() - PRUNE_GRACE_MS)
 
     def unregister_worker(self, queue: str, worker: str) -> None:
-        with _wrapped():
+        with _wrapped(self.where):
             self.client.hdel(self.keys(queue).workers, worker)
 
-    def worker_capacity(self, queue: str, now_ms: int) -> int:
-        """Sum of the pool sizes of live workers consuming ``queue``; forgets dead ones."""
+    def prune_workers(self, queue: str, before_ms: int) -> int:
+        """Forget the workers of ``queue`` whose registration expired before
+        ``before_ms``; returns how many. (A worker that registers again is back.)"""
         key = self.keys(queue).workers
-        with _wrapped():
-            entries = self.client.hgetall(key)
-            total, dead = 0, []
-            for worker, value in entries.items():
-                expires, _, concurrency = _text(value).partition(":")
-                if int(expires) < now_ms:
-                    dead.append(worker)
-                else:
-                    total += int(concurrency)
-            if dead:
-                self.client.hdel(key, *dead)
-        return total
+        with _wrapped(self.where):
+            dead = [worker for worker, (expires, _) in _workers(self.client.hgetall(key))
+                    if expires < before_ms]
+            return int(self.client.hdel(key, *dead)) if dead else 0
+
+    def worker_capacity(self, queue: str, now_ms: int) -> int:
+        """Sum of the pool sizes of live workers consuming ``queue`` (reads only: expired
+        entries are skipped here and dropped by :meth:`register_worker`)."""
+        with _wrapped(self.where):
+            entries = self.client.hgetall(self.keys(queue).workers)
+        return sum(concurrency for _, (expires, concurrency) in _workers(entries)
+                   if expires >= now_ms)
 
     def snapshot(self, queue: str) -> dict[str, Any]:
-        """Per-group figures of ``queue`` for status displays (reads, not atomic)."""
+        """Totals and the figures of every group of ``queue`` (reads, not atomic).
+
+        Reads every group: O(groups), for tests and tools that need them all. Status
+        displays read :meth:`queue_figures` and :meth:`busiest_groups` instead.
+        """
+        with _wrapped(self.where):
+            groups = sorted(_text(g) for g in self.client.smembers(self.keys(queue).groups))
+        return {**self.queue_figures(queue), "groups": self.group_figures(queue, groups)}
+
+    def queue_figures(self, queue: str) -> dict[str, Any]:
+        """Totals of ``queue`` in O(1): held per class, delayed, in flight, groups with
+        work, ready groups per class, releases and skipped copies so far (``stat``
+        counters)."""
         k = self.keys(queue)
-        with _wrapped():
-            groups = sorted(_text(g) for g in self.client.smembers(k.groups))
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(k.stat, "inflight", "held:i", "held:b", "released", "skipped")
+            pipe.zcard(k.delayed)
+            pipe.scard(k.groups)
+            pipe.zcard(k.ready("i"))
+            pipe.zcard(k.ready("b"))
+            stat, delayed, groups, ready_i, ready_b = pipe.execute()
+        inflight, held_i, held_b, released, skipped = (int(v or 0) for v in stat)
+        return {"queue": queue, "inflight": inflight, "delayed": delayed,
+                "held_interactive": held_i, "held_background": held_b, "released": released,
+                "skipped": skipped,
+                "group_count": groups, "ready_interactive": ready_i, "ready_background": ready_b}
+
+    def top_groups(self, queue: str, limit: int) -> list[tuple[str, int]]:
+        """The ``limit`` groups holding the most messages, most first, with their count
+        (the ``backlog`` ranking: O(log G + limit))."""
+        if limit <= 0:
+            return []
+        with _wrapped(self.where):
+            rows: list[Any] = self.client.zrevrange(self.keys(queue).backlog, 0, limit - 1,
+                                                    withscores=True)
+        return [(_text(g), int(n)) for g, n in rows]
+
+    def busiest_groups(self, queue: str, limit: int) -> list[dict[str, Any]]:
+        """Figures (:meth:`group_figures`) of at most ``limit`` groups with work, most held
+        first, then most in flight, then by name. Reads O(limit) keys: the ``backlog``
+        ranking, then, if it has fewer, other groups with work (in flight or delayed)."""
+        names = [g for g, _ in self.top_groups(queue, limit)]
+        if len(names) < limit:
+            seen = set(names)
+            with _wrapped(self.where):
+                for member in self.client.sscan_iter(self.keys(queue).groups, count=200):
+                    name = _text(member)
+                    if name not in seen:
+                        names.append(name)
+                        seen.add(name)
+                        if len(names) >= limit:
+                            break
+        rows = self.group_figures(queue, names)
+        rows.sort(key=lambda r: (-(r["held_interactive"] + r["held_background"]),
+                                 -r["inflight"], r["group"]))
+        return rows
+
+    def group_figures(self, queue: str, groups: list[str]) -> list[dict[str, Any]]:
+        """Held, delayed, in flight, cap and weight in force of each of ``groups``;
+        ``limited`` lists what a runtime limit sets ("cap", "weight"). One round trip."""
+        k = self.keys(queue)
+        with _wrapped(self.where):
             pipe = self.client.pipeline(transaction=False)
             for g in groups:
                 pipe.llen(k.held("i", g))
@@ -186,38 +367,137 @@ class RedisStore(Store):
                 pipe.hmget(k.group(g), "n", "d")
                 pipe.hget(k.caps, g)
                 pipe.hget(k.weights, g)
+                pipe.hexists(k.limit_caps, g)
+                pipe.hexists(k.limit_weights, g)
             pipe.hgetall(k.conf)
-            pipe.hget(k.stat, "inflight")
-            pipe.zcard(k.delayed)
-            *rows, conf, inflight, delayed = pipe.execute()
+            *rows, conf = pipe.execute()
         conf = {_text(a): _text(b) for a, b in conf.items()}
         out = []
         for i, g in enumerate(groups):
-            held_i, held_b, (n, d), cap, weight = rows[i * 5:i * 5 + 5]
-            cap_value = int(cap if cap is not None else conf.get("cap", -1))
+            held_i, held_b, (n, d), cap, weight, cap_limited, weight_limited = \
+                rows[i * 7:i * 7 + 7]
+            cap_value = int(_first(cap, conf.get("cap"), -1))
             out.append({
                 "group": g, "held_interactive": held_i, "held_background": held_b,
                 "delayed": int(d or 0), "inflight": int(n or 0),
                 "cap": None if cap_value < 0 else cap_value,
-                "weight": float(weight if weight is not None else conf.get("weight", 1)),
+                "weight": float(_first(weight, conf.get("weight"), 1)),
+                "limited": [name for name, on in (("cap", cap_limited),
+                                                  ("weight", weight_limited)) if on],
             })
-        return {"queue": queue, "inflight": int(inflight or 0), "delayed": delayed,
-                "groups": out}
+        return out
+
+    def limit(self, queue: str, group: str, cap: int | str = KEEP,
+              weight: float | str = KEEP) -> tuple[int | None, float]:
+        """Set (or with :data:`RESET` clear) ``group``'s runtime cap and weight in
+        ``queue``; they take precedence over the settings and survive restarts.
+        ``cap`` -1 means no cap, 0 pauses the group. Returns the cap and weight now in
+        force (cap None: none)."""
+        cap_now, weight_now = self._run("limit", queue, group, str(cap), _weight_arg(weight))
+        value = int(_text(cap_now))
+        return (None if value < 0 else value), float(_text(weight_now))
+
+    def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
+        """Counts and head due times of ``groups`` (one short script; reads only)."""
+        if not groups:
+            return []
+        flat = self._run("summarize", queue, *groups)
+        rows = (flat[i:i + 6] for i in range(0, len(flat), 6))
+        return [GroupFigures(g, int(hi), int(hb), int(n), int(d), _seconds(ti), _seconds(tb))
+                for g, (hi, hb, n, d, ti, tb) in zip(groups, rows)]
 
     def quarantine(self, queue: str, dispatch_id: str, value: bytes, reason: str) -> None:
         """Keep an undecodable message aside (never dropped) and free its slot."""
         k = self.keys(queue)
-        with _wrapped():
-            self.client.hset(f"{k.prefix}:quarantine", dispatch_id, value)
-            self.client.hset(f"{k.prefix}:quarantine:why", dispatch_id, reason)
+        with _wrapped(self.where):
+            self.client.hset(k.quarantine, dispatch_id, value)
+            self.client.hset(f"{k.quarantine}:why", dispatch_id, reason)
         self.release(queue, dispatch_id)
 
     def close(self) -> None:
         self.client.close()
 
 
+def _log_quarantined(keys: QueueKeys, hold_ids: list[Any]) -> None:
+    logger.error("queue %s: held message(s) %s could not be decoded (not written by "
+                 "celery_fair, or damaged) and were moved to %s; other messages are not "
+                 "affected", keys.queue, ", ".join(_text(h) for h in hold_ids), keys.quarantine)
+
+
+def _workers(entries: Mapping[Any, Any]) -> Iterator[tuple[str, tuple[int, int]]]:
+    """The ``workers`` hash as ``(worker, (expires_ms, concurrency))``."""
+    for worker, value in entries.items():
+        expires, _, concurrency = _text(value).partition(":")
+        yield _text(worker), (int(expires), int(concurrency))
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal in a SCAN MATCH pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def _first(*values: Any) -> Any:
+    return next(v for v in values if v is not None)
+
+
+def _weight_arg(weight: float | str) -> str:
+    return weight if isinstance(weight, str) else repr(float(weight))
+
+
+def _pick_args(limit: int, capacity: int | None, now_ms: int, lease_ms: int,
+               push: DirectPush | None, queued_deadline_ms: int,
+               token: str | None) -> list[Any]:
+    token = token or uuid.uuid4().hex[:12] + "."
+    args: list[Any] = [now_ms, limit, -1 if capacity is None else capacity, lease_ms, token]
+    if push is not None:
+        args += [push.queue, push.sep, ",".join(map(str, push.priority_steps)),
+                 queued_deadline_ms, push.exchange, push.routing_key, push.binding_key]
+    return args
+
+
+def _picked(keys: QueueKeys, flat: list[Any], push: DirectPush | None
+            ) -> tuple[list[Pushed], list[Picked]]:
+    """Unpack pick.lua's answer; an entry without a dispatch id was quarantined."""
+    pushed: list[Pushed] = []
+    if push is not None:
+        count = int(flat.pop(0))
+        for i in range(0, 3 * count, 3):
+            due = _text(flat[i + 1])
+            pushed.append(Pushed(_text(flat[i]), float(due) if due else None,
+                                 _text(flat[i + 2])))
+        del flat[:3 * count]
+    picked, quarantined = [], []
+    for i in range(0, len(flat), 3):
+        if flat[i]:
+            picked.append(Picked(_text(flat[i]), _text(flat[i + 1]), flat[i + 2]))
+        else:
+            quarantined.append(flat[i + 1])
+    if quarantined:
+        _log_quarantined(keys, quarantined)
+    return pushed, picked
+
+
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _seconds(value: Any) -> float | None:
+    text = _text(value)
+    return float(text) if text else None
+
+
+@dataclass(frozen=True)
+class GroupFigures:
+    """One group as ``summarize`` sees it; ``due_*``: when its oldest held message of
+    that class became due (epoch seconds), None when it holds none (or an old message)."""
+
+    group: str
+    held_interactive: int
+    held_background: int
+    inflight: int
+    delayed: int
+    due_interactive: float | None
+    due_background: float | None
 
 
 _stores: dict[tuple[int, str, str], RedisStore] = {}

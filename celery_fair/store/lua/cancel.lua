@@ -8,13 +8,16 @@ Returns: flat array {hold id, stored value, ...} of the messages removed. ]]
 local out = {}
 for _, id in ipairs(ARGV) do
   local value = redis.call('HGET', K_MSG, id)
-  if value then
-    local cls, _, _, g = parse(value)
+  local m = value and decode(value)
+  if value and not m then
+    quarantine(id, value, 'cancel: undecodable stored value')
+  elseif m then
+    local cls, g = m.cls, m.g
     redis.call('HDEL', K_MSG, id)
     if redis.call('ZREM', K_DELAYED, id) == 1 then
       redis.call('HINCRBY', k_group(g), 'd', -1)
     else
-      redis.call('LREM', k_list(cls, g), 1, id)
+      if redis.call('LREM', k_list(cls, g), 1, id) == 1 then count_held(cls, g, -1) end
     end
     refresh(g)
     forget_if_idle(g)

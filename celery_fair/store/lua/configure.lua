@@ -1,5 +1,8 @@
 --[[ configure: set the fair queue's policy settings and re-rank every group under them.
-Runs when a dispatcher starts (settings from app.conf); not on the hot path.
+Runs when a dispatcher starts (settings from app.conf); not on the hot path. Runtime
+limits (limit.lua) live in keys of their own: they stay, and are laid over the settings
+in `caps`/`weights`, the values in force that every script reads.
+Also rebuilds the held counters (`stat` held:i/held:b, `backlog`) from the lists.
 KEYS[1]  fair queue prefix
 ARGV[1]  default cap (-1: none)
 ARGV[2]  interactive reserve
@@ -9,10 +12,34 @@ ARGV[5]  weight overrides as JSON {group: weight}
 Returns: number of groups re-ranked. ]]
 -- @include common
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3])
-redis.call('DEL', K_CAPS, K_WEIGHTS)
-for g, cap in pairs(cjson.decode(ARGV[4])) do redis.call('HSET', K_CAPS, g, cap) end
-for g, w in pairs(cjson.decode(ARGV[5])) do redis.call('HSET', K_WEIGHTS, g, w) end
+-- The settings, kept apart (a limit's --reset restores them), then in force with the
+-- runtime limits laid over them.
+for _, k in ipairs({{K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, ARGV[4]},
+                    {K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, ARGV[5]}}) do
+  local settings, in_force, limits = k[1], k[2], k[3]
+  redis.call('DEL', settings, in_force)
+  for g, v in pairs(cjson.decode(k[4])) do
+    redis.call('HSET', settings, g, v)
+    redis.call('HSET', in_force, g, v)
+  end
+  local limited = redis.call('HGETALL', limits)
+  for i = 1, #limited, 2 do redis.call('HSET', in_force, limited[i], limited[i + 1]) end
+end
 local groups = redis.call('SMEMBERS', K_GROUPS)
-for _, g in ipairs(groups) do refresh(g) end
+-- The held counters are rebuilt while every group is visited anyway: they become exact
+-- again after anything that bypassed the scripts (a store written by an older version).
+redis.call('DEL', K_BACKLOG)
+local held = {i = 0, b = 0}
+for _, g in ipairs(groups) do
+  refresh(g, tonumber(ARGV[1]))
+  local n = 0
+  for _, cls in ipairs(CLASSES) do
+    local len = redis.call('LLEN', k_list(cls, g))
+    held[cls] = held[cls] + len
+    n = n + len
+  end
+  if n > 0 then redis.call('ZADD', K_BACKLOG, n, g) end
+end
+redis.call('HSET', K_STAT, 'held:i', held.i, 'held:b', held.b)
 wake()
 return #groups

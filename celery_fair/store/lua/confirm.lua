@@ -1,4 +1,7 @@
 --[[ confirm: the broker accepted these dispatches; their lease becomes the long one.
+The message bytes stay in the record until a worker begins the dispatch (and while it
+runs, for an acks_late task), so reclaim can hold the message again if the broker loses it
+or the worker holding it dies.
 KEYS[1]  fair queue prefix
 ARGV[1]  lease deadline in ms
 ARGV[2..] dispatch ids
@@ -14,7 +17,6 @@ for i = 2, #ARGV do
   local state = redis.call('HGET', dk, 's')
   if state == 'picked' then
     redis.call('HSET', dk, 's', 'queued')
-    redis.call('HDEL', dk, 'v')
     redis.call('ZADD', K_LEASES, deadline, did)
   elseif state == 'superseded' then
     stale[#stale + 1] = did

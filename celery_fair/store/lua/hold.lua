@@ -13,10 +13,12 @@ if redis.call('HEXISTS', K_MSG, id) == 1 then
   id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)
 end
 local cls, front, _, g = parse(value)
-redis.call('HSET', K_MSG, id, value)
-redis.call('SADD', K_GROUPS, g)
+-- The message's list or delayed entry is written first: should a key of a foreign type
+-- make a write fail (the script stops there, without rollback), nothing is half-held.
 if due > now then
   redis.call('ZADD', K_DELAYED, due, id)
+  redis.call('HSET', K_MSG, id, value)
+  redis.call('SADD', K_GROUPS, g)
   redis.call('HINCRBY', k_group(g), 'd', 1)
   if redis.call('ZRANGE', K_DELAYED, 0, 0)[1] == id then wake() end
   return id
@@ -26,5 +28,8 @@ if front then
 else
   redis.call('RPUSH', k_list(cls, g), id)
 end
+redis.call('HSET', K_MSG, id, value)
+redis.call('SADD', K_GROUPS, g)
+count_held(cls, g, 1)
 if refresh(g) then wake() end
 return id

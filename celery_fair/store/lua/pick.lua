@@ -7,48 +7,157 @@ ARGV[2]  most messages to take
 ARGV[3]  capacity of the fair queue (-1: none); counts every in-flight dispatch
 ARGV[4]  lease of a picked dispatch in ms (how long the dispatcher may take to publish)
 ARGV[5]  dispatch id prefix (unique per call)
-Returns: flat array {dispatch id, hold id, stored value, ...}. ]]
+Direct push (optional; only when the broker is kombu's Redis transport on this same Redis
+server and database, see direct.py):
+ARGV[6]  the real queue (kombu's list) to push messages into
+ARGV[7]  kombu's priority separator
+ARGV[8]  kombu's priority steps, ascending, comma separated ("0,3,6,9")
+ARGV[9]  lease deadline in ms of a queued dispatch (what confirm.lua would set)
+ARGV[10] the queue's own direct exchange ('' for none) ...
+ARGV[11] ... its routing key
+ARGV[12] ... and kombu's binding set of that exchange ("_kombu.binding.<exchange>"); a
+         broker key, which is why direct push is never used on Redis Cluster
+A message addressed to the queue by name, or through that exchange and routing key while
+every binding of that routing key leads to this queue alone, is pushed into the queue's
+list as kombu would publish it, and its dispatch is 'queued' at once: no publish round
+trip, no window between pick and publish. Anything else (another route, an `expires`
+header, a value stored before headers had a part of their own) is returned as usual.
+Returns: flat array {dispatch id, hold id, stored value, ...}; in direct mode preceded by
+the number of messages pushed and, for each of them, its class, due time (meta `t`, or '')
+and group. A held message that cannot be decoded moves to `quarantine`
+and comes back as {'', hold id, ''} (so it is logged). ]]
 -- @include common
+-- @include kombu
 local now, want, capacity = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local deadline, token = now + tonumber(ARGV[4]), ARGV[5]
+local target = ARGV[6]
 if capacity >= 0 then
   local room = capacity - tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
   if room < want then want = room end
 end
 local default_weight = tonumber(redis.call('HGET', K_CONF, 'weight') or '1')
+local default_cap = tonumber(redis.call('HGET', K_CONF, 'cap') or '-1')
 
+-- The interactive ready set is skipped while empty; only a full refresh can fill it.
+local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0
 local function head()
   for _, cls in ipairs(CLASSES) do
-    local top = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')
-    if top[1] then return cls, top[1], tonumber(top[2]) end
+    if cls ~= 'i' or not interactive_empty then
+      local top = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')
+      if top[1] then return cls, top[1], tonumber(top[2]) end
+    end
   end
 end
 
-local out, taken = {}, 0
+-- Direct push: may a message with this exchange and routing key go to `target` directly?
+local steps, sep, own_route, pushed_due = {}, ARGV[7], false, nil
+if target then
+  for step in string.gmatch(ARGV[8], '[^,]+') do steps[#steps + 1] = tonumber(step) end
+  if ARGV[10] ~= '' then
+    own_route = true
+    for _, binding in ipairs(redis.call('SMEMBERS', ARGV[12])) do
+      -- "<routing key><sep><pattern><sep><queue>"
+      local a = string.find(binding, sep, 1, true)
+      local b = a and string.find(binding, sep, a + #sep, true)
+      if not b or (string.sub(binding, 1, a - 1) == ARGV[11]
+                   and string.sub(binding, b + #sep) ~= target) then
+        own_route = false
+      end
+    end
+  end
+end
+
+local function push(did, value)
+  local meta, headers, properties, body = envelope_parts(value)
+  if not meta then return false end
+  pushed_due = meta.t
+  if not ((meta.e == '' and meta.r == target) or
+          (own_route and meta.e == ARGV[10] and meta.r == ARGV[11])) then
+    return false
+  end
+  if not string.find(headers, '"expires": null', 1, true) then return false end
+  local message, priority = kombu_message(did, target, meta, headers, properties, body)
+  redis.call('LPUSH', kombu_list(target, sep, steps, priority), message)
+  return true
+end
+
+local out, taken, pushed, pushed_info = {}, 0, 0, {}
+local popped, popped_total = {}, {i = 0, b = 0}  -- ids taken off each group's lists
 while taken < want do
   local cls, g, tag = head()
   if not cls then break end
   local id = redis.call('LPOP', k_list(cls, g))
+  if id then
+    popped[g] = (popped[g] or 0) + 1
+    popped_total[cls] = popped_total[cls] + 1
+  end
   local value = id and redis.call('HGET', K_MSG, id)
-  if value then
+  local m = value and decode(value)
+  if value and not m then
+    quarantine(id, value, 'pick: undecodable stored value')
+    out[#out + 1] = ''
+    out[#out + 1] = id
+    out[#out + 1] = ''
+  end
+  if not m then
+    -- nothing taken (an id without a message, or quarantined): maybe nothing left
+    redis.call('ZREM', k_ready(cls), g)
+    refresh(g, default_cap)
+    forget_if_idle(g)
+    interactive_empty = false
+  else
     redis.call('HDEL', K_MSG, id)
-    local _, _, cost = parse(value)
-    local weight = tonumber(redis.call('HGET', K_WEIGHTS, g) or default_weight)
     local gk = k_group(g)
     redis.call('HSET', K_VT, cls, tag)
-    redis.call('HSET', gk, 't' .. cls, tag + cost / weight)
+    tag = tag + m.cost / weight_of(g, default_weight)
+    redis.call('HSET', gk, 't' .. cls, tag)
     redis.call('HINCRBY', gk, 'n', 1)
     taken = taken + 1
     local did = token .. taken
-    redis.call('HSET', k_dispatch(did), 's', 'picked', 'g', g, 'c', cls, 'id', id, 'v', value)
-    redis.call('ZADD', K_LEASES, deadline, did)
-    out[#out + 1] = did
-    out[#out + 1] = id
-    out[#out + 1] = value
+    if target and push(did, value) then
+      -- the bytes stay with the record until a worker reports it (as confirm.lua keeps
+      -- them): a copy the broker lost is held again when the lease runs out
+      redis.call('HSET', k_dispatch(did), 's', 'queued', 'g', g, 'c', cls, 'id', id,
+                 'v', value)
+      redis.call('ZADD', K_LEASES, tonumber(ARGV[9]), did)
+      pushed = pushed + 1
+      -- for the dispatcher's metrics: class, due time, group
+      pushed_info[#pushed_info + 1] = cls
+      pushed_info[#pushed_info + 1] = pushed_due and string.format('%.17g', pushed_due) or ''
+      pushed_info[#pushed_info + 1] = g
+    else
+      redis.call('HSET', k_dispatch(did), 's', 'picked', 'g', g, 'c', cls, 'id', id,
+                 'v', value)
+      redis.call('ZADD', K_LEASES, deadline, did)
+      out[#out + 1] = did
+      out[#out + 1] = id
+      out[#out + 1] = value
+    end
+    if cap_of(g, default_cap) < 0 then
+      -- Without a cap only this class's membership can change: re-rank at the new tag
+      -- (it is above the virtual time just set) or drop the group when it has run dry.
+      if redis.call('LLEN', k_list(cls, g)) > 0 then
+        redis.call('ZADD', k_ready(cls), tag, g)
+      else
+        redis.call('ZREM', k_ready(cls), g)
+      end
+    else
+      -- the tag moved and the cap may be reached: re-rank or drop the group in each class
+      redis.call('ZREM', k_ready(cls), g)
+      refresh(g, default_cap)
+      interactive_empty = false
+    end
   end
-  -- the tag moved and the cap may be reached: re-rank or drop the group
-  redis.call('ZREM', k_ready(cls), g)
-  refresh(g)
 end
 if taken > 0 then redis.call('HINCRBY', K_STAT, 'inflight', taken) end
+-- the held counters, once per group and class rather than per message
+for g, n in pairs(popped) do rank_backlog(g, -n) end
+for cls, n in pairs(popped_total) do
+  if n > 0 then redis.call('HINCRBY', K_STAT, 'held:' .. cls, -n) end
+end
+if target then
+  -- {pushed, (class, due, group) per pushed message, then the picked triples}
+  for i = #pushed_info, 1, -1 do table.insert(out, 1, pushed_info[i]) end
+  table.insert(out, 1, pushed)
+end
 return out

@@ -1,8 +1,14 @@
 --[[ reclaim: take back the slots of dispatches whose lease ran out.
-A 'picked' dispatch (its dispatcher died before the broker took it) is held again at the
-head of its group and marked 'superseded', so a copy that did reach the broker is skipped.
-A 'queued' or 'running' one (its worker died) becomes 'lost': the broker still owns the
-message and will redeliver it; whoever runs it then takes a slot again (begin.lua).
+A 'picked' dispatch (its dispatcher died before the broker took it) or a 'queued' one (the
+broker took it but no worker ever reported it: the broker may have lost it, e.g. a Redis
+broker restarting while a worker popped it) is held again at the head of its group and
+marked 'superseded', so a copy that does reach a worker is skipped.
+So is a 'running' one whose run kept the bytes (an acks_late task, see begin.lua): its
+worker died, and the copy the broker redelivers is skipped.
+Any other 'running' one becomes 'lost': the broker owns the message (acks_late without
+bytes: it redelivers it, and whoever runs it then takes a slot again; acks early: the run
+is lost, as in Celery). So does a 'queued' one without its bytes (confirmed by an older
+version, or repaired).
 KEYS[1]  fair queue prefix
 ARGV[1]  now in ms
 ARGV[2]  most dispatches to reclaim
@@ -14,16 +20,19 @@ local requeued, lost = 0, 0
 for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, limit)) do
   redis.call('ZREM', K_LEASES, did)
   local dk = k_dispatch(did)
-  local state, g, cls, id, value = unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v'))
-  if state == 'picked' then
+  local state, g, cls, id, value, kept =
+    unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v', 'a'))
+  if state == 'picked' or (state == 'queued' and value)
+      or (state == 'running' and value and kept == '1') then
     if redis.call('HEXISTS', K_MSG, id) == 1 then
       id = id .. '~' .. did
       redis.call('HINCRBY', K_STAT, 'dup', 1)  -- cancel looks for suffixed copies
     end
     redis.call('HSET', K_MSG, id, value)
     redis.call('LPUSH', k_list(cls, g), id)
+    count_held(cls, g, 1)
     redis.call('HSET', dk, 's', 'superseded')
-    redis.call('HDEL', dk, 'v')
+    redis.call('HDEL', dk, 'v', 'a')
     redis.call('EXPIRE', dk, ttl)
     requeued = requeued + 1
     free_slot(g)

@@ -6,7 +6,7 @@ Returns: number of dispatches renewed. ]]
 -- @include common
 local deadline, renewed = tonumber(ARGV[1]), 0
 for i = 2, #ARGV do
-  local state = take(ARGV[i], deadline)
-  if state and state ~= 'superseded' then renewed = renewed + 1 end
+  local state = hold_lease(ARGV[i], deadline)
+  if state and state ~= 'superseded' and state ~= 'released' then renewed = renewed + 1 end
 end
 return renewed

@@ -3,15 +3,21 @@
 -- tag, so one script only ever touches one Redis Cluster slot. keys.py mirrors this layout.
 local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
-local K_STAT = prefix .. ':stat'        -- HASH inflight (total), dup (id collision counter)
+local K_STAT = prefix .. ':stat'        -- HASH inflight, held:i, held:b, released, dup, skipped
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
 local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight
-local K_CAPS = prefix .. ':caps'        -- HASH group -> cap override
-local K_WEIGHTS = prefix .. ':weights'  -- HASH group -> weight override
+local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
+local K_WEIGHTS = prefix .. ':weights'  -- HASH group -> weight in force
+local K_CONF_CAPS = prefix .. ':conf:caps'          -- HASH group -> cap from the settings
+local K_CONF_WEIGHTS = prefix .. ':conf:weights'    -- HASH group -> weight from the settings
+local K_LIMIT_CAPS = prefix .. ':limit:caps'        -- HASH group -> runtime cap (limit.lua)
+local K_LIMIT_WEIGHTS = prefix .. ':limit:weights'  -- HASH group -> runtime weight
+local K_BACKLOG = prefix .. ':backlog'  -- ZSET group -> held messages (both classes)
 local K_GROUPS = prefix .. ':groups'    -- SET groups with held, delayed or in-flight work
 local K_DELAYED = prefix .. ':delayed'  -- ZSET hold id -> due time (ms)
 local K_LEASES = prefix .. ':leases'    -- ZSET dispatch id -> lease deadline (ms)
 local K_WAKE = prefix .. ':wake'        -- LIST of at most one marker: dispatchers BLPOP it
+local K_QUARANTINE = prefix .. ':quarantine'  -- HASH id -> value that cannot be decoded
 
 local CLASSES = {'i', 'b'}               -- interactive first
 
@@ -31,6 +37,45 @@ local function parse(v)
   return cls, front, cost, string.sub(v, p2 + 1, p2 + glen)
 end
 
+-- A group's cap (-1: none) and weight in force. `caps`/`weights` hold the settings with
+-- the runtime limits already laid over them (configure.lua, limit.lua): one read each.
+-- `default_cap`, the queue's (conf `cap`), is passed by a script that read it already
+-- (pick: once per call, not per message); without it, it is read here.
+local function cap_of(g, default_cap)
+  return tonumber(redis.call('HGET', K_CAPS, g) or default_cap
+                  or redis.call('HGET', K_CONF, 'cap') or '-1')
+end
+
+local function weight_of(g, default)
+  return tonumber(redis.call('HGET', K_WEIGHTS, g) or default)
+end
+
+-- Count `delta` messages entering (+) or leaving (-) g's class `cls` list: the per-class
+-- totals in `stat` and the backlog ranking read by metrics and `fair groups`, in O(log G).
+local function rank_backlog(g, delta)
+  if redis.call('ZINCRBY', K_BACKLOG, delta, g) + 0 <= 0 then redis.call('ZREM', K_BACKLOG, g) end
+end
+
+local function count_held(cls, g, delta)
+  redis.call('HINCRBY', K_STAT, 'held:' .. cls, delta)
+  rank_backlog(g, delta)
+end
+
+-- The parsed prefix of a stored value, or nil when it is not one we wrote.
+local function decode(v)
+  local ok, cls, front, cost, g = pcall(parse, v)
+  if ok and (cls == 'i' or cls == 'b') and cost and cost > 0 and g and #g > 0 then
+    return {cls = cls, front = front, cost = cost, g = g}
+  end
+end
+
+-- Keep an undecodable held message aside (never dropped) so it blocks nothing else.
+local function quarantine(id, v, why)
+  redis.call('HSET', K_QUARANTINE, id, v)
+  redis.call('HSET', K_QUARANTINE .. ':why', id, why)
+  redis.call('HDEL', K_MSG, id)
+end
+
 local function wake()
   if redis.call('LLEN', K_WAKE) == 0 then redis.call('LPUSH', K_WAKE, '1') end
 end
@@ -40,10 +85,10 @@ local function inflight_of(g)
 end
 
 -- A group may be picked in a class while it holds work there and is under its cap;
--- interactive work may also use the reserve above the cap.
-local function eligible(cls, g, n)
+-- interactive work may also use the reserve above the cap. `default_cap`: see cap_of.
+local function eligible(cls, g, n, default_cap)
   if redis.call('LLEN', k_list(cls, g)) == 0 then return false end
-  local cap = tonumber(redis.call('HGET', K_CAPS, g) or redis.call('HGET', K_CONF, 'cap') or '-1')
+  local cap = cap_of(g, default_cap)
   if cap < 0 then return true end
   if cls == 'i' then cap = cap + tonumber(redis.call('HGET', K_CONF, 'reserve') or '0') end
   return n < cap
@@ -51,13 +96,13 @@ end
 
 -- Make g's membership of each ready set match its eligibility. A group entering a ready
 -- set starts at the class's virtual time: no credit for having been idle.
--- Returns true when g entered a ready set it was not in.
-local function refresh(g)
+-- Returns true when g entered a ready set it was not in. `default_cap`: see cap_of.
+local function refresh(g, default_cap)
   local gk = k_group(g)
   local n = inflight_of(g)
   local entered = false
   for _, cls in ipairs(CLASSES) do
-    if eligible(cls, g, n) then
+    if eligible(cls, g, n, default_cap) then
       local tag = tonumber(redis.call('HGET', gk, 't' .. cls) or '0')
       local vt = tonumber(redis.call('HGET', K_VT, cls) or '0')
       if vt > tag then
@@ -91,23 +136,22 @@ local function free_slot(g)
   forget_if_idle(g)
 end
 
--- A worker holds dispatch `did`: mark it running and extend its lease. A dispatch whose
--- slot was reclaimed ('lost') takes a slot again. Returns the state it was in, or false.
-local function take(did, deadline)
+-- A worker holds dispatch `did` (received it, or runs it): extend its lease. A dispatch
+-- whose slot was reclaimed ('lost') takes a slot again and counts as running; a tombstone
+-- ('superseded', 'released') is left as it is. Returns the state it was in, or false.
+-- `state`: the record's state when the caller has just read it.
+local function hold_lease(did, deadline, state)
   local dk = k_dispatch(did)
-  local state = redis.call('HGET', dk, 's')
-  if not state or state == 'superseded' then return state or false end
+  if state == nil then state = redis.call('HGET', dk, 's') end
+  if not state or state == 'superseded' or state == 'released' then return state or false end
   if state == 'lost' then
     local g = redis.call('HGET', dk, 'g')
     redis.call('HINCRBY', k_group(g), 'n', 1)
     redis.call('HINCRBY', K_STAT, 'inflight', 1)
     redis.call('SADD', K_GROUPS, g)
     redis.call('PERSIST', dk)
-    refresh(g)
-  end
-  if state ~= 'running' then
     redis.call('HSET', dk, 's', 'running')
-    redis.call('HDEL', dk, 'v')
+    refresh(g)
   end
   redis.call('ZADD', K_LEASES, deadline, did)
   return state

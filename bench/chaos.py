@@ -1,0 +1,486 @@
+"""The chaos campaign: nothing held is ever lost while everything around it dies.
+
+``python -m bench chaos [--tasks N --groups G --rounds R ...]`` holds N fair tasks over G
+capped groups, in R rounds, and drains them with real subprocess workers (prefork,
+``acks_late``) and a subprocess dispatcher while it:
+
+- SIGKILLs the dispatcher, from outside at random moments and from inside between pick and
+  publish or between publish and confirm (the test-only hook in ``bench/chaos_proj.py``);
+- SIGKILLs whole workers (main process and pool) and starts new ones;
+- SIGKILLs and restarts Redis (broker and store; AOF, ``appendfsync everysec``) and, with
+  ``--broker amqp``, a private RabbitMQ node.
+
+What happened is read from the PostgreSQL ledger (``bench/ledger.py``), not from
+celery-fair. After each round everything must settle: every task completed, no slot in
+flight. The report is one JSON line: tasks, kills of each kind, tasks lost, duplicates
+executed and skipped, leaked slots, cap violations, wall time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import random
+import signal
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from celery import Celery
+
+from celery_fair.config import reset_config
+from celery_fair.errors import FairError
+from celery_fair.task import store_for
+from celery_fair.testing import pool_processes
+
+from . import chaos_proj
+from .ledger import Ledger
+from .services import CeleryProc, RedisNode
+
+logger = logging.getLogger("bench.chaos")
+
+#: A message a worker received this long before a broker outage may still be running or
+#: unacked when the outage strikes, so its redelivery counts as the outage's doing.
+OUTAGE_REACH = 20.0
+
+
+@dataclass
+class Plan:
+    """How big the campaign is and how much it breaks."""
+
+    tasks: int = 10_000
+    groups: int = 50
+    rounds: int = 5
+    workers: int = 2
+    concurrency: int = 4
+    dispatcher_kills: int = 20  # from outside; the crash hook adds its own
+    hook_probability: float = 0.0005  # per message, at each of the hook's two points
+    worker_kills: int = 6
+    redis_restarts: int = 3
+    rabbitmq_restarts: int = 0
+    broker: str = "redis"
+    # How long a dead worker's slots stay held: its acks_late runs are held again when
+    # their leases run out (the broker's copies are skipped); short keeps rounds quick.
+    # (Without kept bytes a redelivered copy would have to find its slot still held, so
+    # the lease had to exceed the Redis redelivery delay: DESIGN.md, "Crashes".)
+    lease_seconds: float = 12.0
+    visibility_timeout: int = 6
+    max_task_seconds: float = 0.03
+    round_timeout: float = 240.0
+    seed: int | None = None
+
+
+@dataclass
+class Figures:
+    """What the campaign did and found (the report's JSON line)."""
+
+    tasks: int = 0
+    groups: int = 0
+    broker: str = "redis"
+    kills: dict[str, int] = field(default_factory=Counter)
+    completed: int = 0
+    tasks_lost: int = 0
+    duplicates_executed: int = 0
+    # Why each duplicate ran: Celery's acks_late redelivery of a message whose ack died
+    # with its worker or its broker connection, or nothing the campaign did (a bug).
+    duplicate_causes: dict[str, int] = field(default_factory=dict)
+    duplicates_skipped: int = 0
+    interrupted_runs: int = 0
+    leaked_slots: int = 0
+    ledger_running: int = 0  # runs with no end whose process did not die
+    cap_violations: int = 0
+    # Why: a redelivered duplicate ran beside the group's tasks (its dispatch already
+    # released, so it took no slot), or nothing the campaign did (a bug).
+    cap_violation_causes: dict[str, int] = field(default_factory=dict)
+    runs_at_cap: int = 0  # runs that saw their group exactly at its cap: caps did bind
+    checks: list[Any] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    lost_examples: dict[str, Any] = field(default_factory=dict)  # task id -> where it is
+    duplicate_examples: dict[str, Any] = field(default_factory=dict)  # up to 5, with their cause
+    cap_examples: list[Any] = field(default_factory=list)  # unexplained: runs beside it
+    logs: str = ""
+
+    @property
+    def check_problems(self) -> int:
+        """Findings of the invariant checker over all rounds."""
+        return sum(len(c.get("findings", ())) for c in self.checks if isinstance(c, dict))
+
+    @property
+    def ok(self) -> bool:
+        return not (self.tasks_lost or self.duplicate_causes.get("unexplained")
+                    or self.check_problems or self.leaked_slots
+                    or self.cap_violation_causes.get("unexplained") or self.ledger_running)
+
+
+class Campaign:
+    """One chaos run: its Redis, its ledger, its workers and dispatcher."""
+
+    def __init__(self, plan: Plan, workdir: Path | None = None) -> None:
+        self.plan = plan
+        self.rng = random.Random(plan.seed)
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="chaos-"))
+        self.namespace = "c" + uuid.uuid4().hex[:8]
+        self.queue = "q-" + self.namespace
+        self.group_names = [f"g{i:02d}" for i in range(plan.groups)]
+        self.caps = {g: 1 + i % 3 for i, g in enumerate(self.group_names)}
+        self.figures = Figures(tasks=0, groups=plan.groups, broker=plan.broker)
+        self.redis = RedisNode()
+        self.rabbit: Any = None
+        self.ledger = Ledger.create(caps=self.caps)
+        self.workers: list[CeleryProc] = []
+        self.dispatcher: CeleryProc | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._seq = 0
+        self.task_ids: list[str] = []
+        self.events: list[tuple[float, str, int]] = []  # (time, what, worker pid)
+        self.app = self._make_app()
+
+    # -- set-up ------------------------------------------------------------------------
+
+    def _conf(self) -> dict[str, Any]:
+        return {
+            "fair_default_concurrency": 2,
+            "fair_group_concurrency": self.caps,
+            "fair_lease_seconds": self.plan.lease_seconds,
+            # Redis broker: a killed worker's unacked messages come back after the
+            # visibility timeout; a worker killed while it held kombu's restore mutex
+            # blocks every restore until the mutex expires (300 s by default).
+            "broker_transport_options": {
+                "visibility_timeout": self.plan.visibility_timeout,
+                "unacked_restore_interval": 1, "unacked_restore_throttle": 1,
+                "unacked_mutex_expire": 10},
+        }
+
+    def _broker_url(self) -> str:
+        if self.plan.broker == "amqp":
+            from .rabbit import RabbitNode
+
+            if self.rabbit is None:
+                self.rabbit = RabbitNode(self.workdir)
+            return str(self.rabbit.url)
+        return self.redis.url
+
+    def _make_app(self) -> Celery:
+        app = chaos_proj.create_app(self._broker_url(), self.redis.url, self.namespace,
+                                    self.queue, self.ledger, **self._conf())
+        reset_config(app)
+        return app
+
+    def _env(self) -> dict[str, str]:
+        return chaos_proj.environment(self._broker_url(), self.redis.url, self.namespace,
+                                      self.queue, self.ledger, self._conf())
+
+    def _log(self, name: str) -> Path:
+        self._seq += 1
+        return self.workdir / f"{self._seq:03d}-{name}.log"
+
+    def start_worker(self) -> CeleryProc:
+        name = f"w{self._seq}-{self.namespace}@%h"
+        proc = CeleryProc(["worker", "-P", "prefork", "-c", str(self.plan.concurrency),
+                           "--without-mingle", "--without-gossip", "--without-heartbeat",
+                           "-l", "WARNING", "-n", name], self._env(), self._log("worker"))
+        self.workers.append(proc)
+        return proc
+
+    def start_dispatcher(self) -> CeleryProc:
+        env = {**self._env(), "CHAOS_DISPATCH_KILL_P": str(self.plan.hook_probability)}
+        self.dispatcher = CeleryProc(["fair", "dispatch", "-l", "WARNING"], env,
+                                     self._log("dispatcher"))
+        return self.dispatcher
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self) -> Figures:
+        start = time.monotonic()
+        watcher = threading.Thread(target=self._watch_dispatcher, daemon=True)
+        try:
+            for _ in range(self.plan.workers):
+                self.start_worker()
+            self.start_dispatcher()
+            watcher.start()
+            for number in range(self.plan.rounds):
+                self._round(number)
+        finally:
+            self._stop.set()
+            self.figures.wall_seconds = round(time.monotonic() - start, 1)
+            self._measure()
+        return self.figures
+
+    def _round(self, number: int) -> None:
+        plan, rounds = self.plan, self.plan.rounds
+        share = _share(plan.tasks, rounds, number)
+        before = len(self.task_ids)
+        self._submit(share)
+        events = (["dispatcher"] * _share(plan.dispatcher_kills, rounds, number)
+                  + ["worker"] * _share(plan.worker_kills, rounds, number)
+                  + ["redis"] * _share(plan.redis_restarts, rounds, number)
+                  + ["rabbitmq"] * _share(plan.rabbitmq_restarts, rounds, number))
+        self.rng.shuffle(events)
+        # Each event strikes while the round's tasks drain, at a random point of it.
+        marks = sorted(self.rng.uniform(0.05, 0.9) for _ in events)
+        for event, mark in zip(events, marks):
+            self._wait_progress(before + int(mark * share))
+            time.sleep(self.rng.uniform(0.2, 1.0))  # not two blows at the same instant
+            self._break(event)
+        self._settle(number)
+        self.figures.checks.append(_run_check(self.app))
+
+    def _submit(self, count: int) -> None:
+        work = self.app.tasks[chaos_proj.TASK]
+        # A few heavy groups (most of the work: their caps bind all the time) and a long
+        # tail of light ones.
+        weights = [40 if i < 3 else 1 for i in range(len(self.group_names))]
+        for group in self.rng.choices(self.group_names, weights, k=count):
+            task_id = str(uuid.uuid4())
+            duration = round(self.rng.uniform(0, self.plan.max_task_seconds), 4)
+            work.apply_async((group, task_id, duration), task_id=task_id)
+            self.task_ids.append(task_id)
+        self.figures.tasks = len(self.task_ids)
+
+    def _wait_progress(self, completed: int, timeout: float = 20.0) -> None:
+        """Until ``completed`` tasks ran (or ``timeout``: a stall is no reason to stop)."""
+        deadline = time.monotonic() + timeout
+        while self.ledger.completed() < completed and time.monotonic() < deadline:
+            self._crashed_workers()
+            time.sleep(0.05)
+
+    def _break(self, what: str) -> None:
+        logger.info("chaos: %s", what)
+        if what == "dispatcher":
+            with self._lock:
+                if self.dispatcher is not None and self.dispatcher.alive():
+                    self.dispatcher.kill()
+                    self.figures.kills["dispatcher_external"] += 1
+                self.start_dispatcher()
+        elif what == "worker":
+            self._kill_worker()
+        elif what in ("redis", "rabbitmq"):
+            self.events.append((time.time(), "outage", 0))
+            server = self.redis if what == "redis" else self.rabbit
+            server.restart(down=self.rng.uniform(0.2, 2.0))
+            self.figures.kills[f"{what}_restart"] += 1
+            self.events.append((time.time(), "outage", 0))
+
+    def _kill_worker(self) -> None:
+        live = [w for w in self.workers if w.alive()]
+        victim = self.rng.choice(live)
+        children = pool_processes(victim.pid)
+        if children and self.rng.random() < 1 / 3:
+            # One pool process only: the worker reports the task failed (WorkerLostError)
+            # and, with task_reject_on_worker_lost, the broker redelivers it.
+            child, at = self.rng.choice(children), time.time()
+            os.kill(child, signal.SIGKILL)
+            self.events.append((at, "worker", victim.pid))
+            self.ledger.died(victim.pid, child, at)
+            self.figures.kills["pool_process"] += 1
+            return
+        at = time.time()
+        victim.kill()
+        self.events.append((at, "worker", victim.pid))
+        self.workers.remove(victim)
+        self.ledger.died(victim.pid, None, at)  # its runs without an end stopped then
+        self.figures.kills["worker"] += 1
+        self.start_worker()
+
+    def _watch_dispatcher(self) -> None:
+        """Restart the dispatcher whenever the crash hook killed it."""
+        while not self._stop.wait(0.1):
+            with self._lock:
+                proc = self.dispatcher
+                if proc is not None and not proc.alive():
+                    if proc.proc.returncode == -9:
+                        self.figures.kills["dispatcher_hook"] += 1
+                    else:  # not ours: a crash worth reading about
+                        logger.error("dispatcher exited by itself:\n%s", proc.tail())
+                        self.figures.kills["dispatcher_crashed_itself"] += 1
+                    self.start_dispatcher()
+
+    def _settle(self, number: int) -> None:
+        """Wait until every task so far completed and no slot is in flight."""
+        deadline = time.monotonic() + self.plan.round_timeout
+        want = len(self.task_ids)
+        while time.monotonic() < deadline:
+            if self._crashed_workers():
+                continue
+            if self.ledger.completed() >= want and self._inflight() == 0:
+                logger.info("round %d settled: %d tasks", number, want)
+                return
+            time.sleep(0.25)
+        logger.error("round %d did not settle in %ss", number, self.plan.round_timeout)
+
+    def _crashed_workers(self) -> bool:
+        """A worker that died on its own (not killed by us) is replaced and reported."""
+        dead = [w for w in self.workers if not w.alive()]
+        for proc in dead:
+            logger.error("worker exited by itself:\n%s", proc.tail())
+            self.workers.remove(proc)
+            self.events.append((time.time(), "worker", proc.pid))
+            self.ledger.died(proc.pid, None, time.time())
+            self.figures.kills["worker_crashed_itself"] += 1
+            self.start_worker()
+        return bool(dead)
+
+    def _inflight(self) -> int:
+        """Slots in flight in the store: the queue's total and every group's (both 0)."""
+        try:
+            snap = store_for(self.app).snapshot(self.queue)
+        except FairError:
+            return -1
+        return int(snap["inflight"]) + sum(g["inflight"] for g in snap["groups"])
+
+    # -- the verdict ---------------------------------------------------------------------
+
+    def _measure(self) -> None:
+        f = self.figures
+        runs = self.ledger.runs()
+        done = Counter(task for task, _, _, _, ended in runs if ended is not None)
+        f.completed = sum(1 for t in self.task_ids if done[t])
+        f.tasks_lost = len(self.task_ids) - f.completed
+        lost = [t for t in self.task_ids if not done[t]]
+        f.lost_examples = {t: self._whereabouts(t) for t in lost[:5]}
+        f.logs = str(self.workdir)
+        f.duplicates_executed = sum(n - 1 for n in done.values() if n > 1)
+        f.duplicate_causes = dict(duplicate_causes(runs, self.events,
+                                                   f.duplicate_examples))
+        f.interrupted_runs = sum(1 for *_, ended in runs if ended is None)
+        f.duplicates_skipped = self.ledger.skipped_count()
+        violations = self.ledger.cap_violations()
+        f.cap_violations = len(violations)
+        causes: Counter[str] = Counter()
+        for group, _, _, at in violations:
+            beside = _overlapping(runs, group, at)
+            explained = any(_is_duplicate(task_runs, at) for _, task_runs in beside)
+            causes["duplicate_run" if explained else "unexplained"] += 1
+            if not explained and len(f.cap_examples) < 3:
+                f.cap_examples.append(beside)
+        f.cap_violation_causes = dict(causes)
+        f.runs_at_cap = self.ledger.runs_at_cap()
+        f.ledger_running = self.ledger.unfinished()
+        f.leaked_slots = max(self._inflight(), 0)
+        f.kills = dict(f.kills)
+
+    def _whereabouts(self, task_id: str) -> dict[str, Any]:
+        """Where a task that never completed is: held, a dispatch record, the broker."""
+        store = store_for(self.app)
+        client, k = store.client, store.keys(self.queue)
+        try:
+            records = {}
+            for key in client.scan_iter(match=k.prefix.replace("{", "\\{")
+                                        .replace("}", "\\}") + ":d:*", count=1000):
+                fields = client.hgetall(key)
+                if fields.get(b"id", b"").decode().split("~")[0] == task_id:
+                    records[key.decode()] = {a.decode(): b.decode(errors="replace")
+                                             for a, b in fields.items() if a != b"v"}
+            in_broker = [name for name in (self.queue, "unacked")
+                         if any(task_id.encode() in item for item in
+                                (client.lrange(self.queue, 0, -1) if name == self.queue
+                                 else client.hvals(name)))]
+            return {"held": bool(client.hexists(k.msg, task_id)), "dispatches": records,
+                    "runs": [r for r in self.ledger.runs() if r[0] == task_id],
+                    "in_broker": in_broker}
+        except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the verdict
+            return {"error": repr(exc)}
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            procs = [*self.workers, *([self.dispatcher] if self.dispatcher else [])]
+            self.dispatcher = None
+        for proc in procs:
+            proc.stop()
+        if self.rabbit is not None:
+            self.rabbit.stop()
+        self.redis.stop()
+        self.ledger.drop()
+
+    def logs(self) -> str:
+        procs = [*self.workers, *([self.dispatcher] if self.dispatcher else [])]
+        return "\n".join(p.tail() for p in procs)
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    """Part ``index`` of ``total`` split as evenly as possible into ``parts``."""
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
+                     events: list[tuple[float, str, int]],
+                     examples: dict[str, Any] | None = None) -> Counter[str]:
+    """Why each extra completed run of a task happened, judged from the campaign's events.
+
+    ``worker_kill``: the worker of the previous run died after that run started and before
+    this one did (acks_late: the message was never acked, the broker redelivered it).
+    ``broker_outage``: the broker restarted between the two starts (the ack could not be
+    sent; the message may have reached the worker up to ``OUTAGE_REACH`` seconds before
+    the outage and run just after it). ``unexplained``: neither; a bug. Up to 5
+    unexplained ones go into ``examples``.
+    """
+    completed: dict[str, list[tuple[int, float, float | None]]] = {}
+    for task, _, worker_pid, started, ended in runs:
+        if ended is not None:
+            completed.setdefault(task, []).append((worker_pid, started, ended))
+    causes: Counter[str] = Counter()
+    for task, done in completed.items():
+        for (pid, first, _), (_, again, _) in zip(done, done[1:]):
+            if any(what == "worker" and who == pid and first <= t <= again
+                   for t, what, who in events):
+                cause = "worker_kill"
+            elif any(what == "outage" and first - OUTAGE_REACH <= t <= again
+                     for t, what, _ in events):
+                cause = "broker_outage"
+            else:
+                cause = "unexplained"
+            causes[cause] += 1
+            if examples is not None and len(examples) < 5:
+                examples[task] = {"cause": cause, "runs": done, "events": [
+                    e for e in events if first - 15 <= e[0] <= again + 1]}
+    return causes
+
+
+def _overlapping(runs: list[tuple[str, str, int, float, float | None]], group: str,
+                 at: float) -> list[Any]:
+    """The runs of ``group`` going on at ``at``, each with every run of its task."""
+    tasks = {task for task, grp, _, started, ended in runs
+             if grp == group and started <= at and (ended is None or ended >= at)}
+    return [[task, [(pid, s, e) for t, _, pid, s, e in runs if t == task]]
+            for task in sorted(tasks)]
+
+
+def _is_duplicate(task_runs: list[Any], at: float) -> bool:
+    """A run going on at ``at`` is a second run of a task that had already completed."""
+    return any(end is not None and end < at for _, _, end in task_runs) and \
+        any(start <= at and (end is None or end >= at) for _, start, end in task_runs)
+
+
+def _run_check(app: Celery) -> Any:
+    """celery-fair's invariant checker (``celery_fair.check``), when this version has one:
+    its findings as data (none is the only good answer)."""
+    try:
+        checker = importlib.import_module("celery_fair.check")
+    except ImportError:
+        return "celery_fair.check not available"
+    report = checker.check(app)
+    return report.to_dict() if hasattr(report, "to_dict") else repr(report)
+
+
+def run(plan: Plan, keep_logs: bool = False) -> Figures:
+    """Run the campaign and print its JSON line; raises nothing for broken invariants."""
+    campaign = Campaign(plan)
+    try:
+        figures = campaign.run()
+        if not figures.ok:
+            print(campaign.logs())
+    finally:
+        campaign.close()
+    line = json.dumps({"scenario": "chaos", "ok": figures.ok, **asdict(figures)})
+    (campaign.workdir / "report.json").write_text(line + "\n")  # beside the logs
+    print(line, flush=True)
+    return figures

@@ -1,0 +1,121 @@
+"""The invariant checker: does the store still hold together? (``celery fair check``)
+
+After a crash, a bug, a Redis failover or a hand edit, the store's counters and indexes may
+disagree with what it holds: a slot counted in flight that no dispatch holds (the group
+stays capped for ever), a group with held work missing from its ready set (it starves), a
+message no list refers to (it never runs). :func:`check` finds such states, one atomic
+Lua script per fair queue (``store/lua/check.lua``) so that a live dispatcher is never
+seen half-way through an operation, and with ``repair=True`` fixes each one and says how.
+
+Repairs never drop a held message: an unreferenced one is held again, an undecodable one
+moves to the queue's ``quarantine`` hash, a key of a foreign type is renamed aside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from celery import Celery
+
+from .store.redis import RedisStore, now_ms
+
+#: Lease given to an in-flight dispatch found without one when the store is passed
+#: directly (with an app, its ``fair_lease_seconds``).
+DEFAULT_LEASE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One broken invariant in one fair queue."""
+
+    queue: str
+    #: what is wrong, a stable identifier (``group_inflight``, ``orphan_message``...)
+    kind: str
+    #: the group, hold id, dispatch id or key concerned
+    subject: str
+    detail: str
+    #: what the repair did; empty when nothing was done
+    action: str = ""
+
+    @property
+    def repaired(self) -> bool:
+        return bool(self.action)
+
+    def __str__(self) -> str:
+        done = f" -> {self.action}" if self.action else ""
+        return f"queue {self.queue}: {self.kind} {self.subject}: {self.detail}{done}"
+
+
+@dataclass
+class Report:
+    """What :func:`check` found (and repaired) in the fair queues it checked."""
+
+    queues: list[str]
+    repair: bool
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """No invariant was broken."""
+        return not self.findings
+
+    @property
+    def problems(self) -> list[Finding]:
+        """Findings left as they were (report mode, or not repairable)."""
+        return [f for f in self.findings if not f.repaired]
+
+    def kinds(self) -> set[str]:
+        return {f.kind for f in self.findings}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"queues": self.queues, "repair": self.repair, "ok": self.ok,
+                "findings": [asdict(f) for f in self.findings]}
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"ok: {len(self.queues)} fair queue(s) checked, no problems"
+        lines = [str(f) for f in self.findings]
+        fixed = len(self.findings) - len(self.problems)
+        lines.append(f"{len(self.findings)} problem(s) in {len(self.queues)} fair queue(s)"
+                     + (f", {fixed} repaired" if self.repair else ""))
+        return "\n".join(lines)
+
+
+def check(target: Celery | RedisStore, *, repair: bool = False,
+          queues: Iterable[str] | None = None, lease_seconds: float | None = None) -> Report:
+    """Check the invariants of every fair queue (or ``queues``) of an app or a store.
+
+    Parameters:
+        target: a Celery app using celery_fair (its store and ``fair_lease_seconds``), or
+            a :class:`~celery_fair.store.redis.RedisStore`.
+        repair: fix every finding that can be fixed (each says what was done).
+        queues: fair queues to check; default all the store knows.
+        lease_seconds: lease given to an in-flight dispatch found without one.
+
+    Returns:
+        a :class:`Report`; ``report.ok`` is true when nothing was found.
+
+    Raises:
+        StoreConnectionError: the store cannot be reached.
+    """
+    store, lease = _store_and_lease(target)
+    if lease_seconds is not None:
+        lease = lease_seconds
+    names = sorted(set(queues)) if queues is not None else store.queues()
+    report = Report(queues=names, repair=repair)
+    for queue in names:
+        for kind, subject, detail, action in store.check(queue, repair, now_ms(),
+                                                         int(lease * 1000)):
+            report.findings.append(Finding(queue, kind, subject, detail, action))
+    return report
+
+
+def _store_and_lease(target: Celery | RedisStore) -> tuple[RedisStore, float]:
+    if isinstance(target, RedisStore):
+        return target, DEFAULT_LEASE_SECONDS
+    from .config import get_config
+    from .task import store_for
+
+    return store_for(target), get_config(target).lease_seconds

@@ -1,0 +1,2 @@
+"""Integrations, each opt-in (import it where you need it): web frameworks (``django``,
+``flask``), ``flower`` and ``pytest`` fixtures."""

@@ -1,0 +1,277 @@
+"""Prometheus metrics of a dispatcher, served on ``/metrics`` (``--metrics-port``).
+
+Two kinds of figures:
+
+- **store-wide**, read from Redis at each scrape: held tasks, in flight, caps and weights,
+  releases (counted by ``release.lua`` in the workers). Every dispatcher of a store shows
+  the same values: aggregate them with ``max``, not ``sum``.
+- **this dispatcher's own**, counted as it works: dispatches, lease reclaims, the wait from
+  hold to dispatch, step durations and the loop's lag. Sum those across dispatchers.
+
+Label cardinality is capped: per-group series exist only for the ``fair_metrics_groups``
+groups holding the most tasks (the store's ``backlog`` ranking, re-read every
+:data:`TOP_GROUPS_SECONDS`); every other group is summed under group ``_other``. The wait
+histogram keeps a group's series until a new top group needs its place
+(:meth:`DispatcherMetrics.wait_label`). Each scrape reads O(queues x that many groups)
+keys, whatever the number of groups.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .envelope import INTERACTIVE
+from .errors import ConfigurationError, FairError
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import CollectorRegistry
+
+    from .dispatcher import Dispatcher
+
+logger = logging.getLogger(__name__)
+
+#: The label standing for every group outside the top groups.
+OTHER = "_other"
+#: How often the top groups (the ones with series of their own) are chosen again.
+TOP_GROUPS_SECONDS = 5.0
+#: Buckets of the hold-to-dispatch wait (seconds): from instant to an hour.
+WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800,
+                3600, float("inf"))
+CLASS_NAMES = {INTERACTIVE: "interactive", "b": "background"}
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ImportError:
+        raise ConfigurationError(
+            "the dispatcher's metrics need prometheus_client: "
+            "pip install 'celery-fair[metrics]'") from None
+    return prometheus_client
+
+
+class DispatcherMetrics:
+    """The metrics of one dispatcher, in a registry of their own.
+
+    Attach with :meth:`attach` (the dispatcher then reports each dispatch, reclaim and
+    step) and serve with :meth:`serve`.
+    """
+
+    def __init__(self, dispatcher: Dispatcher, top_groups: int) -> None:
+        prom = _prometheus()
+        self.dispatcher = dispatcher
+        self.top = top_groups
+        self.registry: CollectorRegistry = prom.CollectorRegistry(auto_describe=True)
+        self.dispatched = prom.Counter(
+            "celery_fair_dispatched", "Tasks this dispatcher published to the broker.",
+            ["queue", "class"], registry=self.registry)
+        self.reclaimed = prom.Counter(
+            "celery_fair_lease_reclaims",
+            "Slots taken back when a lease ran out: outcome 'requeued' (the dispatcher died "
+            "before the broker took it; held again) or 'lost' (its worker died).",
+            ["queue", "outcome"], registry=self.registry)
+        self.wait = prom.Histogram(
+            "celery_fair_wait_seconds", "From hold (or due time) to dispatch, per class.",
+            ["queue", "class"], buckets=WAIT_BUCKETS, registry=self.registry)
+        self.group_wait = prom.Histogram(
+            "celery_fair_group_wait_seconds",
+            f"From hold (or due time) to dispatch, per top group ({OTHER}: the others).",
+            ["queue", "group"], buckets=WAIT_BUCKETS, registry=self.registry)
+        self.step_seconds = prom.Histogram(
+            "celery_fair_step_seconds", "Duration of one dispatcher step (all queues).",
+            registry=self.registry)
+        self.registry.register(_StoreCollector(self))
+        self._top: dict[str, tuple[float, list[str]]] = {}
+        self._labelled: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+        self.last_step = time.monotonic()
+        self.server: Any = None
+
+    def attach(self) -> DispatcherMetrics:
+        self.dispatcher.observer = self
+        return self
+
+    # -- reported by the dispatcher ---------------------------------------------------
+
+    def on_dispatch(self, queue: str, group: str, klass: str, due_at: float | None) -> None:
+        self.dispatched.labels(queue, CLASS_NAMES.get(klass, klass)).inc()
+        if due_at is None:  # held by a version that did not record it
+            return
+        waited = max(time.time() - due_at, 0.0)
+        self.wait.labels(queue, CLASS_NAMES.get(klass, klass)).observe(waited)
+        self.group_wait.labels(queue, self.wait_label(queue, group)).observe(waited)
+
+    def on_reclaim(self, queue: str, requeued: int, lost: int) -> None:
+        if requeued:
+            self.reclaimed.labels(queue, "requeued").inc(requeued)
+        if lost:
+            self.reclaimed.labels(queue, "lost").inc(lost)
+
+    def on_step(self, seconds: float) -> None:
+        self.step_seconds.observe(seconds)
+        self.last_step = time.monotonic()
+
+    # -- the top groups ------------------------------------------------------------------
+
+    def top_groups(self, queue: str) -> list[str]:
+        """The groups of ``queue`` holding the most tasks (re-read every few seconds)."""
+        with self._lock:
+            cached = self._top.get(queue)
+            if cached is not None and time.monotonic() - cached[0] < TOP_GROUPS_SECONDS:
+                return cached[1]
+        groups = [g for g, _ in self.dispatcher.store.top_groups(queue, self.top)]
+        with self._lock:
+            self._top[queue] = (time.monotonic(), groups)
+        return groups
+
+    def wait_label(self, queue: str, group: str) -> str:
+        """``group`` when it has (or gets) a wait series of its own, else ``_other``.
+
+        A top group gets a series; it keeps it after leaving the top until a new top group
+        needs its place (then its series is removed), so at most ``top`` groups per queue
+        have one and series do not come and go with every change of the ranking.
+        """
+        top = self.top_groups(queue)
+        with self._lock:
+            labelled = self._labelled.setdefault(queue, [])
+            if group in labelled:
+                return group
+            if group not in top:
+                return OTHER
+            if len(labelled) >= self.top:
+                gone = next((g for g in labelled if g not in top), None)
+                if gone is None:
+                    return OTHER
+                labelled.remove(gone)
+                self.group_wait.remove(queue, gone)
+            labelled.append(group)
+            return group
+
+    # -- serving -----------------------------------------------------------------------
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> int:
+        """Serve ``/metrics`` on ``address:port`` in a daemon thread; returns the port
+        (useful with port 0)."""
+        self.server, _ = _prometheus().start_http_server(port, addr=address,
+                                                         registry=self.registry)
+        bound = int(self.server.server_port)
+        logger.info("serving Prometheus metrics on http://%s:%d/metrics", address, bound)
+        return bound
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+
+class _StoreCollector:
+    """Store-wide gauges, read at each scrape (bounded reads per queue)."""
+
+    def __init__(self, metrics: DispatcherMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []  # no fixed series: do not read the store at registration
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        m = self.metrics
+        store = m.dispatcher.store
+        families = store_families()
+        try:
+            for queue in store.queues():
+                add_queue_figures(families, queue, store.queue_figures(queue),
+                                  store.group_figures(queue, m.top_groups(queue)),
+                                  m.dispatcher.capacity(queue))
+        except FairError as exc:
+            logger.warning("metrics: reading the store failed: %s", exc)
+        yield from families.values()
+        yield GaugeMetricFamily("celery_fair_loop_lag_seconds",
+                                "Seconds since the dispatcher last finished a step (below "
+                                "about 1 s while it is healthy, even when idle).",
+                                value=time.monotonic() - m.last_step)
+
+
+# -- store-wide families: shared by the dispatcher's /metrics and Flower's ---------------
+
+
+_Q, _G = ["queue"], ["queue", "group"]
+#: The store-wide families: key, type, name, help, labels.
+STORE_FAMILIES = (
+    ("held", "gauge", "celery_fair_held_tasks",
+     f"Held tasks per group ({OTHER}: the others) and class; not delayed ones.",
+     _G + ["class"]),
+    ("inflight", "gauge", "celery_fair_inflight_tasks",
+     f"Dispatched and not yet released, per group ({OTHER}: the others).", _G),
+    ("cap", "gauge", "celery_fair_group_cap",
+     "Concurrency cap of a top group (absent: none).", _G),
+    ("weight", "gauge", "celery_fair_group_weight", "Weight of a top group.", _G),
+    ("delayed", "gauge", "celery_fair_delayed_tasks",
+     "Tasks waiting for their ETA/countdown.", _Q),
+    ("capacity", "gauge", "celery_fair_capacity",
+     "Tasks in flight the queue may have (the dispatcher's view; absent: no limit).", _Q),
+    ("groups", "gauge", "celery_fair_active_groups",
+     "Groups with held, delayed or in-flight tasks.", _Q),
+    ("ready", "gauge", "celery_fair_ready_groups",
+     "Groups eligible for dispatch now, per class.", _Q + ["class"]),
+    ("released", "counter", "celery_fair_released",
+     "Dispatches whose end the workers reported.", _Q),
+    ("skipped", "counter", "celery_fair_skipped", "Copies the workers skipped: a stale "
+     "duplicate, or a redelivery of a dispatch that already ran.", _Q),
+)
+
+
+def store_families() -> dict[str, Metric]:
+    """The store-wide metric families, empty (fill them with :func:`add_queue_figures`).
+
+    The dispatcher's ``/metrics`` and Flower's (:mod:`celery_fair.contrib.flower`) both
+    build theirs here, so the two show the same names, labels and help.
+    """
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    kinds = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
+    return {key: kinds[kind](name, doc, labels=labels)
+            for key, kind, name, doc, labels in STORE_FAMILIES}
+
+
+def add_queue_figures(families: dict[str, Any], queue: str, totals: Mapping[str, Any],
+                      rows: Iterable[Mapping[str, Any]], capacity: int | None) -> None:
+    """Add ``queue``'s figures to :func:`store_families`' families: ``totals`` as
+    :meth:`~celery_fair.store.redis.RedisStore.queue_figures` gives them, ``rows`` (the top
+    groups) as :meth:`~celery_fair.store.redis.RedisStore.group_figures` does; every other
+    group is summed under ``_other``. A total missing from ``totals`` (a summary written by
+    an older dispatcher) has no sample."""
+    rows = list(rows)
+
+    def add(name: str, labels: list[str], value: Any) -> None:
+        if value is not None:
+            families[name].add_metric(labels, value)
+
+    def other(key: str) -> int | None:
+        total = totals.get(key)
+        return None if total is None else max(total - sum(r[key] for r in rows), 0)
+
+    for klass in ("interactive", "background"):
+        key = f"held_{klass}"
+        for row in rows:
+            add("held", [queue, row["group"], klass], row[key])
+        add("held", [queue, OTHER, klass], other(key))
+    for row in rows:
+        add("inflight", [queue, row["group"]], row["inflight"])
+        add("weight", [queue, row["group"]], row["weight"])
+        add("cap", [queue, row["group"]], row["cap"])
+    add("inflight", [queue, OTHER], other("inflight"))
+    add("delayed", [queue], totals.get("delayed"))
+    add("capacity", [queue], capacity)
+    add("groups", [queue], totals.get("group_count"))
+    add("ready", [queue, "interactive"], totals.get("ready_interactive"))
+    add("ready", [queue, "background"], totals.get("ready_background"))
+    add("released", [queue], totals.get("released"))
+    add("skipped", [queue], totals.get("skipped"))

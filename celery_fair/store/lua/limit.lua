@@ -1,0 +1,27 @@
+--[[ limit: set or clear a group's runtime cap and weight (`celery fair limit`).
+A limit is kept in `limit:caps`/`limit:weights` (configure.lua never touches those, so it
+survives dispatcher restarts) and written into `caps`/`weights`, the values in force;
+reset puts the setting (`conf:caps`/`conf:weights`) back. The group is re-ranked at once.
+KEYS[1]  fair queue prefix
+ARGV[1]  group
+ARGV[2]  cap: an integer (-1: no cap), '' to leave it, 'reset' to clear it
+ARGV[3]  weight: a number, '' to leave it, 'reset' to clear it
+Returns: {cap, weight} now in force (runtime or setting; cap -1: none), as strings. ]]
+-- @include common
+local g = ARGV[1]
+for i, k in ipairs({{K_LIMIT_CAPS, K_CAPS, K_CONF_CAPS},
+                    {K_LIMIT_WEIGHTS, K_WEIGHTS, K_CONF_WEIGHTS}}) do
+  local limits, in_force, settings = k[1], k[2], k[3]
+  local value = ARGV[i + 1]
+  if value == 'reset' then
+    redis.call('HDEL', limits, g)
+    local setting = redis.call('HGET', settings, g)
+    if setting then redis.call('HSET', in_force, g, setting) else redis.call('HDEL', in_force, g) end
+  elseif value ~= '' then
+    redis.call('HSET', limits, g, value)
+    redis.call('HSET', in_force, g, value)
+  end
+end
+if refresh(g) then wake() end
+local default_weight = tonumber(redis.call('HGET', K_CONF, 'weight') or '1')
+return {tostring(cap_of(g)), tostring(weight_of(g, default_weight))}

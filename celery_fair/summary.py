@@ -1,0 +1,156 @@
+"""A small per-queue summary the dispatcher keeps in Redis, for dashboards (Flower).
+
+A dashboard must not scan every group of a busy fair queue on each page load, and a web
+process cannot know the dispatcher's view of capacity. So each dispatcher step calls
+:meth:`SummaryWriter.maybe_write`, which about once a second (in a thread of its own)
+writes one JSON document per fair queue to ``<prefix>:{<queue>}:summary``: totals, and
+the groups holding the most (at most ``limit``) with their figures. The key expires after
+``ttl`` seconds, so the summary of a queue whose dispatchers all died disappears instead
+of showing stale figures. Writing one reads O(limit) keys, whatever the number of groups:
+the totals are the store's counters, the groups come from its ``backlog`` ranking.
+
+Summary fields (version 1): ``queue``, ``written_at`` (epoch seconds), ``ttl``,
+``capacity`` (tasks in flight the dispatcher allows; None: no limit), ``inflight``,
+``held_interactive``, ``held_background``, ``delayed``, ``groups_total`` (exact, every
+group counted), ``oldest_wait`` (seconds the oldest held message **of the listed groups**
+has waited since it became due; None when they hold nothing: a group outside the list
+is not read), ``ready_interactive``, ``ready_background`` (groups eligible now),
+``released``, ``skipped`` (the store's counters) and ``groups``: a list of ``{group,
+held_interactive, held_background, inflight, delayed, cap, weight, oldest_wait}`` sorted
+by held tasks, most first.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import redis
+
+from .errors import FairError
+from .store.redis import GroupFigures, RedisStore
+
+logger = logging.getLogger(__name__)
+
+SUMMARY_VERSION = 1
+#: How often a dispatcher writes the summaries.
+INTERVAL_SECONDS = 1.0
+#: How long a summary outlives its last write.
+TTL_SECONDS = 10
+#: Most groups listed per queue (the totals count every group).
+GROUP_LIMIT = 100
+#: Totals of :meth:`RedisStore.queue_figures` a summary carries under their own name
+#: (for Flower's ``/metrics``, which shows what the dispatcher's shows).
+EXTRA_TOTALS = ("ready_interactive", "ready_background", "released", "skipped")
+#: Groups read per ``summarize`` call: bounds how long one call keeps Redis busy.
+CHUNK = 200
+
+
+def build_summary(store: RedisStore, queue: str, capacity: int | None, *,
+                  now: float | None = None, limit: int = GROUP_LIMIT) -> dict[str, Any]:
+    """The summary document of ``queue`` (see the module docstring).
+
+    Reads O(limit) keys whatever the number of groups: the totals come from the ``stat``
+    counters (:meth:`RedisStore.queue_figures`), the listed groups from the ``backlog``
+    ranking (:meth:`RedisStore.busiest_groups`).
+    """
+    now = time.time() if now is None else now
+    totals = store.queue_figures(queue)
+    rows = store.busiest_groups(queue, limit)
+    dues = {f.group: f for f in _figures(store, queue, [r["group"] for r in rows])}
+    return {
+        "version": SUMMARY_VERSION, "queue": queue, "written_at": now, "ttl": TTL_SECONDS,
+        "capacity": capacity, "inflight": totals["inflight"],
+        "held_interactive": totals["held_interactive"],
+        "held_background": totals["held_background"],
+        "delayed": totals["delayed"],
+        "oldest_wait": _wait(dues.values(), now),
+        "groups_total": totals["group_count"],
+        **{key: totals[key] for key in EXTRA_TOTALS},
+        "groups": [{
+            "group": r["group"], "held_interactive": r["held_interactive"],
+            "held_background": r["held_background"], "inflight": r["inflight"],
+            "delayed": r["delayed"], "cap": r["cap"], "weight": r["weight"],
+            "oldest_wait": _wait([dues[r["group"]]], now),
+        } for r in rows],
+    }
+
+
+def _figures(store: RedisStore, queue: str, groups: Sequence[str]) -> Iterator[GroupFigures]:
+    """Head due times (and counts) of ``groups``, ``CHUNK`` groups per store call."""
+    for start in range(0, len(groups), CHUNK):
+        yield from store.summarize(queue, groups[start:start + CHUNK])
+
+
+def _wait(figures: Iterable[GroupFigures], now: float) -> float | None:
+    dues = [due for f in figures for due in (f.due_interactive, f.due_background)
+            if due is not None]
+    return max(0.0, round(now - min(dues), 3)) if dues else None
+
+
+class SummaryWriter:
+    """Writes every fair queue's summary, at most once per ``interval``, in a thread.
+
+    The dispatcher calls :meth:`maybe_write` each step; the reading is done in a
+    background thread so dispatching never waits for it. Should a round be slow (a slow
+    or distant Redis, many fair queues), the next one waits ten times as long as it took
+    (the summary uses at most about a tenth of a Redis connection's time), and the TTL
+    grows with it so the summary never lapses between rounds. With several
+    dispatchers, the first to write in an interval wins (a ``SET NX`` guard key) and the
+    others skip, so the work is not repeated.
+    """
+
+    def __init__(self, store: RedisStore, *, interval: float = INTERVAL_SECONDS,
+                 ttl: int = TTL_SECONDS, limit: int = GROUP_LIMIT) -> None:
+        self.store = store
+        self.interval = interval
+        self.ttl = ttl
+        self.limit = limit
+        self._gap = interval
+        self._next = 0.0
+        self._thread: threading.Thread | None = None
+
+    def maybe_write(self, queues: Iterable[str], capacity: Mapping[str, int | None]) -> None:
+        """Start a round of writes in a thread if one is due and none is running."""
+        if time.monotonic() < self._next or (self._thread and self._thread.is_alive()):
+            return
+        self._thread = threading.Thread(
+            target=self.write_all, args=(list(queues), dict(capacity)), daemon=True,
+            name="celery-fair-summary")
+        self._thread.start()
+
+    def write_all(self, queues: Iterable[str], capacity: Mapping[str, int | None]) -> None:
+        """Write the summary of each of ``queues``; a failure is only logged."""
+        started = time.monotonic()
+        for queue in queues:
+            try:
+                self.write(queue, capacity.get(queue))
+            except (FairError, redis.RedisError) as exc:
+                logger.warning("queue %s: summary not written: %s", queue, exc)
+        self._gap = max(self.interval, 10 * (time.monotonic() - started))
+        self._next = started + self._gap
+
+    def write(self, queue: str, capacity: int | None) -> bool:
+        """Write ``queue``'s summary unless another dispatcher just did; True if written."""
+        key = self.store.keys(queue).summary
+        guard_ms = max(1, int(self._gap * 900))
+        if not self.store.client.set(f"{key}:writer", "1", nx=True, px=guard_ms):
+            return False
+        summary = build_summary(self.store, queue, capacity, limit=self.limit)
+        summary["ttl"] = ttl = max(self.ttl, int(3 * self._gap) + 1)
+        self.store.client.set(key, json.dumps(summary), ex=ttl)
+        return True
+
+
+def read_summaries(store: RedisStore) -> dict[str, dict[str, Any] | None]:
+    """Every fair queue's summary (None where no live dispatcher wrote one), by queue."""
+    queues = store.queues()
+    pipe = store.client.pipeline(transaction=False)
+    for queue in queues:
+        pipe.get(store.keys(queue).summary)
+    return {queue: json.loads(value) if value else None
+            for queue, value in zip(queues, pipe.execute())}

@@ -1,0 +1,246 @@
+"""``celery -A proj fair status|groups|limit|inspect`` against a real store: through
+click's CliRunner for the details, and once per command as a real ``celery`` process."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from typing import Any, Callable
+
+import pytest
+from celery.bin.base import CLIContext
+from click.testing import CliRunner, Result
+
+from celery_fair.cli import fair
+from celery_fair.dispatcher import Dispatcher
+from celery_fair.task import store_for
+
+from .conftest import subprocess_env, wait_for
+from .helpers import queue_of, settled
+from .procs import CELERY, ROOT, CeleryProcess
+
+
+@pytest.fixture
+def cli(app: Any) -> Callable[..., Result]:
+    def run(*args: str, the_app: Any = None) -> Result:
+        obj = CLIContext(app=the_app or app, no_color=True, workdir=None)
+        return CliRunner().invoke(fair, list(args), obj=obj, catch_exceptions=False)
+
+    return run
+
+
+def fill(app: Any) -> dict[str, list[str]]:
+    """acme 3 background, globex 2, initech 1 interactive; returns their task ids."""
+    work, preview = app.tasks["proj.work"], app.tasks["proj.preview"]
+    ids: dict[str, list[str]] = {}
+    for tenant, count in (("acme", 3), ("globex", 2)):
+        ids[tenant] = [work.delay(tenant, f"{tenant}-{i}").id for i in range(count)]
+    ids["initech"] = [preview.delay("initech", "p").id]
+    return ids
+
+
+def run_celery(app: Any, namespace: str, redis_url: str,
+               *args: str) -> subprocess.CompletedProcess[str]:
+    env = subprocess_env({}, redis_url + "/0", namespace)
+    return subprocess.run([CELERY, "-A", "tests.proj", "fair", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+# -- status --------------------------------------------------------------------------------
+
+def test_status_shows_totals_and_busiest_groups(app, cli) -> None:
+    fill(app)
+    queue = queue_of(app)
+    out = cli("status").output
+    assert f"queue {queue}: 6 held (1 interactive), 0 delayed, 0/0 in flight, " \
+           "3 groups with work, 0 released" in out
+    lines = [line.split() for line in out.splitlines()]
+    assert ["acme", "3", "0", "0", "0", "-", "1"] in lines
+    assert ["initech", "0", "1", "0", "0", "-", "1"] in lines
+    assert "... and 2 more groups" in cli("status", "--top", "1").output
+
+    data = json.loads(cli("status", "--json").output)
+    [q] = data["queues"]
+    assert (q["queue"], q["held_background"], q["held_interactive"]) == (queue, 5, 1)
+    assert [g["group"] for g in q["groups"]] == ["acme", "globex", "initech"]
+    assert q["groups"] == store_for(app).group_figures(queue, ["acme", "globex", "initech"])
+
+
+def test_status_totals_are_exact_with_more_groups_than_shown(app, cli) -> None:
+    """--top bounds the groups read, not the totals: they are the store's counters."""
+    fill(app)
+    app.tasks["proj.work"].apply_async(("umbrella", "later"), countdown=60)
+    store, queue = store_for(app), queue_of(app)
+    store.pick(queue, 1, None, int(time.time() * 1000), 10_000)  # initech: in flight
+    [q] = json.loads(cli("status", "--json", "--top", "1").output)["queues"]
+    snap = store.snapshot(queue)
+    assert [g["group"] for g in q["groups"]] == ["acme"]
+    assert (q["held_interactive"], q["held_background"], q["delayed"], q["inflight"]) == \
+        (snap["held_interactive"], snap["held_background"], snap["delayed"],
+         snap["inflight"]) == (0, 5, 1, 1)
+    assert q["group_count"] == len(snap["groups"]) == 4
+    assert q["more_groups"] == 3
+
+
+def test_status_bad_options_name_the_option(cli) -> None:
+    result = cli("status", "--top", "-3")
+    assert result.exit_code == 2 and "'--top'" in result.output
+    result = cli("status", "--watch", "0")
+    assert result.exit_code == 2 and "'--watch'" in result.output
+
+
+def test_status_watch_refreshes_until_interrupted(app, redis_server, namespace,
+                                                  tmp_path) -> None:
+    fill(app)
+    proc = CeleryProcess(["fair", "status", "--json", "--watch", "0.2"], {},
+                         redis_server.url + "/0", namespace, tmp_path / "watch.log")
+    try:
+        def documents() -> list[Any]:
+            assert proc.alive(), proc.output()
+            text = proc.log_path.read_text()
+            return [json.loads(line) for line in text.splitlines()[:-1]
+                    if line.startswith("{")]
+
+        first, second = wait_for(lambda: len(documents()) >= 2 and documents(),
+                                 what="two refreshes")[:2]
+        app.tasks["proj.work"].delay("acme", "more")
+        wait_for(lambda: documents()[-1]["queues"][0]["held_background"] == 6,
+                 what="a refresh showing the new task")
+        assert first["queues"][0]["held_background"] == 5
+        proc.proc.send_signal(signal.SIGINT)
+        assert proc.proc.wait(10) == 0, proc.output()
+    finally:
+        proc.stop()
+
+
+# -- groups --------------------------------------------------------------------------------
+
+def test_groups_most_held_first_with_limit_and_queue(app, cli, make_app) -> None:
+    fill(app)
+    queue = queue_of(app)
+    rows = [line.split() for line in cli("groups").output.splitlines()]
+    names = [r[0] for r in rows if r and r[0] in ("acme", "globex", "initech")]
+    assert names == ["acme", "globex", "initech"]  # 3, 2, 1 held
+    data = json.loads(cli("groups", "--limit", "2", "--queue", queue, "--json").output)
+    assert [g["group"] for g in data["queues"][0]["groups"]] == ["acme", "globex"]
+    assert data["queues"][0]["group_count"] == 3
+    result = cli("groups", "--queue", "nope")
+    assert result.exit_code == 2 and "'--queue'" in result.output and "nope" in result.output
+    result = cli("groups", "--limit", "0")
+    assert result.exit_code == 2 and "'--limit'" in result.output
+
+
+def test_groups_command_as_a_celery_process(app, redis_server, namespace) -> None:
+    fill(app)
+    done = run_celery(app, namespace, redis_server.url, "groups", "--json")
+    assert done.returncode == 0, done.stderr
+    [q] = json.loads(done.stdout)["queues"]
+    assert {g["group"]: g["held_background"] for g in q["groups"]} == \
+        {"acme": 3, "globex": 2, "initech": 0}
+
+
+def test_status_command_as_a_celery_process(app, redis_server, namespace) -> None:
+    fill(app)
+    done = run_celery(app, namespace, redis_server.url, "status")
+    assert done.returncode == 0, done.stderr
+    assert "6 held (1 interactive)" in done.stdout and "acme" in done.stdout
+
+
+# -- limit ---------------------------------------------------------------------------------
+
+def test_limit_applies_at_once_to_a_running_dispatcher(make_app, cli, worker,
+                                                       dispatcher) -> None:
+    app = make_app(fair_default_concurrency=1)
+    queue = queue_of(app)
+    store = store_for(app)
+    for i in range(6):
+        app.tasks["proj.work"].delay("acme", str(i), 1.0)
+    with worker(concurrency=4), dispatcher(app):
+        wait_for(lambda: store.queue_figures(queue)["inflight"] == 1, what="one in flight")
+        result = cli("limit", "acme", "--concurrency", "3", "--weight", "2", the_app=app)
+        assert result.output == f"group acme in queue {queue}: cap 3, weight 2\n"
+        wait_for(lambda: store.queue_figures(queue)["inflight"] == 3,
+                 what="the new cap used at once")
+        wait_for(lambda: settled(app), what="all done")
+    assert app.ledger.max_running()["acme"] == 3
+    # a dispatcher (re)starting writes the settings again: the runtime limit stays
+    Dispatcher(app).step()
+    [row] = store.group_figures(queue, ["acme"])
+    assert (row["cap"], row["weight"], row["limited"]) == (3, 2.0, ["cap", "weight"])
+    assert cli("limit", "acme", "--reset", the_app=app).output == \
+        f"group acme in queue {queue}: cap 1, weight 1\n"
+    assert cli("limit", "acme", "--concurrency", "none", the_app=app).output == \
+        f"group acme in queue {queue}: no cap, weight 1\n"
+    assert cli("limit", "acme", the_app=app).output == \
+        f"group acme in queue {queue}: no cap, weight 1\n"   # no option: shows them
+
+
+@pytest.mark.parametrize("args, named", [
+    (["acme", "--concurrency", "-1"], "'--concurrency'"),
+    (["acme", "--concurrency", "lots"], "'--concurrency'"),
+    (["acme", "--weight", "0"], "'--weight'"),
+    (["acme", "--weight", "heavy"], "'--weight'"),
+    (["bad\x00group", "--weight", "2"], "'GROUP'"),
+    (["acme", "--reset", "--weight", "2"], "--reset"),
+])
+def test_limit_bad_arguments_name_the_option(app, cli, args, named) -> None:
+    fill(app)
+    result = cli("limit", *args)
+    assert result.exit_code == 2 and named in result.output, result.output
+
+
+def test_limit_needs_a_queue_before_anything_was_held(cli) -> None:
+    result = cli("limit", "acme", "--concurrency", "2")
+    assert result.exit_code == 2 and "--queue" in result.output
+
+
+def test_limit_command_as_a_celery_process(app, redis_server, namespace) -> None:
+    queue = queue_of(app)
+    done = run_celery(app, namespace, redis_server.url, "limit", "acme", "--queue", queue,
+                      "--concurrency", "0")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"group acme in queue {queue}: cap 0, weight 1\n"
+    app.tasks["proj.work"].delay("acme", "x")
+    assert store_for(app).pick(queue, 5, None, int(time.time() * 1000), 10_000) == []  # paused
+
+
+# -- inspect -------------------------------------------------------------------------------
+
+def test_inspect_held_task_position_and_estimate(app, cli) -> None:
+    ids = fill(app)
+    target = ids["acme"][2]
+    where = json.loads(cli("inspect", target, "--json").output)
+    assert (where["state"], where["queue"], where["group"], where["class"]) == \
+        ("held", queue_of(app), "acme", "background")
+    assert (where["position"], where["group_held"], where["ready"]) == (3, 3, True)
+    assert where["groups_ahead"] == 0
+    text = cli("inspect", target).output
+    assert f"task {target}: held in fair queue" in text and "position 3 of 3" in text
+    assert "about 5 dispatches before it" in text
+    # the real order: initech's interactive task, then acme and globex in turn
+    picked = store_for(app).pick(queue_of(app), 10, None, int(time.time() * 1000), 10_000)
+    order = [p.hold_id for p in picked]
+    assert where["dispatches_before"] == order.index(target) == 5
+
+
+def test_inspect_dispatched_delayed_and_unknown(app, cli) -> None:
+    queue = queue_of(app)
+    first = app.tasks["proj.work"].delay("acme", "a").id
+    later = app.tasks["proj.work"].apply_async(("acme", "b"), countdown=600).id
+    [picked] = store_for(app).pick(queue, 1, None, int(time.time() * 1000), 10_000)
+    where = json.loads(cli("inspect", first, "--json").output)
+    assert (where["state"], where["dispatch_id"]) == ("picked", picked.dispatch_id)
+    assert json.loads(cli("inspect", later, "--json").output)["state"] == "delayed"
+    result = cli("inspect", "no-such-task")
+    assert result.exit_code == 0
+    assert "no-such-task: not held by celery_fair (result state PENDING" in result.output
+
+
+def test_inspect_command_as_a_celery_process(app, redis_server, namespace) -> None:
+    ids = fill(app)
+    done = run_celery(app, namespace, redis_server.url, "inspect", ids["globex"][1], "--json")
+    assert done.returncode == 0, done.stderr
+    where = json.loads(done.stdout)
+    assert (where["group"], where["position"]) == ("globex", 2)

@@ -1,0 +1,140 @@
+"""example_project/ end to end, as its README runs it: a redis-server of its own, the
+Django dev server, a Celery worker and a dispatcher (each its own process), and load.py
+playing one big customer and three small ones over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("django")
+
+from celery_fair.store.redis import store_for_url  # noqa: E402
+from celery_fair.testing import RedisServer, free_port  # noqa: E402
+
+from .conftest import wait_for  # noqa: E402
+
+PROJECT = Path(__file__).resolve().parent.parent / "example_project"
+CELERY = str(Path(sys.executable).with_name("celery"))
+SMALL = ["acme", "globex", "initech"]
+BIG_DOCS = 60
+
+
+class Service:
+    """One long-running process of the project, in its own process group, logging to a file."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], logs: Path) -> None:
+        self.name = name
+        self.log = logs / f"{name}.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(cmd, cwd=PROJECT, env=env, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # and whatever it left behind
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+
+    def tail(self) -> str:
+        return f"--- {self.name} ---\n" + self.log.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture
+def docshop(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """The whole site running; yields its URL, environment and services."""
+    redis = RedisServer()
+    port = free_port()
+    env = dict(os.environ, DOCSHOP_REDIS_URL=redis.url + "/0",
+               DOCSHOP_DB=str(tmp_path / "db.sqlite3"), DOCSHOP_DEBUG="0",
+               DOCSHOP_CONVERT_SECONDS="0.1", DOCSHOP_PREVIEW_SECONDS="0.02")
+    services: list[Service] = []
+    try:
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=PROJECT,
+                       env=env, check=True, timeout=60)
+        services += [
+            Service("web", [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}",
+                            "--noreload"], env, tmp_path),
+            Service("worker", [CELERY, "-A", "docshop", "worker", "-P", "threads", "-c", "4",
+                               "--without-mingle", "--without-gossip", "-l", "info"],
+                    env, tmp_path),
+            Service("dispatcher", [CELERY, "-A", "docshop", "fair", "dispatch"], env,
+                    tmp_path),
+        ]
+        url = f"http://127.0.0.1:{port}"
+        store = store_for_url(redis.url + "/0", "fair")
+        wait_for(lambda: _answers(url), timeout=60, interval=0.2, what="the web app")
+        wait_for(lambda: store.worker_capacity("docshop", int(time.time() * 1000)) == 4,
+                 timeout=60, interval=0.2, what="the worker's 4 threads registered")
+        yield {"url": url, "env": env, "services": services}
+    except BaseException:
+        print("\n".join(s.tail() for s in services))
+        raise
+    finally:
+        for service in services:
+            service.stop()
+        redis.stop()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/", timeout=5) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _documents(url: str, customer: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{url}/api/customers/{customer}/documents/") as resp:
+        return list(json.loads(resp.read())["documents"])
+
+
+@pytest.mark.timeout(150)
+def test_small_customers_are_served_while_the_big_backlog_runs(docshop):
+    done = subprocess.run(
+        [sys.executable, "load.py", "--url", docshop["url"], "--big", str(BIG_DOCS),
+         "--small", "3", "--customers", str(len(SMALL)), "--timeout", "90", "--json"],
+        cwd=PROJECT, env=docshop["env"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr + "\n".join(s.tail() for s in docshop["services"])
+    rows = {row["customer"]: row for row in json.loads(done.stdout)["customers"]}
+    print(done.stdout)
+
+    assert set(rows) == {"big-corp", *SMALL}
+    assert rows["big-corp"]["documents"] == BIG_DOCS
+    big_done = sorted(d["converted_at"] for d in _documents(docshop["url"], "big-corp"))
+    for name in ["big-corp", *SMALL]:
+        # Previews are published from a page view: the customer's group, interactive.
+        assert rows[name]["preview_ran_as"] == [f"interactive in group {name}"], rows[name]
+
+    for name in SMALL:
+        row = rows[name]
+        assert row["documents"] == 3
+        small_done = max(d["converted_at"] for d in _documents(docshop["url"], name))
+        # Under FIFO every small document waits behind all of big-corp's. Here each small
+        # customer is done while a good part of big-corp's backlog is still to convert.
+        left = sum(1 for t in big_done if t > small_done)
+        assert left >= BIG_DOCS // 4, (name, left, row, rows["big-corp"])
+        assert row["done"] < rows["big-corp"]["done"], (row, rows["big-corp"])
+
+    # big-corp's own preview does not wait behind its own background conversions.
+    preview = next(d for d in _documents(docshop["url"], "big-corp")
+                   if d["preview_requested_at"])
+    left = sum(1 for t in big_done if t > preview["preview_rendered_at"])
+    assert left >= BIG_DOCS // 4, (left, preview)

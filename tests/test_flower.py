@@ -1,0 +1,305 @@
+"""Flower integration (celery_fair/contrib/flower.py), end to end.
+
+A real Flower (``celery -A tests.proj flower``, enabled from a flowerconfig.py, basic auth
+on) runs against real Redis while a real dispatcher keeps the summary; the tests read its
+page, JSON, Broker page and /metrics, and one drives the page in headless Chromium (the
+system's ``chromium``, through Playwright) and saves a screenshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from celery_fair.config import reset_config
+from celery_fair.contrib.flower import format_wait
+from celery_fair.metrics import OTHER, store_families
+from celery_fair.summary import read_summaries
+from celery_fair.task import store_for
+from celery_fair.testing import RedisServer, free_port
+
+from .conftest import DispatcherThread, wait_for
+from .helpers import groups, snapshot
+from .procs import CeleryProcess
+from .proj import create_app
+
+USER, PASSWORD = "fair", "s3cret"
+CONF = {"fair_max_inflight": 2, "fair_group_concurrency": {"acme": 1},
+        "fair_group_weights": {"big": 2}, "fair_lease_seconds": 600}
+CHROMIUM = os.environ.get("CELERY_FAIR_CHROMIUM", "/usr/bin/chromium")
+
+
+class FlowerSite:
+    """A running Flower and the app whose fair queue it shows."""
+
+    def __init__(self, app: Any, url: str, held_at: dict[str, tuple[float, float]]) -> None:
+        self.app = app
+        self.url = url
+        self.queue = str(app.conf.task_default_queue)
+        self.held_at = held_at  # group -> time range of its first hold
+
+    def get(self, path: str, auth: bool = True) -> tuple[int, str]:
+        request = urllib.request.Request(self.url + path)
+        if auth:
+            token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        try:
+            with urllib.request.urlopen(request, timeout=20) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+
+    def summary(self) -> dict[str, Any]:
+        summary = read_summaries(store_for(self.app))[self.queue]
+        assert summary is not None, "no summary in Redis"
+        return summary
+
+
+def _hold(app: Any) -> dict[str, tuple[float, float]]:
+    """big 10 background; acme 3 background + 1 interactive; small 2 background."""
+    work, preview = app.tasks["proj.work"], app.tasks["proj.preview"]
+    held_at: dict[str, tuple[float, float]] = {}
+    for group, count in (("acme", 3), ("big", 10), ("small", 2)):
+        # A group's head is its first task, or its second when the first was dispatched.
+        before = time.time()
+        work.delay(group, f"{group}-0")
+        work.delay(group, f"{group}-1")
+        held_at[group] = (before, time.time())
+        for i in range(2, count):
+            work.delay(group, f"{group}-{i}")
+    preview.delay("acme", "preview")
+    return held_at
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowerSite]:
+    server = RedisServer()
+    namespace = "fl" + uuid.uuid4().hex[:8]
+    url = server.url + "/0"
+    app = create_app(url, namespace, "q-" + namespace, **CONF)
+    reset_config(app)
+    held_at = _hold(app)
+    tmp = tmp_path_factory.mktemp("flower")
+    config = tmp / "flowerconfig.py"
+    config.write_text("from celery_fair.contrib.flower import enable\n\nenable()\n")
+    port = free_port()
+    flower = CeleryProcess(["flower", f"--port={port}", "--address=127.0.0.1",
+                            f"--conf={config}", f"--basic-auth={USER}:{PASSWORD}"],
+                           CONF, url, namespace, tmp / "flower.log")
+    try:
+        with DispatcherThread(app):
+            # No worker consumes the queue: the dispatcher fills its 2 slots and stops.
+            wait_for(lambda: (read_summaries(store_for(app)).get(app.conf.task_default_queue)
+                              or {}).get("inflight") == 2, what="the summary (2 in flight)")
+            running = FlowerSite(app, f"http://127.0.0.1:{port}", held_at)
+            wait_for(lambda: _up(running, flower), timeout=60, interval=0.2,
+                     what="Flower to answer")
+            yield running
+    finally:
+        code = flower.stop()
+        print(flower.output())
+        server.stop()
+        assert code in (0, -15, None), flower.output()
+
+
+def _up(site: FlowerSite, flower: CeleryProcess) -> bool:
+    if not flower.alive():
+        raise AssertionError("Flower exited:\n" + flower.output())
+    try:
+        return site.get("/healthcheck", auth=False)[0] == 200
+    except OSError:
+        return False
+
+
+def test_pages_and_api_need_flowers_auth(site: FlowerSite) -> None:
+    for path in ("/fair-queues", "/api/fair/queues", "/api/queues/length", "/broker"):
+        assert site.get(path, auth=False)[0] == 401, path
+        assert site.get(path)[0] == 200, path
+
+
+def test_json_api_serves_the_dispatchers_summary(site: FlowerSite) -> None:
+    status, text = site.get("/api/fair/queues")
+    assert status == 200
+    served = json.loads(text)["queues"][site.queue]
+    stored = site.summary()
+    served_groups = {g["group"]: g for g in served["groups"]}
+    for name, g in groups(site.app).items():
+        for field in ("held_interactive", "held_background", "inflight", "cap", "weight"):
+            assert served_groups[name][field] == g[field], (name, field)
+    assert served["inflight"] == snapshot(site.app)["inflight"] == 2
+    assert (served["held_interactive"], served["held_background"]) == \
+        (stored["held_interactive"], stored["held_background"]) == (0, 14)
+    assert served["capacity"] == 2
+
+
+def test_queue_lengths_and_broker_page_show_holding_depth(site: FlowerSite) -> None:
+    status, text = site.get("/api/queues/length")
+    assert status == 200
+    queues = {q["name"]: q for q in json.loads(text)["active_queues"]}
+    ours = queues[site.queue]
+    assert ours["fair_held"] == 14 and ours["fair_inflight"] == 2 and ours["fair_delayed"] == 0
+    assert ours["messages"] == 2  # the two dispatched messages wait in the real queue
+    status, html = site.get("/broker")
+    assert status == 200
+    assert "Held (fair)" in html
+    row = re.search(rf'<tr id="{re.escape(site.queue)}">(.*?)</tr>', html, re.S)
+    assert row is not None and "<td>14</td>" in row.group(1), html
+
+
+def test_metrics_carry_the_summary(site: FlowerSite) -> None:
+    """Flower's /metrics has the dispatcher's store-wide families (same names, labels and
+    help: one definition), filled from the summary, plus the summary's own gauges."""
+    status, text = site.get("/metrics", auth=False)  # Flower serves /metrics unauthenticated
+    assert status == 200
+    q = site.queue
+    shown = groups(site.app)
+    expected = {
+        f'celery_fair_held_tasks{{class="background",group="big",queue="{q}"}}':
+            float(shown["big"]["held_background"]),
+        f'celery_fair_held_tasks{{class="interactive",group="acme",queue="{q}"}}':
+            float(shown["acme"]["held_interactive"]),
+        f'celery_fair_held_tasks{{class="background",group="{OTHER}",queue="{q}"}}': 0.0,
+        f'celery_fair_inflight_tasks{{group="{OTHER}",queue="{q}"}}': 0.0,
+        f'celery_fair_group_cap{{group="acme",queue="{q}"}}': 1.0,
+        f'celery_fair_group_weight{{group="big",queue="{q}"}}': 2.0,
+        f'celery_fair_delayed_tasks{{queue="{q}"}}': 0.0,
+        f'celery_fair_capacity{{queue="{q}"}}': 2.0,
+        f'celery_fair_active_groups{{queue="{q}"}}': 3.0,
+        f'celery_fair_released_total{{queue="{q}"}}': 0.0,
+        f'celery_fair_skipped_total{{queue="{q}"}}': 0.0,
+        f'celery_fair_summary_up{{queue="{q}"}}': 1.0,
+    }
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines()
+                   if line.startswith("celery_fair_"))
+    for name, value in expected.items():
+        assert float(samples[name]) == value, name
+    held = [float(v) for k, v in samples.items() if k.startswith("celery_fair_held_tasks{")]
+    inflight = [float(v) for k, v in samples.items()
+                if k.startswith("celery_fair_inflight_tasks{")]
+    assert (sum(held), sum(inflight)) == (14.0, 2.0)
+    assert f'celery_fair_ready_groups{{class="background",queue="{q}"}}' in samples
+    assert "celery_fair_group_cap{" + f'group="big",queue="{q}"}}' not in samples  # no cap
+    for family in store_families().values():  # the dispatcher's definitions
+        name = family.name + ("_total" if family.type == "counter" else "")
+        assert f"# HELP {name} {family.documentation}\n" in text, name
+        assert f"# TYPE {name} {family.type}\n" in text, name
+    wait = float(samples[f'celery_fair_oldest_wait_seconds{{queue="{q}"}}'])
+    assert 0 < wait <= time.time() - site.held_at["acme"][0]
+    for old in ("celery_fair_held{", "celery_fair_groups{", "celery_fair_group_held{"):
+        assert old not in text  # the names Flower used before the dispatcher's
+    assert "flower_" in text  # Flower's own metrics are still there
+
+
+def _artifacts(tmp_path: Path) -> Path:
+    where = Path(os.environ.get("CELERY_FAIR_ARTIFACTS") or tmp_path)
+    where.mkdir(parents=True, exist_ok=True)
+    return where
+
+
+def test_page_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} not found: this test needs Debian's chromium "
+                    "(apt-get install -y chromium) or CELERY_FAIR_CHROMIUM=<path>")
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            # Without credentials Flower answers 401 and Chromium gives up on the page.
+            anonymous = browser.new_page()
+            with pytest.raises(PlaywrightError, match="ERR_INVALID_AUTH_CREDENTIALS"):
+                anonymous.goto(site.url + "/fair-queues")
+            context = browser.new_context(
+                http_credentials={"username": USER, "password": PASSWORD},
+                viewport={"width": 1400, "height": 900})
+            page = context.new_page()
+            loaded_at = time.time()
+            assert page.goto(site.url + "/fair-queues").status == 200
+            shown = _read_page(page, site.queue)
+            shot = _artifacts(tmp_path) / "flower-fair-queues.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot: {shot}")
+            nav = page.locator("a.nav-link", has_text="Fair queues")
+            assert nav.get_attribute("aria-current") == "page"
+            page.locator("a.nav-link", has_text="Broker").click()
+            page.wait_for_url("**/broker")
+            assert page.locator("th", has_text="Held (fair)").count() == 1
+            broker_shot = shot.with_name("flower-broker.png")
+            page.screenshot(path=str(broker_shot), full_page=True)
+            print(f"screenshot: {broker_shot}")
+        finally:
+            browser.close()
+    # the page showed a live summary: written by the running dispatcher, within its TTL
+    assert loaded_at - 10 <= shown["written_at"] <= time.time()
+    _check_against_store(site, shown)
+    assert shot.stat().st_size > 10_000
+
+
+def _read_page(page: Any, queue: str) -> dict[str, Any]:
+    section = page.locator(f'section.fair-queue[data-queue="{queue}"]')
+    totals = {field: section.locator(f'.fair-totals [data-field="{field}"]').inner_text()
+              for field in ("held_interactive", "held_background", "inflight", "capacity",
+                            "groups_total")}
+    rows = {}
+    for row in section.locator("tbody tr[data-group]").all():
+        cells = {field: row.locator(f'[data-field="{field}"]').inner_text().strip()
+                 for field in ("held_interactive", "held_background", "delayed",
+                               "inflight", "weight", "oldest_wait")}
+        cells["seconds"] = row.locator('[data-field="oldest_wait"]').get_attribute(
+            "data-seconds")
+        rows[row.get_attribute("data-group")] = cells
+    written_at = float(section.locator(".fair-totals").get_attribute("data-written-at"))
+    return {"totals": totals, "groups": rows, "written_at": written_at}
+
+
+def _check_against_store(site: FlowerSite, shown: dict[str, Any]) -> None:
+    snap = snapshot(site.app)
+    totals = shown["totals"]
+    assert int(totals["held_interactive"]) == sum(g["held_interactive"] for g in snap["groups"])
+    assert int(totals["held_background"]) == sum(g["held_background"] for g in snap["groups"])
+    assert int(totals["inflight"]) == snap["inflight"] == 2
+    assert totals["capacity"] == "2"
+    assert int(totals["groups_total"]) == len(snap["groups"]) == 3
+    assert set(shown["groups"]) == {"acme", "big", "small"}
+    for name, g in groups(site.app).items():
+        cells = shown["groups"][name]
+        assert int(cells["held_interactive"]) == g["held_interactive"], name
+        assert int(cells["held_background"]) == g["held_background"], name
+        assert int(cells["delayed"]) == g["delayed"], name
+        cap = "∞" if g["cap"] is None else str(g["cap"])
+        assert cells["inflight"] == f"{g['inflight']} / {cap}", name
+        assert float(cells["weight"]) == g["weight"], name
+        # the wait is as of the summary's write, rounded to the millisecond
+        seconds = float(cells["seconds"])
+        before, after = site.held_at[name]
+        written = shown["written_at"]
+        assert written - after - 0.001 <= seconds <= written - before + 0.001, name
+        assert cells["oldest_wait"] == format_wait(seconds), name
+
+
+def test_an_unreachable_store_is_reported_not_raised(make_app) -> None:
+    from tornado.ioloop import IOLoop
+
+    from celery_fair.contrib.flower import fetch_summaries
+
+    app = make_app(fair_store_url=f"redis://127.0.0.1:{free_port()}/0")
+    summaries, error = IOLoop.current().run_sync(lambda: fetch_summaries(app))
+    assert summaries == {}
+    assert error is not None and "could not read its store" in error
+
+
+def test_waits_are_written_for_people() -> None:
+    assert [format_wait(s) for s in (None, 0.25, 12.34, 245, 7260)] == \
+        ["-", "250 ms", "12.3 s", "4m 05s", "2h 01m"]

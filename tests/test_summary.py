@@ -1,0 +1,196 @@
+"""The per-queue summary the dispatcher keeps in Redis for dashboards (celery_fair/summary.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from celery_fair.dispatcher import Dispatcher
+from celery_fair.envelope import Envelope
+from celery_fair.summary import EXTRA_TOTALS, SummaryWriter, build_summary, read_summaries
+from celery_fair.task import store_for
+
+from .conftest import wait_for
+from .helpers import queue_of, snapshot
+
+
+def _hold_mix(app) -> tuple[float, float]:
+    """big: 5 background; acme: 2 background + 1 interactive; small: 1 background.
+    Returns the time range in which acme's first task was held."""
+    work, preview = app.tasks["proj.work"], app.tasks["proj.preview"]
+    before = time.time()
+    work.delay("acme", "a1")
+    after = time.time()
+    work.delay("acme", "a2")
+    preview.delay("acme", "p1")
+    for i in range(5):
+        work.delay("big", f"b{i}")
+    work.delay("small", "s1")
+    return before, after
+
+
+def _by_group(summary):
+    return {g["group"]: g for g in summary["groups"]}
+
+
+def test_summary_matches_the_store(make_app):
+    app = make_app(fair_max_inflight=1, fair_group_concurrency={"big": 3},
+                   fair_group_weights={"acme": 2})
+    queue = queue_of(app)
+    before, after = _hold_mix(app)
+    dispatcher = Dispatcher(app)
+    try:
+        dispatcher.step()  # picks acme's interactive task, starts writing the summary
+    finally:
+        dispatcher.close()
+    summary = wait_for(lambda: read_summaries(store_for(app))[queue], what="the summary")
+    written = time.time()
+    snap = snapshot(app)
+    assert summary["inflight"] == snap["inflight"] == 1
+    assert summary["capacity"] == 1
+    assert summary["groups_total"] == len(snap["groups"]) == 3
+    assert (summary["held_interactive"], summary["held_background"]) == (0, 8)
+    for g in snap["groups"]:
+        shown = _by_group(summary)[g["group"]]
+        for field in ("held_interactive", "held_background", "delayed", "inflight", "cap",
+                      "weight"):
+            assert shown[field] == g[field], (g["group"], field)
+    # sorted by held, most first
+    assert [g["group"] for g in summary["groups"]] == ["big", "acme", "small"]
+    assert _by_group(summary)["big"]["cap"] == 3
+    assert _by_group(summary)["acme"]["weight"] == 2.0
+    # acme's head is its first background task (the interactive one was dispatched)
+    wait = _by_group(summary)["acme"]["oldest_wait"]
+    assert summary["written_at"] - after - 0.01 <= wait <= written - before + 0.01
+    assert summary["oldest_wait"] == wait  # acme's task is the oldest held
+    assert 0 < store_for(app).client.ttl(store_for(app).keys(queue).summary) <= 10
+
+
+def test_summary_lists_the_groups_holding_most_and_counts_all(make_app):
+    app = make_app()
+    _hold_mix(app)
+    summary = build_summary(store_for(app), queue_of(app), 0, limit=2)
+    assert [g["group"] for g in summary["groups"]] == ["big", "acme"]
+    assert summary["groups_total"] == 3
+    assert summary["held_background"] == 8 and summary["held_interactive"] == 1
+
+
+def test_summary_totals_are_exact_and_only_the_listed_groups_are_read(make_app,
+                                                                      monkeypatch):
+    """More groups than the limit, some with only in-flight or delayed work: the totals
+    still count every group (the store's counters), and only the listed groups' keys are
+    read (O(limit), whatever the number of groups)."""
+    app = make_app()
+    work = app.tasks["proj.work"]
+    for i in range(30):
+        work.delay(f"g{i:02d}", "x")
+    for i in range(4):
+        work.delay("big", f"b{i}")
+    app.tasks["proj.preview"].delay("inter", "p")
+    work.apply_async(("later", "x"), countdown=60)
+    store, queue = store_for(app), queue_of(app)
+    now = int(time.time() * 1000)
+    assert len(store.pick(queue, 3, None, now, 10_000)) == 3  # "inter" first: in flight
+    read: list[str] = []
+    for name in ("summarize", "group_figures"):
+        original = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda q, groups, _o=original: (
+            read.extend(groups), _o(q, groups))[1])
+    summary = build_summary(store, queue, None, limit=5)
+    monkeypatch.undo()
+    snap = snapshot(app)
+    assert summary["groups_total"] == len(snap["groups"]) == 33
+    for field in ("held_interactive", "held_background", "delayed", "inflight",
+                  *EXTRA_TOTALS):
+        assert summary[field] == snap[field], field
+    assert sum(g["held_background"] + g["held_interactive"] for g in snap["groups"]) == \
+        summary["held_background"] + summary["held_interactive"] == 32
+    assert (summary["delayed"], summary["inflight"]) == (1, 3)
+    listed = [g["group"] for g in summary["groups"]]
+    assert len(listed) == 5 and listed[0] == "big"
+    assert set(read) == set(listed)  # no other group was read
+
+
+def test_oldest_wait_counts_from_the_eta_not_the_hold(make_app):
+    app = make_app()
+    app.tasks["proj.work"].apply_async(("late", "x"), countdown=1.5)
+    store = store_for(app)
+    queue = queue_of(app)
+    summary = build_summary(store, queue, 0)
+    assert summary["delayed"] == 1 and summary["oldest_wait"] is None
+    time.sleep(1.6)  # the countdown itself is what is being measured
+    store.promote(queue, int(time.time() * 1000), 10)
+    summary = build_summary(store, queue, 0)
+    assert summary["held_background"] == 1
+    assert 0 <= summary["oldest_wait"] < 0.5
+
+
+def test_the_hold_records_its_due_time_first_in_the_meta(make_app):
+    app = make_app()
+    before = time.time()
+    result = app.tasks["proj.work"].delay("acme", "x")
+    store = store_for(app)
+    value = store.client.hget(store.keys(queue_of(app)).msg, result.id)
+    group, _, envelope = Envelope.decode(value)
+    assert group == "acme"
+    assert before <= envelope.due_at <= time.time()
+    meta = value[value.index(b"acme") + 4:value.index(b"\n")]
+    assert next(iter(json.loads(meta))) == "t"
+
+
+def test_a_message_held_without_due_time_has_no_wait(make_app):
+    """Messages held before due times were recorded still show up, without a wait."""
+    app = make_app()
+    store = store_for(app)
+    queue = queue_of(app)
+    envelope = Envelope(body=b"[]", content_type="application/json",
+                        content_encoding="utf-8", headers={"id": "old", "task": "t"},
+                        exchange="", routing_key=queue, queue=queue)
+    now = int(time.time() * 1000)
+    store.hold(queue, "old", envelope.encode("legacy", "b", 1, False), 0, now)
+    summary = build_summary(store, queue, None)
+    assert _by_group(summary)["legacy"]["held_background"] == 1
+    assert _by_group(summary)["legacy"]["oldest_wait"] is None
+    assert summary["capacity"] is None
+
+
+def test_one_dispatcher_writes_per_interval(make_app):
+    app = make_app()
+    _hold_mix(app)
+    store = store_for(app)
+    first, second = SummaryWriter(store, interval=5), SummaryWriter(store, interval=5)
+    assert first.write(queue_of(app), 0) is True
+    assert second.write(queue_of(app), 0) is False  # another dispatcher just wrote it
+
+
+def test_summarize_script_reads_counts_and_head_due_times(make_app):
+    app = make_app()
+    store = store_for(app)
+    queue = queue_of(app)
+    work = app.tasks["proj.work"]
+    work.delay("acme", "a1")
+    work.apply_async(("acme", "later"), countdown=60)
+    [acme, nobody] = store.summarize(queue, ["acme", "nobody"])
+    assert (acme.held_interactive, acme.held_background, acme.inflight, acme.delayed) == \
+        (0, 1, 0, 1)
+    assert acme.due_interactive is None and acme.due_background is not None
+    assert nobody == type(nobody)("nobody", 0, 0, 0, 0, None, None)
+    assert store.summarize(queue, []) == []
+
+
+def test_the_writer_works_in_a_thread_once_per_interval(make_app):
+    app = make_app()
+    _hold_mix(app)
+    store = store_for(app)
+    queue = queue_of(app)
+    writer = SummaryWriter(store, interval=30)
+    writer.maybe_write([queue], {queue: 4})
+    first = writer._thread
+    assert first is not None
+    first.join(10)
+    summary = read_summaries(store)[queue]
+    assert summary["capacity"] == 4 and summary["held_background"] == 8
+    store.client.delete(store.keys(queue).summary)
+    writer.maybe_write([queue], {queue: 4})  # within the interval: nothing to do
+    assert writer._thread is first
+    assert read_summaries(store)[queue] is None
