@@ -7,8 +7,15 @@ capped groups, in R rounds, and drains them with real subprocess workers (prefor
 - SIGKILLs the dispatcher, from outside at random moments and from inside between pick and
   publish or between publish and confirm (the test-only hook in ``bench/chaos_proj.py``);
 - SIGKILLs whole workers (main process and pool) and starts new ones;
-- SIGKILLs and restarts Redis (broker and store; AOF, ``appendfsync everysec``) and, with
-  ``--broker amqp``, a private RabbitMQ node.
+- restarts Redis (broker and store; AOF, ``appendfsync everysec``) the way a service
+  manager does (SIGTERM: Redis writes its AOF out before it exits) and crashes it (SIGKILL)
+  and, with ``--broker amqp``, SIGKILLs and restarts a private RabbitMQ node.
+
+A Redis crash under ``appendfsync everysec`` may forget writes it had already acknowledged:
+Redis replies before its AOF write while a background fsync is slow (up to 2 s of them).
+No queue in front of Redis can keep what Redis forgets, so ``--redis-crashes`` runs with
+``--redis-fsync always`` unless told otherwise, and a canary (a counter INCRed every few ms)
+reports how many acknowledged writes each Redis crash or restart took with it.
 
 What happened is read from the PostgreSQL ledger (``bench/ledger.py``), not from
 celery-fair. After each round everything must settle: every task completed, no slot in
@@ -33,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
 from celery import Celery
 
 from celery_fair.config import reset_config
@@ -63,7 +71,10 @@ class Plan:
     dispatcher_kills: int = 20  # from outside; the crash hook adds its own
     hook_probability: float = 0.0005  # per message, at each of the hook's two points
     worker_kills: int = 6
-    redis_restarts: int = 3
+    redis_restarts: int = 2  # SIGTERM: a restart by a service manager
+    redis_crashes: int = 1  # SIGKILL
+    # ``appendfsync``; '' picks 'always' when there are crashes, else 'everysec'.
+    redis_fsync: str = ""
     rabbitmq_restarts: int = 0
     broker: str = "redis"
     # How long a dead worker's slots stay held: its acks_late runs are held again when
@@ -85,6 +96,8 @@ class Figures:
     groups: int = 0
     broker: str = "redis"
     kills: dict[str, int] = field(default_factory=Counter)
+    redis_fsync: str = ""
+    redis_lost_writes: int = 0  # acknowledged canary writes Redis no longer had
     completed: int = 0
     tasks_lost: int = 0
     duplicates_executed: int = 0
@@ -130,8 +143,11 @@ class Campaign:
         self.queue = "q-" + self.namespace
         self.group_names = [f"g{i:02d}" for i in range(plan.groups)]
         self.caps = {g: 1 + i % 3 for i, g in enumerate(self.group_names)}
-        self.figures = Figures(tasks=0, groups=plan.groups, broker=plan.broker)
-        self.redis = RedisNode()
+        fsync = plan.redis_fsync or ("always" if plan.redis_crashes else "everysec")
+        self.figures = Figures(tasks=0, groups=plan.groups, broker=plan.broker,
+                               redis_fsync=fsync)
+        self.redis = RedisNode(fsync, log=self.workdir / "redis.log")
+        self.canary = Canary(self.redis.url)
         self.rabbit: Any = None
         self.ledger = Ledger.create(caps=self.caps)
         self.workers: list[CeleryProc] = []
@@ -206,11 +222,13 @@ class Campaign:
                 self.start_worker()
             self.start_dispatcher()
             watcher.start()
+            threading.Thread(target=self.canary.run, args=(self._stop,), daemon=True).start()
             for number in range(self.plan.rounds):
                 self._round(number)
         finally:
             self._stop.set()
             self.figures.wall_seconds = round(time.monotonic() - start, 1)
+            self.figures.redis_lost_writes = self.canary.lost
             self._measure()
         return self.figures
 
@@ -222,6 +240,7 @@ class Campaign:
         events = (["dispatcher"] * _share(plan.dispatcher_kills, rounds, number)
                   + ["worker"] * _share(plan.worker_kills, rounds, number)
                   + ["redis"] * _share(plan.redis_restarts, rounds, number)
+                  + ["redis_crash"] * _share(plan.redis_crashes, rounds, number)
                   + ["rabbitmq"] * _share(plan.rabbitmq_restarts, rounds, number))
         self.rng.shuffle(events)
         # Each event strikes while the round's tasks drain, at a random point of it.
@@ -262,11 +281,12 @@ class Campaign:
                 self.start_dispatcher()
         elif what == "worker":
             self._kill_worker()
-        elif what in ("redis", "rabbitmq"):
+        elif what in ("redis", "redis_crash", "rabbitmq"):
             self.events.append((time.time(), "outage", 0))
-            server = self.redis if what == "redis" else self.rabbit
-            server.restart(down=self.rng.uniform(0.2, 2.0))
-            self.figures.kills[f"{what}_restart"] += 1
+            server = self.rabbit if what == "rabbitmq" else self.redis
+            crash = what != "redis"
+            server.restart(down=self.rng.uniform(0.2, 2.0), crash=crash)
+            self.figures.kills[what if what == "redis_crash" else f"{what}_restart"] += 1
             self.events.append((time.time(), "outage", 0))
 
     def _kill_worker(self) -> None:
@@ -383,7 +403,12 @@ class Campaign:
                          if any(task_id.encode() in item for item in
                                 (client.lrange(self.queue, 0, -1) if name == self.queue
                                  else client.hvals(name)))]
-            return {"held": bool(client.hexists(k.msg, task_id)), "dispatches": records,
+            # held under its own id, or as a copy held again under ``<id>~<dispatch>``
+            held = [h.decode() for h in client.hkeys(k.msg)
+                    if h.decode().split("~")[0] == task_id]
+            quarantined = [h.decode() for h in client.hkeys(k.quarantine)
+                           if h.decode().split("~")[0] == task_id]
+            return {"held": held, "quarantined": quarantined, "dispatches": records,
                     "runs": [r for r in self.ledger.runs() if r[0] == task_id],
                     "in_broker": in_broker}
         except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the verdict
@@ -404,6 +429,34 @@ class Campaign:
     def logs(self) -> str:
         procs = [*self.workers, *([self.dispatcher] if self.dispatcher else [])]
         return "\n".join(p.tail() for p in procs)
+
+
+class Canary:
+    """Counts the acknowledged writes Redis forgot across its restarts and crashes.
+
+    It INCRs one key every few milliseconds; a reply at or below one Redis had already
+    acknowledged means Redis came back without the writes in between. Held tasks are
+    written the same way, so a task lost while the canary lost nothing is celery-fair's
+    doing, and one lost beside a canary loss may be Redis's.
+    """
+
+    KEY = "chaos:canary"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.lost = 0
+
+    def run(self, stop: threading.Event) -> None:
+        client = redis.Redis.from_url(self.url, socket_timeout=2, socket_connect_timeout=2)
+        acked = 0
+        while not stop.wait(0.005):
+            try:
+                value = int(client.incr(self.KEY))
+            except redis.RedisError:
+                continue  # Redis is down: the next reply after it is back tells
+            if value <= acked:
+                self.lost += acked - value + 1
+            acked = value
 
 
 def _share(total: int, parts: int, index: int) -> int:

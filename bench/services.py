@@ -1,7 +1,8 @@
 """Servers and processes the chaos campaign kills and restarts.
 
-- :class:`RedisNode`: a redis-server of its own (AOF on, ``appendfsync everysec``) that can
-  be SIGKILLed and started again on the same port and directory.
+- :class:`RedisNode`: a redis-server of its own (AOF on, ``appendfsync everysec`` unless
+  told otherwise) that can be restarted (SIGTERM: Redis writes out its AOF first) or
+  crashed (SIGKILL) and started again on the same port and directory.
 - :class:`RabbitNode`: a private RabbitMQ node (its own node name, ports, data and config
   directories), never the shared server on 5672.
 - :class:`CeleryProc`: one ``celery -A bench.chaos_proj ...`` process in its own session,
@@ -53,9 +54,23 @@ class Node:
                 pass
             self.proc.wait(30)
 
-    def restart(self, down: float = 0.5) -> None:
-        """SIGKILL, stay down ``down`` seconds, start again on the same port and data."""
+    def terminate(self, timeout: float = 30) -> None:
+        """SIGTERM the server, as a service manager stops it; SIGKILL after ``timeout``."""
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
         self.kill()
+
+    def restart(self, down: float = 0.5, crash: bool = True) -> None:
+        """Stop (``crash``: SIGKILL, else SIGTERM), stay down ``down`` seconds, start again
+        on the same port and data."""
+        if crash:
+            self.kill()
+        else:
+            self.terminate()
         time.sleep(down)
         self.start()
 
@@ -67,9 +82,10 @@ class Node:
 class RedisNode(Node):
     """A redis-server with an append-only file, restartable on the same port and data."""
 
-    def __init__(self, fsync: str = "everysec") -> None:
+    def __init__(self, fsync: str = "everysec", log: Path | None = None) -> None:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="chaos-redis-")
+        self.log = log or Path(self.dir) / "redis.log"
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.args = [redis_server_binary(), "--port", str(self.port), "--bind", "127.0.0.1",
                      "--dir", self.dir, "--appendonly", "yes", "--appendfsync", fsync,
@@ -78,8 +94,9 @@ class RedisNode(Node):
         self.start()
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         client = redis.Redis(port=self.port)
         _wait(lambda: self._ping(client), 30, f"redis-server on port {self.port}")
         client.close()
