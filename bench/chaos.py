@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import tempfile
 import threading
@@ -116,6 +117,7 @@ class Figures:
     checks: list[Any] = field(default_factory=list)
     wall_seconds: float = 0.0
     lost_examples: dict[str, Any] = field(default_factory=dict)  # task id -> where it is
+    skipped_examples: list[Any] = field(default_factory=list)  # (task, dispatch, pid, at)
     duplicate_examples: dict[str, Any] = field(default_factory=dict)  # up to 5, with their cause
     cap_examples: list[Any] = field(default_factory=list)  # unexplained: runs beside it
     logs: str = ""
@@ -372,6 +374,7 @@ class Campaign:
                                                    f.duplicate_examples))
         f.interrupted_runs = sum(1 for *_, ended in runs if ended is None)
         f.duplicates_skipped = self.ledger.skipped_count()
+        f.skipped_examples = [list(s) for s in self.ledger.skipped_list()]
         violations = self.ledger.cap_violations()
         f.cap_violations = len(violations)
         causes: Counter[str] = Counter()
@@ -425,6 +428,11 @@ class Campaign:
             self.rabbit.stop()
         self.redis.stop()
         self.ledger.drop()
+
+    def keep_redis_data(self) -> None:
+        """Copy Redis's AOF beside the logs: every write, to trace what went wrong."""
+        shutil.copytree(self.redis.dir, self.workdir / "redis-data", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("redis.log"))
 
     def logs(self) -> str:
         procs = [*self.workers, *([self.dispatcher] if self.dispatcher else [])]
@@ -531,6 +539,7 @@ def run(plan: Plan, keep_logs: bool = False) -> Figures:
         figures = campaign.run()
         if not figures.ok:
             print(campaign.logs())
+            campaign.keep_redis_data()
     finally:
         campaign.close()
     line = json.dumps({"scenario": "chaos", "ok": figures.ok, **asdict(figures)})

@@ -165,6 +165,13 @@ class Ledger:
             "WHERE ended IS NOT NULL").fetchone()
         return int(row[0]) if row else 0
 
+    def skipped_list(self, limit: int = 5) -> list[tuple[str, str | None, int, float]]:
+        """Up to ``limit`` skipped copies: (task id, dispatch id, pid, when)."""
+        rows = self.conn().execute(
+            f"SELECT task_id, dispatch_id, pid, at FROM {self.schema}.skipped ORDER BY at "
+            "LIMIT %s", (limit,)).fetchall()
+        return [(str(t), d, int(p), float(a)) for t, d, p, a in rows]
+
     def skipped_count(self) -> int:
         row = self.conn().execute(f"SELECT count(*) FROM {self.schema}.skipped").fetchone()
         return int(row[0]) if row else 0

@@ -306,6 +306,28 @@ def test_concurrent_picks_never_return_a_message_twice(store: RedisStore,
     assert store.snapshot(Q)["inflight"] == 400
 
 
+def test_a_pick_sent_twice_never_reuses_a_dispatch_id(store: RedisStore) -> None:
+    """redis-py resends a call whose reply a dropped connection lost (its default retry),
+    and a pipeline is resent after NOSCRIPT: the same pick, same id prefix, reaches Redis
+    twice. The second must not overwrite the first's records (found by the chaos
+    campaign: a running task's record overwritten by another group's dispatch, whose
+    release then freed the wrong group's slot, and whose copy was skipped as finished)."""
+    for g in ("a", "b", "c", "d"):
+        hold(store, g)
+    first = store.pick(Q, 2, None, NOW, LEASE, token="same.")
+    assert store.begin(Q, first[0].dispatch_id, NOW + LEASE, now_ms=NOW) is BeginResult.RUN
+    again = store.pick(Q, 2, None, NOW, LEASE, token="same.")
+    assert len(first) == len(again) == 2
+    dids = [p.dispatch_id for p in first + again]
+    assert len(set(dids)) == 4
+    assert {group_of(p) for p in first + again} == {"a", "b", "c", "d"}
+    # every slot is released once, by its own dispatch, in its own group
+    for p in first + again:
+        assert store.release(Q, p.dispatch_id) is True
+    assert store.snapshot(Q)["inflight"] == 0
+    assert all(g["inflight"] == 0 for g in snapshot_groups(store).values())
+
+
 # -- pick: capacity, caps, classes ---------------------------------------------------------
 
 def test_pick_respects_capacity(store: RedisStore) -> None:

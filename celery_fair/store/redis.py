@@ -106,7 +106,7 @@ class RedisStore(Store):
         """``pick``; with ``push``, the script itself pushes what it can into kombu's list
         (those dispatches are 'queued' at once, until ``queued_deadline_ms``). Returns how
         what it pushed and the picked messages left for the caller to publish. Dispatch
-        ids are ``<token><n>``; a test may fix the token to replay a run exactly."""
+        ids are ``<token><call>.<n>`` (``<call>`` counted in the store, so never reused)."""
         args = _pick_args(limit, capacity, now_ms, lease_ms, push, queued_deadline_ms, token)
         return _picked(self.keys(queue), self._run("pick", queue, *args), push)
 
@@ -138,7 +138,8 @@ class RedisStore(Store):
         """Run scripts in one round trip. EVALSHA directly: a redis-py pipeline of Script
         objects would first ask SCRIPT EXISTS, a round trip of its own, every time. After
         a script cache flush (NOSCRIPT) they are loaded again and the calls retried; the
-        scripts that had run already are run again, which is harmless for the callers."""
+        scripts that had run already are run again, which is harmless for the callers
+        (a pick run twice gives out new dispatch ids: see pick.lua)."""
         with _wrapped(self.where):
             for attempt in (1, 2):
                 pipe = self.client.pipeline(transaction=False)

@@ -6,7 +6,10 @@ ARGV[1]  now in ms
 ARGV[2]  most messages to take
 ARGV[3]  capacity of the fair queue (-1: none); counts every in-flight dispatch
 ARGV[4]  lease of a picked dispatch in ms (how long the dispatcher may take to publish)
-ARGV[5]  dispatch id prefix (unique per call)
+ARGV[5]  dispatch id prefix; ids are <prefix><call>.<n>, <call> counted in `stat` `picks`:
+         a call that reaches Redis twice (redis-py resending it after its reply was lost
+         to a dropped connection, a pipeline retried after NOSCRIPT) must not give out an
+         id again, or its second record would overwrite the first's (another task's slot)
 Direct push (optional; only when the broker is kombu's Redis transport on this same Redis
 server and database, see direct.py):
 ARGV[6]  the real queue (kombu's list) to push messages into
@@ -29,7 +32,8 @@ and comes back as {'', hold id, ''} (so it is logged). ]]
 -- @include common
 -- @include kombu
 local now, want, capacity = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local deadline, token = now + tonumber(ARGV[4]), ARGV[5]
+local deadline = now + tonumber(ARGV[4])
+local token = ARGV[5] .. redis.call('HINCRBY', K_STAT, 'picks', 1) .. '.'
 local target = ARGV[6]
 if capacity >= 0 then
   local room = capacity - tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')

@@ -3,7 +3,7 @@
 -- tag, so one script only ever touches one Redis Cluster slot. keys.py mirrors this layout.
 local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
-local K_STAT = prefix .. ':stat'        -- HASH inflight, held:i, held:b, released, dup, skipped
+local K_STAT = prefix .. ':stat'        -- HASH inflight, held:i, held:b, released, dup, skipped, picks
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
 local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight
 local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
