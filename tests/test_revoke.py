@@ -90,9 +90,9 @@ def test_cancel_leaves_dispatched_messages_alone(store):
 
 
 def test_cancel_removes_copies_held_under_suffixed_ids(store):
-    # The same task id held twice (hold.lua suffixes the second) ...
-    assert hold(store, "acme", hold_id="dup") == "dup"
-    second = hold(store, "acme", hold_id="dup")
+    # The same task id held twice, two publications (hold.lua suffixes the second) ...
+    assert hold(store, "acme", hold_id="dup", body=b"first") == "dup"
+    second = hold(store, "acme", hold_id="dup", body=b"retried")
     assert second.startswith("dup~")
     # ... and a copy put back by reclaim while the id was held again.
     hold(store, "beta", hold_id="re")

@@ -132,6 +132,8 @@ class Model:
         self.forget_if_idle(g)
 
     def hold(self, hold_id: str, msg: Msg, due: int, now: int) -> str:
+        if self.msgs.get(hold_id) == msg:  # the same stored value: one publication, resent
+            return hold_id
         if hold_id in self.msgs:
             self.dup += 1
             hold_id = f"{hold_id}~{self.dup}"

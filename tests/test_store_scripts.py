@@ -169,6 +169,17 @@ def test_duplicate_hold_id_gets_a_suffix_and_overwrites_nothing(store: RedisStor
     assert got == {"same": first, id2: second, id3: third, id4: fourth}
 
 
+def test_the_same_hold_sent_twice_is_held_once(store: RedisStore) -> None:
+    """redis-py resends a call whose reply a dropped connection lost: the very same value
+    under the same id is one publication, not a second copy (which would run twice)."""
+    once = value("acme", body=b"payload")
+    assert store.hold(Q, "t1", once, 0, NOW) == "t1"
+    assert store.hold(Q, "t1", once, 0, NOW) == "t1"
+    assert store.snapshot(Q)["held_background"] == 1
+    assert [p.hold_id for p in pick(store, 10)] == ["t1"]
+    assert pick(store, 10) == []
+
+
 # -- pick: fairness ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("batch", [1, 7, 300])

@@ -1,6 +1,8 @@
 --[[ hold: keep a published message in its group until a dispatcher picks it.
 KEYS[1]  fair queue prefix
-ARGV[1]  hold id (the task id); made unique with a suffix if already held
+ARGV[1]  hold id (the task id); made unique with a suffix if already held, unless what is
+         held under it is this very value: the same publication reaching Redis twice
+         (redis-py resends a call whose reply a dropped connection lost), held once
 ARGV[2]  stored value (envelope.py layout: class, front, cost, group, message)
 ARGV[3]  due time in ms (0: now)
 ARGV[4]  now in ms
@@ -9,7 +11,9 @@ Wakes dispatchers when the group became ready or the message is the next one due
 -- @include common
 local id, value = ARGV[1], ARGV[2]
 local due, now = tonumber(ARGV[3]), tonumber(ARGV[4])
-if redis.call('HEXISTS', K_MSG, id) == 1 then
+local held = redis.call('HGET', K_MSG, id)
+if held == value then return id end
+if held then
   id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)
 end
 local cls, front, _, g = parse(value)
