@@ -42,9 +42,19 @@ LIMITS = {
         "`fair_dispatch_ahead` 2, 4 or 8 gave the same ratio (0.60, 0.64, 0.60), so idle "
         "slots are not the cause. Handing the release to a sender thread of its own did "
         "not change the CPU per task (the releases rarely batched). Next steps: a "
-        "cheaper pick script per message, and coalescing dispatcher steps while the "
-        "queue is full (release.lua waking only when enough slots are free, with a "
-        "larger `fair_dispatch_ahead`)."),
+        "cheaper pick script per message, and fewer store round trips per task in the "
+        "worker. Coalescing dispatcher steps was tried (the dispatcher lingering 2-5 ms "
+        "after a wake-up, `fair_dispatch_ahead` 8 or 16: 0.64-0.75 against 0.78 without, "
+        "quick runs), so the dispatcher's step rate is not the limit."),
+    "dispatch": (
+        "The host's speed on the day, not a change of code. The run of 2026-11-22 on "
+        "the same machine gave 14,115/s (plain `delay()` 1,232/s, plain kombu publish "
+        "3,136/s); on 2026-11-25 plain `delay()` did 791/s and plain kombu publish "
+        "1,904/s, about 40 % slower. Back-to-back runs of the pick script before and after "
+        "that day's change (a counter per pick call) gave 9,185 and 9,372 against 8,430 "
+        "and 9,408 dispatches/s. Per message the pick script makes ~15 Redis calls "
+        "inside one script (take, record with the bytes, lease, kombu's message, ready "
+        "set); a leaner record is the next step."),
     "idle_latency": (
         "One more process hop than plain Celery: the hold wakes the dispatcher (its own "
         "process, BLPOP), whose step (promote, reclaim and pick-and-push in one pipelined "
