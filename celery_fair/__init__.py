@@ -16,6 +16,7 @@ from .errors import (
     FairError,
     InvalidCost,
     InvalidGroup,
+    InvalidLimit,
     InvalidOption,
     StoreError,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "FairTask",
     "InvalidCost",
     "InvalidGroup",
+    "InvalidLimit",
     "InvalidOption",
     "StoreError",
     "cancel",

@@ -12,7 +12,8 @@ from typing import Any, Callable
 import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
-from .errors import FairError
+from . import limits
+from .errors import FairError, InvalidLimit
 
 
 @click.group(name="fair")
@@ -25,14 +26,37 @@ def _app(ctx: click.Context) -> Any:
 
 
 def _cap(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    """--concurrency: an integer >= 0, or 'none' (no cap, stored as -1)."""
+    """--concurrency: an integer from 0 to limits.MAX_CAP, or 'none' (no cap, stored as -1)."""
     if value is None:
         return None
     if value.lower() == "none":
         return -1
-    if not value.isdigit():
-        raise click.BadParameter(f"{value!r} is not a number >= 0 or 'none'", ctx, param)
-    return int(value)
+    try:
+        return limits.cap(int(value) if value.isdigit() else value,
+                          "concurrency" + _for_group(ctx))
+    except InvalidLimit as exc:
+        raise click.BadParameter(f"{exc} (or 'none')", ctx, param) from None
+
+
+def _for_group(ctx: click.Context) -> str:
+    """" for group 'acme'" (GROUP is eager: read before the options)."""
+    group = ctx.params.get("group")
+    return f" for group {group!r}" if group is not None else ""
+
+
+def _weight(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """--weight: a finite number from limits.MIN_WEIGHT to limits.MAX_WEIGHT."""
+    if value is None:
+        return None
+    try:
+        number: Any = float(value)
+    except ValueError:
+        number = value
+    try:
+        return limits.weight(number, "weight" + _for_group(ctx))
+    except InvalidLimit as exc:  # named as typed (1e7, not 10000000.0)
+        message = str(exc).rpartition(", got ")[0]
+        raise click.BadParameter(f"{message}, got {value}", ctx, param) from None
 
 
 @fair.command(cls=CeleryCommand)
@@ -147,15 +171,17 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
 
 
 @fair.command(cls=CeleryCommand)
-@click.argument("group")
+@click.argument("group", is_eager=True)  # read first: option errors name it
 @click.option("-Q", "--queue", "queues", multiple=True,
               help="Fair queue (repeatable; default: every known fair queue).",
               cls=CeleryOption, help_group="Limit Options")
 @click.option("--concurrency", default=None, callback=_cap, metavar="N|none",
-              help="Most tasks of the group in flight: a number (0 pauses it) or 'none'.",
+              help="Most tasks of the group in flight: an integer from 0 (pauses it) to "
+                   "1000000, or 'none'.",
               cls=CeleryOption, help_group="Limit Options")
-@click.option("--weight", type=click.FloatRange(1e-6, 1e6), default=None,
-              help="Share of dispatches relative to other groups (default weight 1).",
+@click.option("--weight", default=None, callback=_weight, metavar="W",
+              help="Share of dispatches relative to other groups (default weight 1): a "
+                   "finite number from 1e-6 to 1e6.",
               cls=CeleryOption, help_group="Limit Options")
 @click.option("--reset", is_flag=True, help="Drop the runtime limits: the settings apply.",
               cls=CeleryOption, help_group="Limit Options")

@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from celery import Celery
 
-from .errors import ConfigurationError
+from . import limits
+from .errors import ConfigurationError, InvalidLimit
 from .rules import TaskRules, parse_rules
 
 
@@ -130,16 +131,16 @@ class FairConfig:
             store_url=_store_url(get("fair_store_url"), conf.get("broker_url")),
             key_prefix=_nonempty_str("fair_key_prefix", get("fair_key_prefix")),
             default_group=_default_group(get("fair_default_group")),
-            default_concurrency=_optional_count("fair_default_concurrency",
-                                                get("fair_default_concurrency")),
+            default_concurrency=_optional_cap("fair_default_concurrency",
+                                              get("fair_default_concurrency")),
             group_concurrency=_group_map("fair_group_concurrency",
-                                         get("fair_group_concurrency"), _count),
+                                         get("fair_group_concurrency"), _cap),
             group_weights=_group_map("fair_group_weights", get("fair_group_weights"), _weight),
             max_inflight=_max_inflight(get("fair_max_inflight")),
             dispatch_ahead=_count("fair_dispatch_ahead", get("fair_dispatch_ahead"),
                                   minimum=0),
-            interactive_reserve=_count("fair_interactive_reserve",
-                                       get("fair_interactive_reserve"), minimum=0),
+            interactive_reserve=_cap("fair_interactive_reserve",
+                                     get("fair_interactive_reserve"), minimum=0),
             lease_seconds=_positive("fair_lease_seconds", get("fair_lease_seconds")),
             done_ttl=_count("fair_done_ttl", get("fair_done_ttl"), minimum=0),
             policy=_choice("fair_policy", get("fair_policy"), POLICIES),
@@ -242,8 +243,15 @@ def _count(name: str, value: Any, minimum: int = 1) -> int:
     return value
 
 
-def _optional_count(name: str, value: Any) -> int | None:
-    return None if value is None else _count(name, value)
+def _cap(name: str, value: Any, minimum: int = 1) -> int:
+    try:
+        return limits.cap(value, "a cap", minimum)
+    except InvalidLimit as exc:
+        raise _fail(name, value, str(exc).removeprefix("a cap must be ")) from None
+
+
+def _optional_cap(name: str, value: Any) -> int | None:
+    return None if value is None else _cap(name, value)
 
 
 def _port(name: str, value: Any) -> int | None:
@@ -268,10 +276,10 @@ def _flag(name: str, value: Any) -> bool:
 
 
 def _weight(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or not 1e-6 <= value <= 1e6:
-        raise _fail(name, value, "a weight between 1e-06 and 1e+06")
-    return float(value)
+    try:
+        return limits.weight(value, "a weight")
+    except InvalidLimit as exc:
+        raise _fail(name, value, str(exc).removeprefix("a weight must be ")) from None
 
 
 def _group_map(name: str, value: Any, check: Callable[[str, Any], Any]) -> dict[str, Any]:

@@ -22,6 +22,10 @@ class InvalidCost(FairError, ValueError):
     """A task cost must be a positive finite number."""
 
 
+class InvalidLimit(FairError, ValueError):
+    """A cap or weight is not a number in its accepted range."""
+
+
 class InvalidOption(FairError, ValueError):
     """A celery_fair task option is invalid."""
 

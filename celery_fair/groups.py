@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
-import math
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Union
 
+from . import limits
 from .config import MAX_GROUP_LENGTH
-from .errors import InvalidCost, InvalidGroup
+from .errors import InvalidGroup
 
 #: How a task names its group: an argument name, a callable ``(args, kwargs) -> group``.
 GroupRule = Union[str, Callable[[Sequence[Any], Mapping[str, Any]], Any], None]
@@ -43,11 +43,8 @@ def validate_group(value: Any) -> str:
 
 
 def validate_cost(value: Any) -> float:
-    """Return ``value`` as a task cost, or raise :class:`InvalidCost`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or not 0 < value <= 1e9:
-        raise InvalidCost(f"fair cost {value!r} is invalid: expected a number in (0, 1e9]")
-    return float(value)
+    """Return ``value`` as a task cost, or raise :class:`InvalidCost` (:func:`limits.cost`)."""
+    return limits.cost(value)
 
 
 @dataclass(frozen=True)

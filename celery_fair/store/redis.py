@@ -15,7 +15,9 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from .. import limits
 from ..errors import StoreConnectionError, StoreError
+from ..groups import validate_group
 from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
 from .keys import QueueKeys, queues_key
 from .scripts import OPERATIONS, source
@@ -194,6 +196,9 @@ class RedisStore(Store):
         return int(moved), (None if int(nxt) < 0 else int(nxt))
 
     def configure(self, queue: str, policy: Policy) -> None:
+        """Raises :class:`~celery_fair.errors.InvalidLimit` (nothing written) when a
+        number of ``policy`` is out of range (:mod:`celery_fair.limits`)."""
+        limits.check_policy(policy)
         self._run("configure", queue,
                   -1 if policy.default_cap is None else policy.default_cap,
                   policy.interactive_reserve, policy.default_weight,
@@ -393,8 +398,16 @@ class RedisStore(Store):
         """Set (or with :data:`RESET` clear) ``group``'s runtime cap and weight in
         ``queue``; they take precedence over the settings and survive restarts.
         ``cap`` -1 means no cap, 0 pauses the group. Returns the cap and weight now in
-        force (cap None: none)."""
-        cap_now, weight_now = self._run("limit", queue, group, str(cap), _weight_arg(weight))
+        force (cap None: none).
+
+        Raises:
+            InvalidGroup: ``group`` is not a group name.
+            InvalidLimit: ``cap`` or ``weight`` is out of range (:mod:`celery_fair.limits`);
+                nothing was written.
+        """
+        group = validate_group(group)
+        cap_now, weight_now = self._run("limit", queue, group, _cap_arg(group, cap),
+                                        _weight_arg(group, weight))
         value = int(_text(cap_now))
         return (None if value < 0 else value), float(_text(weight_now))
 
@@ -441,8 +454,17 @@ def _first(*values: Any) -> Any:
     return next(v for v in values if v is not None)
 
 
-def _weight_arg(weight: float | str) -> str:
-    return weight if isinstance(weight, str) else repr(float(weight))
+def _cap_arg(group: str, cap: int | str) -> str:
+    """limit.lua's ARGV for ``cap``: KEEP, RESET, -1 (no cap) or a checked cap."""
+    if cap in (KEEP, RESET) or (cap == -1 and not isinstance(cap, bool)):
+        return str(cap)
+    return str(limits.cap(cap, f"concurrency for group {group!r}"))
+
+
+def _weight_arg(group: str, weight: float | str) -> str:
+    if weight in (KEEP, RESET):
+        return str(weight)
+    return repr(limits.weight(weight, f"weight for group {group!r}"))
 
 
 def _pick_args(limit: int, capacity: int | None, now_ms: int, lease_ms: int,

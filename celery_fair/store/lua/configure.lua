@@ -9,21 +9,44 @@ ARGV[2]  interactive reserve
 ARGV[3]  default weight
 ARGV[4]  cap overrides as JSON {group: cap}
 ARGV[5]  weight overrides as JSON {group: weight}
-Returns: number of groups re-ranked. ]]
+Returns: number of groups re-ranked.
+Error (before anything is written): a cap, reserve or weight out of range (common.lua
+bounds; limits.py checks them first). ]]
 -- @include common
+local caps, weights = cjson.decode(ARGV[4]), cjson.decode(ARGV[5])
+local function refuse(what, value, expected)
+  return redis.error_reply('ERR ' .. what .. ' must be ' .. expected .. ', got ' ..
+                           tostring(value))
+end
+local cap_range = 'an integer from -1 (none) to ' .. MAX_CAP
+local weight_range = 'a finite number between ' .. MIN_WEIGHT .. ' and ' .. MAX_WEIGHT
+if not valid_cap(ARGV[1]) then return refuse('default cap', ARGV[1], cap_range) end
+local reserve = valid_cap(ARGV[2])
+if not reserve or reserve < 0 then
+  return refuse('interactive reserve', ARGV[2], 'an integer from 0 to ' .. MAX_CAP)
+end
+if not valid_weight(ARGV[3]) then return refuse('default weight', ARGV[3], weight_range) end
+for g, v in pairs(caps) do
+  if not valid_cap(v) then return refuse('cap for group ' .. g, v, cap_range) end
+end
+for g, v in pairs(weights) do
+  if not valid_weight(v) then return refuse('weight for group ' .. g, v, weight_range) end
+end
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3])
 -- The settings, kept apart (a limit's --reset restores them), then in force with the
 -- runtime limits laid over them.
-for _, k in ipairs({{K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, ARGV[4]},
-                    {K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, ARGV[5]}}) do
-  local settings, in_force, limits = k[1], k[2], k[3]
+for _, k in ipairs({{K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, caps, valid_cap},
+                    {K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, weights, valid_weight}}) do
+  local settings, in_force, limits, valid = k[1], k[2], k[3], k[5]
   redis.call('DEL', settings, in_force)
-  for g, v in pairs(cjson.decode(k[4])) do
+  for g, v in pairs(k[4]) do
     redis.call('HSET', settings, g, v)
     redis.call('HSET', in_force, g, v)
   end
   local limited = redis.call('HGETALL', limits)
-  for i = 1, #limited, 2 do redis.call('HSET', in_force, limited[i], limited[i + 1]) end
+  for i = 1, #limited, 2 do  -- a damaged limit (an older version's) is left to `check`
+    if valid(limited[i + 1]) then redis.call('HSET', in_force, limited[i], limited[i + 1]) end
+  end
 end
 local groups = redis.call('SMEMBERS', K_GROUPS)
 -- The held counters are rebuilt while every group is visited anyway: they become exact

@@ -6,9 +6,22 @@ KEYS[1]  fair queue prefix
 ARGV[1]  group
 ARGV[2]  cap: an integer (-1: no cap), '' to leave it, 'reset' to clear it
 ARGV[3]  weight: a number, '' to leave it, 'reset' to clear it
-Returns: {cap, weight} now in force (runtime or setting; cap -1: none), as strings. ]]
+Returns: {cap, weight} now in force (runtime or setting; cap -1: none), as strings.
+Error (before anything is written): a cap or weight out of range (common.lua bounds). ]]
 -- @include common
 local g = ARGV[1]
+local function refuse(name, value, expected)
+  return redis.error_reply('ERR ' .. name .. ' for group ' .. g .. ' must be ' .. expected ..
+                           ', got ' .. value)
+end
+if ARGV[2] ~= '' and ARGV[2] ~= 'reset' and not valid_cap(ARGV[2]) then
+  return refuse('concurrency', ARGV[2], 'an integer from -1 (none) to ' .. MAX_CAP)
+end
+if ARGV[3] ~= '' and ARGV[3] ~= 'reset' and not valid_weight(ARGV[3]) then
+  return refuse('weight', ARGV[3], 'a finite number between ' .. MIN_WEIGHT .. ' and ' ..
+                MAX_WEIGHT)
+end
+local valid = {valid_cap, valid_weight}
 for i, k in ipairs({{K_LIMIT_CAPS, K_CAPS, K_CONF_CAPS},
                     {K_LIMIT_WEIGHTS, K_WEIGHTS, K_CONF_WEIGHTS}}) do
   local limits, in_force, settings = k[1], k[2], k[3]
@@ -16,6 +29,7 @@ for i, k in ipairs({{K_LIMIT_CAPS, K_CAPS, K_CONF_CAPS},
   if value == 'reset' then
     redis.call('HDEL', limits, g)
     local setting = redis.call('HGET', settings, g)
+    if setting and not valid[i](setting) then setting = nil end  -- damaged: `check` says so
     if setting then redis.call('HSET', in_force, g, setting) else redis.call('HDEL', in_force, g) end
   elseif value ~= '' then
     redis.call('HSET', limits, g, value)
@@ -23,5 +37,5 @@ for i, k in ipairs({{K_LIMIT_CAPS, K_CAPS, K_CONF_CAPS},
   end
 end
 if refresh(g) then wake() end
-local default_weight = tonumber(redis.call('HGET', K_CONF, 'weight') or '1')
+local default_weight = valid_weight(redis.call('HGET', K_CONF, 'weight')) or 1
 return {tostring(cap_of(g)), tostring(weight_of(g, default_weight))}

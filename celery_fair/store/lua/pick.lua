@@ -39,8 +39,8 @@ if capacity >= 0 then
   local room = capacity - tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
   if room < want then want = room end
 end
-local default_weight = tonumber(redis.call('HGET', K_CONF, 'weight') or '1')
-local default_cap = tonumber(redis.call('HGET', K_CONF, 'cap') or '-1')
+local default_weight = valid_weight(redis.call('HGET', K_CONF, 'weight')) or 1
+local default_cap = valid_cap(redis.call('HGET', K_CONF, 'cap')) or -1
 
 -- The interactive ready set is skipped while empty; only a full refresh can fill it.
 local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0

@@ -37,17 +37,40 @@ local function parse(v)
   return cls, front, cost, string.sub(v, p2 + 1, p2 + glen)
 end
 
+-- Bounds of a stored cap (-1: none) and weight; limits.py has the same. A NaN or an
+-- infinity stored once (a version before these checks) would poison every later tag, so
+-- scripts refuse to write one and read a damaged one as absent; `check` reports it.
+local MAX_CAP, MIN_WEIGHT, MAX_WEIGHT, MAX_COST = 1000000, 1e-6, 1e6, 1e9
+
+-- The number `s` when it is a cap: an integer from -1 to MAX_CAP; else nil.
+local function valid_cap(s)
+  local n = tonumber(s)
+  if n and n == math.floor(n) and n >= -1 and n <= MAX_CAP then return n end
+end
+
+-- The number `s` when it is a weight: finite, from MIN_WEIGHT to MAX_WEIGHT; else nil.
+local function valid_weight(s)
+  local n = tonumber(s)
+  if n and n >= MIN_WEIGHT and n <= MAX_WEIGHT then return n end  -- NaN fails both
+end
+
+-- The number `s` when it is finite (a virtual time or tag); else nil.
+local function finite(s)
+  local n = tonumber(s)
+  if n and n == n and n > -math.huge and n < math.huge then return n end
+end
+
 -- A group's cap (-1: none) and weight in force. `caps`/`weights` hold the settings with
 -- the runtime limits already laid over them (configure.lua, limit.lua): one read each.
 -- `default_cap`, the queue's (conf `cap`), is passed by a script that read it already
 -- (pick: once per call, not per message); without it, it is read here.
 local function cap_of(g, default_cap)
-  return tonumber(redis.call('HGET', K_CAPS, g) or default_cap
-                  or redis.call('HGET', K_CONF, 'cap') or '-1')
+  return valid_cap(redis.call('HGET', K_CAPS, g)) or default_cap
+         or valid_cap(redis.call('HGET', K_CONF, 'cap')) or -1
 end
 
 local function weight_of(g, default)
-  return tonumber(redis.call('HGET', K_WEIGHTS, g) or default)
+  return valid_weight(redis.call('HGET', K_WEIGHTS, g)) or default
 end
 
 -- Count `delta` messages entering (+) or leaving (-) g's class `cls` list: the per-class
@@ -64,7 +87,8 @@ end
 -- The parsed prefix of a stored value, or nil when it is not one we wrote.
 local function decode(v)
   local ok, cls, front, cost, g = pcall(parse, v)
-  if ok and (cls == 'i' or cls == 'b') and cost and cost > 0 and g and #g > 0 then
+  if ok and (cls == 'i' or cls == 'b') and cost and cost > 0 and cost <= MAX_COST
+     and g and #g > 0 then
     return {cls = cls, front = front, cost = cost, g = g}
   end
 end
@@ -90,7 +114,7 @@ local function eligible(cls, g, n, default_cap)
   if redis.call('LLEN', k_list(cls, g)) == 0 then return false end
   local cap = cap_of(g, default_cap)
   if cap < 0 then return true end
-  if cls == 'i' then cap = cap + tonumber(redis.call('HGET', K_CONF, 'reserve') or '0') end
+  if cls == 'i' then cap = cap + (valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0) end
   return n < cap
 end
 
@@ -103,9 +127,9 @@ local function refresh(g, default_cap)
   local entered = false
   for _, cls in ipairs(CLASSES) do
     if eligible(cls, g, n, default_cap) then
-      local tag = tonumber(redis.call('HGET', gk, 't' .. cls) or '0')
-      local vt = tonumber(redis.call('HGET', K_VT, cls) or '0')
-      if vt > tag then
+      local tag = finite(redis.call('HGET', gk, 't' .. cls) or '0')
+      local vt = finite(redis.call('HGET', K_VT, cls) or '0') or 0
+      if not tag or vt > tag then  -- a damaged tag restarts at the virtual time
         tag = vt
         redis.call('HSET', gk, 't' .. cls, tag)
       end
