@@ -3,9 +3,12 @@
 After a crash, a bug, a Redis failover or a hand edit, the store's counters and indexes may
 disagree with what it holds: a slot counted in flight that no dispatch holds (the group
 stays capped for ever), a group with held work missing from its ready set (it starves), a
-message no list refers to (it never runs). :func:`check` finds such states, one atomic
-Lua script per fair queue (``store/lua/check.lua``) so that a live dispatcher is never
-seen half-way through an operation, and with ``repair=True`` fixes each one and says how.
+message no list refers to (it never runs). :func:`check` finds such states with a Lua
+script (``store/lua/check.lua``) run in bounded steps: each call is atomic over a batch
+of a few hundred entries, so a live dispatcher is never seen half-way through an
+operation and Redis (often the broker too) is never blocked for long; a count that sums
+several calls is re-counted atomically before it is reported. With ``repair=True`` it
+fixes each finding and says how.
 
 Repairs never drop a held message: an unreferenced one is held again, an undecodable one
 moves to the queue's ``quarantine`` hash, a key of a foreign type is renamed aside.
@@ -19,7 +22,7 @@ from typing import Any
 
 from celery import Celery
 
-from .store.redis import RedisStore, now_ms
+from .store.redis import CHECK_BATCH, RedisStore, now_ms
 
 #: Lease given to an in-flight dispatch found without one when the store is passed
 #: directly (with an app, its ``fair_lease_seconds``).
@@ -84,7 +87,8 @@ class Report:
 
 
 def check(target: Celery | RedisStore, *, repair: bool = False,
-          queues: Iterable[str] | None = None, lease_seconds: float | None = None) -> Report:
+          queues: Iterable[str] | None = None, lease_seconds: float | None = None,
+          batch: int = CHECK_BATCH) -> Report:
     """Check the invariants of every fair queue (or ``queues``) of an app or a store.
 
     Parameters:
@@ -93,6 +97,7 @@ def check(target: Celery | RedisStore, *, repair: bool = False,
         repair: fix every finding that can be fixed (each says what was done).
         queues: fair queues to check; default all the store knows.
         lease_seconds: lease given to an in-flight dispatch found without one.
+        batch: most entries one script call reads (each call blocks Redis that long).
 
     Returns:
         a :class:`Report`; ``report.ok`` is true when nothing was found.
@@ -107,7 +112,7 @@ def check(target: Celery | RedisStore, *, repair: bool = False,
     report = Report(queues=names, repair=repair)
     for queue in names:
         for kind, subject, detail, action in store.check(queue, repair, now_ms(),
-                                                         int(lease * 1000)):
+                                                         int(lease * 1000), batch=batch):
             report.findings.append(Finding(queue, kind, subject, detail, action))
     return report
 

@@ -350,3 +350,88 @@ def test_held_counters_drift(store: RedisStore, redis_client: redis.Redis) -> No
     fixed = assert_repaired(store, {"queue_held_count", "group_held_count"})
     assert {f.subject for f in fixed.findings} == {"stat", "acme", "ghost"}
     assert sorted(store.top_groups(Q, 5)) == [("acme", 2), ("globex", 2)]
+
+
+def hold_many(store: RedisStore, count: int, groups: int = 5) -> None:
+    """``count`` held messages over ``groups`` groups, in pipelined hold calls."""
+    script = store._scripts["hold"]
+    prefix = store.keys(Q).prefix
+    for start in range(0, count, 2000):
+        pipe = store.client.pipeline(transaction=False)
+        for i in range(start, min(count, start + 2000)):
+            g = f"g{i % groups}"
+            hid = f"{g}-{i}"
+            script(keys=[prefix], args=[hid, value_of(g, hid), 0, NOW], client=pipe)
+        pipe.execute()
+
+
+def value_of(group: str, hold_id: str) -> bytes:
+    from .test_store_scripts import value
+
+    return value(group, body=hold_id.encode())
+
+
+def test_check_of_tens_of_thousands_held_never_reads_more_than_a_batch_per_call(
+        store: RedisStore, redis_client: redis.Redis) -> None:
+    """`fair check` must not block Redis (and a broker sharing it) for O(held): each script
+    call reads a bounded batch. Measured by Redis itself (SLOWLOG of every call) and by
+    the entries each call reports it read."""
+    held = 30_000
+    hold_many(store, held)
+    for _ in range(5):
+        hold(store, "late", due=NOW + 60_000)
+    store.confirm(Q, [p.dispatch_id for p in pick(store, 20)], NOW + 30_000)
+    sha = store._scripts["check"].sha
+    old = redis_client.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
+    redis_client.config_set("slowlog-max-len", 100_000)
+    redis_client.slowlog_reset()
+    redis_client.config_set("slowlog-log-slower-than", 0)
+    try:
+        assert run(store).ok
+        entries = redis_client.slowlog_get(100_000)
+    finally:
+        redis_client.config_set("slowlog-log-slower-than", old)
+        redis_client.slowlog_reset()
+    calls = [e["duration"] for e in entries
+             if e["command"].split()[:2] in ([b"EVALSHA", sha.encode()],
+                                             [b"EVAL"])]
+    assert len(calls) >= held // 500, f"{len(calls)} script calls for {held} held messages"
+    reads: list[int] = []
+    assert store.check(Q, False, NOW, 30_000, reads=reads) == []
+    assert max(reads) <= 600, max(reads)  # batch 500; HSCAN's COUNT is a hint
+    assert sum(reads) >= 2 * held  # the lists, then the messages: all were read
+    # no call dominates: the longest takes a small part of the check's Redis time
+    assert max(calls) <= 0.25 * sum(calls), (max(calls), sum(calls))
+    assert redis_client.keys(f"{store.keys(Q).prefix}:check:*") == []  # scratch cleared
+
+
+def test_repairing_check_beside_a_running_dispatcher_and_workers_finds_nothing(
+        app: Any, worker: Callable[..., Any], dispatcher: Callable[..., Any],
+        ledger: Any) -> None:
+    """`check --repair` in small steps interleaved with holds, picks, promotions and
+    releases: a count that changed between two steps is never reported (nor "repaired"),
+    and every task runs exactly once."""
+    work = app.tasks["proj.work"]
+    app.conf.fair_default_concurrency = 2
+    from celery_fair.config import reset_config
+
+    reset_config(app)
+    total = 0
+    reports = []
+    with worker(concurrency=3), dispatcher():
+        for round_ in range(8):
+            for g in ("acme", "globex", "initech", "umbrella"):
+                for i in range(5):
+                    work.apply_async((g, f"{round_}-{i}", 0.01),
+                                     fair_interactive=(i == 0), countdown=0.05 * (i == 3))
+                    total += 1
+            reports.append(check(app, repair=True, batch=3))
+        wait_for(lambda: reports.append(check(app, repair=True, batch=3))
+                 or ledger.ends() >= total, timeout=90, interval=0.01,
+                 what="all tasks to finish")
+    bad = [str(r) for r in reports if not r.ok]
+    assert not bad, "\n".join(bad)
+    assert len(reports) > 10
+    runs = ledger.runs()  # per label; each label is used once by each of the 4 groups
+    assert sum(runs.values()) == total and set(runs.values()) == {4}, runs
+    assert check(app).ok

@@ -1,20 +1,54 @@
---[[ check: verify the invariants of one fair queue in one atomic read; with ARGV[1] = 1,
-also repair what it finds. Atomic, so a live dispatcher, workers and publishers never
-show a half-done operation to it. Runs in O(held + in flight + groups): Redis is busy
-for that long (a few ms per 10,000 held messages).
+--[[ check: verify the invariants of one fair queue, one bounded step per call; with
+ARGV[1] = 1, also repair what it finds. RedisStore.check runs the steps in order:
+  fixed     key types of the fixed keys, stored numbers; clears the scratch keys
+  list      one group list, up to `batch` ids from the tail: each id has its message, of
+            that group and class, and is not also delayed; seen ids go to `check:seen`
+  delayed   ZSCAN of `delayed`: each id has its message; counted per group
+  msg       HSCAN of `msg`: each message decodes; one not seen in a list or `delayed` is
+            re-verified at once (ZSCORE, LPOS from the end its hold pushed it to) before
+            it is called an orphan
+  dispatch  ZSCAN of `leases`, then the dispatch ids the key SCAN found: each record;
+            in-flight records counted per group
+  group     up to `batch` groups: held count (exact), membership, ready sets, tags;
+            in-flight and delayed counts compared with the tallies, a disagreement only
+            marks the group a suspect
+  final     suspects re-counted exactly and checked in this one atomic call, then the
+            queue's totals
+Each call is atomic and reads at most about `batch` entries, so Redis is never blocked
+for long and the check is safe beside live dispatchers, workers and publishers. A fact
+about one entry is checked within one call, so it is exact. A count that sums entries
+read in several calls (delayed and in flight per group, the queue's totals) may be off
+by the work done meanwhile, so it is never reported from the tallies alone: `final`
+re-counts it atomically (O(in flight + delayed) for the per-group counts, O(groups) O(1)
+reads for the totals, and only when a tally disagrees).
 Nothing held is dropped: a message no list refers to is held again, an undecodable one
 moves to `quarantine`, a key of a foreign type is renamed aside, never deleted.
 KEYS[1]  fair queue prefix
 ARGV[1]  1 repair, 0 only report
 ARGV[2]  now in ms
 ARGV[3]  lease in ms given to an in-flight dispatch found without one
-ARGV[4]  JSON list of group names found outside the `groups` set (SCAN of q:* and g:*)
-ARGV[5]  JSON list of dispatch ids found outside `leases` (SCAN of d:*)
-Returns: flat array {kind, subject, detail, action, ...}; action is '' when nothing was
-done (report mode, or a finding that cannot be repaired). ]]
+ARGV[4]  step (above)
+ARGV[5]  batch: most entries one call reads
+ARGV[6]  list: group; delayed, msg, dispatch: scan cursor; group: JSON list of groups
+ARGV[7]  list: class; dispatch: JSON list of the dispatch ids the key SCAN found outside
+         `leases` (read once the cursor is done)
+ARGV[8]  list: how many ids were read from its tail already
+Returns: flat array {next, read, kind, subject, detail, action, ...}: `next` the cursor
+(or offset) for the next call of this step, '' when the step is done; `read` the
+entries this call read; action is '' when nothing was done (report mode, or a finding
+that cannot be repaired). Step fixed: `next` is 'blocked' when a foreign key stops the
+rest (report mode). ]]
 -- @include common
 local repair, now, lease_ms = ARGV[1] == '1', tonumber(ARGV[2]), tonumber(ARGV[3])
-local out = {}
+local step, batch = ARGV[4], tonumber(ARGV[5])
+local out = {'', 0}
+-- Scratch keys of a check in progress (a TTL in case it is interrupted).
+local K_SEEN = prefix .. ':check:seen'     -- SET hold ids a list or `delayed` refers to
+local K_TALLY = prefix .. ':check:tally'   -- HASH n:<g>, d:<g>, bad:<g>, held:<cls>
+local K_SUSPECTS = prefix .. ':check:suspects'  -- SET groups whose counts disagreed
+local K_UNLEASED = prefix .. ':check:unleased'  -- SET in-flight dispatch ids without lease
+local K_NOTED = prefix .. ':check:groups'  -- SET groups met in messages and records
+local SCRATCH_TTL = 3600
 
 local function finding(kind, subject, detail, action)
   out[#out + 1] = kind
@@ -23,10 +57,17 @@ local function finding(kind, subject, detail, action)
   out[#out + 1] = repair and action or ''
 end
 
+local function read(n) out[2] = out[2] + n end
+
+local function wrong_type(key, want)
+  local t = redis.call('TYPE', key).ok
+  return t ~= 'none' and t ~= want and t
+end
+
 -- A key of a type we never write blocks every script touching it: rename it aside.
 local function foreign(key, want)
-  local t = redis.call('TYPE', key).ok
-  if t == 'none' or t == want then return false end
+  local t = wrong_type(key, want)
+  if not t then return false end
   local aside = prefix .. ':foreign:' .. string.sub(key, #prefix + 2) .. ':' .. now
   finding('foreign_key', key, 'is a ' .. t .. ', expected a ' .. want,
           'renamed to ' .. aside)
@@ -34,145 +75,163 @@ local function foreign(key, want)
   return not repair
 end
 
-local fixed = {{K_MSG, 'hash'}, {K_STAT, 'hash'}, {K_VT, 'hash'}, {K_CONF, 'hash'},
-               {K_CAPS, 'hash'}, {K_WEIGHTS, 'hash'}, {K_GROUPS, 'set'},
-               {K_DELAYED, 'zset'}, {K_LEASES, 'zset'}, {K_WAKE, 'list'},
-               {K_QUARANTINE, 'hash'}, {k_ready('i'), 'zset'}, {k_ready('b'), 'zset'},
-               {K_BACKLOG, 'zset'}, {K_CONF_CAPS, 'hash'}, {K_CONF_WEIGHTS, 'hash'},
-               {K_LIMIT_CAPS, 'hash'}, {K_LIMIT_WEIGHTS, 'hash'}}
-local blocked = false
-for _, kt in ipairs(fixed) do
-  if foreign(kt[1], kt[2]) then blocked = true end
-end
-if blocked then return out end  -- report mode: the other checks would fail on it
+local function tally(field, delta) redis.call('HINCRBY', K_TALLY, field, delta) end
+local function tallied(field) return tonumber(redis.call('HGET', K_TALLY, field) or '0') end
 
--- Numbers a version before the range checks (limits.py, common.lua) could store: a NaN
--- or an infinity poisons every later tag, a huge cap breaks `fair limit`. A damaged
--- runtime limit or setting is dropped; what is in force goes back to the valid runtime
--- limit, else the valid setting, else the queue's default.
-local function check_numbers(what, settings, in_force, limits, valid)
-  local touched = {}
-  for _, k in ipairs({{limits, 'runtime ' .. what}, {settings, what .. ' setting'},
-                      {in_force, what .. ' in force'}}) do
-    local all = redis.call('HGETALL', k[1])
-    for i = 1, #all, 2 do
-      if not valid(all[i + 1]) then
-        finding('bad_number', all[i], k[2] .. ' ' .. all[i + 1] .. ' in ' .. k[1] ..
-                ' is out of range', 'dropped')
-        touched[all[i]] = true
-        if repair then redis.call('HDEL', k[1], all[i]) end
+-- What g's class list holds, as the check counts it: without the ids found bad and with
+-- the orphans of that group (both only tallied in report mode; repair fixes the list).
+local function listed_count(cls, g)
+  if wrong_type(k_list(cls, g), 'list') then return 0 end  -- reported by the list step
+  return redis.call('LLEN', k_list(cls, g)) - tallied('bad:' .. cls .. ':' .. g)
+         + tallied('orphan:' .. cls .. ':' .. g)
+end
+
+local function step_fixed()
+  redis.call('DEL', K_SEEN, K_TALLY, K_SUSPECTS, K_UNLEASED, K_NOTED)
+  local fixed = {{K_MSG, 'hash'}, {K_STAT, 'hash'}, {K_VT, 'hash'}, {K_CONF, 'hash'},
+                 {K_CAPS, 'hash'}, {K_WEIGHTS, 'hash'}, {K_GROUPS, 'set'},
+                 {K_DELAYED, 'zset'}, {K_LEASES, 'zset'}, {K_WAKE, 'list'},
+                 {K_QUARANTINE, 'hash'}, {k_ready('i'), 'zset'}, {k_ready('b'), 'zset'},
+                 {K_BACKLOG, 'zset'}, {K_CONF_CAPS, 'hash'}, {K_CONF_WEIGHTS, 'hash'},
+                 {K_LIMIT_CAPS, 'hash'}, {K_LIMIT_WEIGHTS, 'hash'}}
+  local blocked = false
+  for _, kt in ipairs(fixed) do
+    if foreign(kt[1], kt[2]) then blocked = true end
+  end
+  if blocked then out[1] = 'blocked'; return end  -- report mode: the rest would fail on it
+  -- Numbers a version before the range checks (limits.py, common.lua) could store: a NaN
+  -- or an infinity poisons every later tag, a huge cap breaks `fair limit`. A damaged
+  -- runtime limit or setting is dropped; what is in force goes back to the valid runtime
+  -- limit, else the valid setting, else the queue's default.
+  local function check_numbers(what, settings, in_force, limits, valid)
+    local touched = {}
+    for _, k in ipairs({{limits, 'runtime ' .. what}, {settings, what .. ' setting'},
+                        {in_force, what .. ' in force'}}) do
+      local all = redis.call('HGETALL', k[1])
+      for i = 1, #all, 2 do
+        if not valid(all[i + 1]) then
+          finding('bad_number', all[i], k[2] .. ' ' .. all[i + 1] .. ' in ' .. k[1] ..
+                  ' is out of range', 'dropped')
+          touched[all[i]] = true
+          if repair then redis.call('HDEL', k[1], all[i]) end
+        end
       end
     end
+    if not repair then return end
+    for g in pairs(touched) do
+      local value = redis.call('HGET', limits, g) or redis.call('HGET', settings, g)
+      if value then redis.call('HSET', in_force, g, value) else redis.call('HDEL', in_force, g) end
+    end
   end
-  if not repair then return end
-  for g in pairs(touched) do
-    local value = redis.call('HGET', limits, g) or redis.call('HGET', settings, g)
-    if value then redis.call('HSET', in_force, g, value) else redis.call('HDEL', in_force, g) end
+  local function is_reserve(s) return (valid_cap(s) or -1) >= 0 end
+  for _, fv in ipairs({{'cap', valid_cap}, {'reserve', is_reserve}, {'weight', valid_weight}}) do
+    local field, valid = fv[1], fv[2]
+    local value = redis.call('HGET', K_CONF, field)
+    if value and not valid(value) then
+      finding('bad_number', field, 'queue default ' .. field .. ' ' .. value .. ' in ' ..
+              K_CONF .. ' is out of range', 'dropped (the default applies until a ' ..
+              'dispatcher starts and writes the settings again)')
+      if repair then redis.call('HDEL', K_CONF, field) end
+    end
   end
-end
-local function is_reserve(s) return (valid_cap(s) or -1) >= 0 end
-for _, fv in ipairs({{'cap', valid_cap}, {'reserve', is_reserve}, {'weight', valid_weight}}) do
-  local field, valid = fv[1], fv[2]
-  local value = redis.call('HGET', K_CONF, field)
-  if value and not valid(value) then
-    finding('bad_number', field, 'queue default ' .. field .. ' ' .. value .. ' in ' ..
-            K_CONF .. ' is out of range', 'dropped (the default applies until a ' ..
-            'dispatcher starts and writes the settings again)')
-    if repair then redis.call('HDEL', K_CONF, field) end
-  end
-end
-check_numbers('cap', K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, valid_cap)
-check_numbers('weight', K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, valid_weight)
-for _, cls in ipairs(CLASSES) do
-  local vt = redis.call('HGET', K_VT, cls)
-  if vt and not finite(vt) then
-    local head = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')[2]
-    local fixed_vt = finite(head) or 0
-    finding('bad_number', cls, 'virtual time ' .. vt .. ' of class ' .. cls ..
-            ' is not a finite number', 'set to ' .. fixed_vt .. ' (the lowest ready tag)')
-    if repair then redis.call('HSET', K_VT, cls, fixed_vt) end
-  end
-end
-
-local groups, group_list = {}, {}
-local function note(g)
-  if g and not groups[g] then
-    groups[g] = true
-    group_list[#group_list + 1] = g
-  end
-end
-for _, g in ipairs(redis.call('SMEMBERS', K_GROUPS)) do note(g) end
-for _, g in ipairs(cjson.decode(ARGV[4])) do note(g) end
-for _, cls in ipairs(CLASSES) do
-  for _, g in ipairs(redis.call('ZRANGE', k_ready(cls), 0, -1)) do note(g) end
-end
-for _, g in ipairs(redis.call('ZRANGE', K_BACKLOG, 0, -1)) do note(g) end
-
--- Held messages: decodable, and referred to exactly once (a group list or `delayed`).
-local msgs, refs = {}, {}
-for _, id in ipairs(redis.call('HKEYS', K_MSG)) do
-  local v = redis.call('HGET', K_MSG, id)
-  local m = decode(v)
-  if m then
-    msgs[id], refs[id] = m, 0
-    note(m.g)
-  else
-    finding('corrupt_message', id, 'stored value cannot be decoded',
-            'moved to ' .. K_QUARANTINE)
-    if repair then quarantine(id, v, 'check: undecodable stored value') end
+  check_numbers('cap', K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, valid_cap)
+  check_numbers('weight', K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, valid_weight)
+  for _, cls in ipairs(CLASSES) do
+    local vt = redis.call('HGET', K_VT, cls)
+    if vt and not finite(vt) then
+      local head = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')[2]
+      local fixed_vt = finite(head) or 0
+      finding('bad_number', cls, 'virtual time ' .. vt .. ' of class ' .. cls ..
+              ' is not a finite number', 'set to ' .. fixed_vt .. ' (the lowest ready tag)')
+      if repair then redis.call('HSET', K_VT, cls, fixed_vt) end
+    end
   end
 end
 
-local delayed_of = {}
-for _, id in ipairs(redis.call('ZRANGE', K_DELAYED, 0, -1)) do
-  local m = msgs[id]
-  if not m then
-    finding('delayed_without_body', id, 'in the delayed set but not in msg', 'removed')
-    if repair then redis.call('ZREM', K_DELAYED, id) end
-  else
-    refs[id] = refs[id] + 1
-    delayed_of[m.g] = (delayed_of[m.g] or 0) + 1
-  end
-end
-
-local held_of, skip = {}, {}  -- skip: groups with a foreign key (report mode)
-local held_total = {i = 0, b = 0}
-local function check_list(cls, g)
+-- One group list, `batch` ids at a time from the tail: a hold appends at the tail and a
+-- pick pops at the head, so an id that stays listed is never skipped (it may be read
+-- twice, which is harmless); one skipped all the same (a cancel in the part read) is
+-- re-verified by the msg step before anything is said about it.
+local function step_list(g, cls, offset)
   local key = k_list(cls, g)
-  if foreign(key, 'list') then skip[g] = true; return end
-  for _, id in ipairs(redis.call('LRANGE', key, 0, -1)) do
-    local m = msgs[id]
+  if foreign(key, 'list') then return end
+  local ids = redis.call('LRANGE', key, -(offset + batch), -(offset + 1))
+  read(#ids)
+  local in_batch = {}
+  for _, id in ipairs(ids) do
+    local m = decode(redis.call('HGET', K_MSG, id) or '')
     if not m then
       finding('held_without_body', g, 'id ' .. id .. ' in ' .. key .. ' has no message',
               'removed from the list')
-      if repair then redis.call('LREM', key, 1, id) end
-    elseif m.g ~= g or m.cls ~= cls or refs[id] > 0 then
+      if repair then redis.call('LREM', key, 1, id) else tally('bad:' .. cls .. ':' .. g, 1) end
+    elseif m.g ~= g or m.cls ~= cls or in_batch[id] or redis.call('ZSCORE', K_DELAYED, id) then
       finding('misplaced_id', g, 'id ' .. id .. ' in ' .. key .. ' belongs to group ' ..
-              m.g .. ' class ' .. m.cls .. ' and is referred to ' .. refs[id] .. ' times',
+              m.g .. ' class ' .. m.cls .. ' and is referred to more than once',
               'removed from the list')
-      if repair then redis.call('LREM', key, -1, id) end
+      if repair then redis.call('LREM', key, -1, id) else tally('bad:' .. cls .. ':' .. g, 1) end
     else
-      refs[id] = 1
-      held_of[g] = (held_of[g] or 0) + 1
-      held_total[cls] = held_total[cls] + 1
+      in_batch[id] = true
+      redis.call('SADD', K_SEEN, id)
+    end
+  end
+  if #ids == batch and redis.call('LLEN', key) > offset + batch then
+    out[1] = tostring(offset + batch)
+  end
+end
+
+-- One ZSCAN/HSCAN call of about `batch` entries; the next cursor goes out as `next`.
+local function scan_batch(key, cursor, is_hash)
+  local got
+  if is_hash then got = redis.call('HSCAN', key, cursor, 'COUNT', batch)
+  else got = redis.call('ZSCAN', key, cursor, 'COUNT', batch) end
+  if got[1] ~= '0' then out[1] = got[1] end
+  read(#got[2] / 2)
+  return got[2]
+end
+
+local function step_delayed(cursor)
+  local entries = scan_batch(K_DELAYED, cursor)
+  for i = 1, #entries, 2 do
+    local id = entries[i]
+    local m = decode(redis.call('HGET', K_MSG, id) or '')
+    if not m then
+      finding('delayed_without_body', id, 'in the delayed set but not in msg', 'removed')
+      if repair then redis.call('ZREM', K_DELAYED, id) end
+    else
+      redis.call('SADD', K_SEEN, id)
+      redis.call('SADD', K_NOTED, m.g)
+      tally('d:' .. m.g, 1)
     end
   end
 end
-for _, g in ipairs(group_list) do
-  if foreign(k_group(g), 'hash') then skip[g] = true end
-  for _, cls in ipairs(CLASSES) do check_list(cls, g) end
+
+-- Is `id`, held for group m.g, in its list? Searched from the end its hold pushed it to,
+-- where one held during the check is.
+local function listed(id, m)
+  return redis.call('LPOS', k_list(m.cls, m.g), id, 'RANK', m.front and 1 or -1) ~= false
 end
 
-for id, m in pairs(msgs) do
-  if refs[id] == 0 then
-    finding('orphan_message', id, 'held for group ' .. m.g .. ' but in no list',
-            'held again in ' .. k_list(m.cls, m.g))
-    held_of[m.g] = (held_of[m.g] or 0) + 1
-    held_total[m.cls] = held_total[m.cls] + 1
-    if repair then
-      if m.front then redis.call('LPUSH', k_list(m.cls, m.g), id)
-      else redis.call('RPUSH', k_list(m.cls, m.g), id) end
-      redis.call('SADD', K_GROUPS, m.g)
+local function step_msg(cursor)
+  local entries = scan_batch(K_MSG, cursor, true)
+  for i = 1, #entries, 2 do
+    local id, v = entries[i], entries[i + 1]
+    local m = decode(v)
+    if m then redis.call('SADD', K_NOTED, m.g) end
+    if not m then
+      finding('corrupt_message', id, 'stored value cannot be decoded',
+              'moved to ' .. K_QUARANTINE)
+      if repair then quarantine(id, v, 'check: undecodable stored value') end
+    elseif redis.call('SISMEMBER', K_SEEN, id) == 0 and not redis.call('ZSCORE', K_DELAYED, id)
+        and not listed(id, m) then
+      finding('orphan_message', id, 'held for group ' .. m.g .. ' but in no list',
+              'held again in ' .. k_list(m.cls, m.g))
+      if repair then  -- the counters still count it: only its list entry was lost
+        if m.front then redis.call('LPUSH', k_list(m.cls, m.g), id)
+        else redis.call('RPUSH', k_list(m.cls, m.g), id) end
+        redis.call('SADD', K_GROUPS, m.g)
+      else
+        tally('orphan:' .. m.cls .. ':' .. m.g, 1)
+      end
     end
   end
 end
@@ -182,23 +241,13 @@ end
 -- have none.
 local active = {picked = true, queued = true, running = true}
 local finished = {superseded = true, lost = true, released = true}
-local leased, dids = {}, {}
-for _, did in ipairs(redis.call('ZRANGE', K_LEASES, 0, -1)) do
-  leased[did] = true
-  dids[#dids + 1] = did
-end
-for _, did in ipairs(cjson.decode(ARGV[5])) do
-  if not leased[did] then dids[#dids + 1] = did end
-end
-local inflight_of_group, total = {}, 0
-for _, did in ipairs(dids) do
+
+-- Check one record; returns its group when it is in flight.
+local function check_dispatch(did, leased)
   local dk = k_dispatch(did)
   local state, g, v = unpack(redis.call('HMGET', dk, 's', 'g', 'v'))
   if active[state] and g then
-    note(g)
-    inflight_of_group[g] = (inflight_of_group[g] or 0) + 1
-    total = total + 1
-    if not leased[did] then
+    if not leased then
       finding('dispatch_without_lease', did, state .. ' dispatch of group ' .. g ..
               ' has no lease: its slot would never come back', 'lease added')
       if repair then redis.call('ZADD', K_LEASES, now + lease_ms, did) end
@@ -208,7 +257,9 @@ for _, did in ipairs(dids) do
               'marked queued (its lease frees the slot if no worker has it)')
       if repair then redis.call('HSET', dk, 's', 'queued') end
     end
-  elseif leased[did] then
+    redis.call('SADD', K_NOTED, g)
+    return g
+  elseif leased then
     local what = state and (state .. ' dispatch') or 'no record'
     if state and not finished[state] then what = 'bad record (state ' .. state .. ')' end
     finding('lease_without_dispatch', did, 'lease on ' .. what, 'lease removed')
@@ -216,10 +267,30 @@ for _, did in ipairs(dids) do
   end
 end
 
+local function step_dispatch(cursor, unleased)
+  if cursor ~= '' then
+    local entries = scan_batch(K_LEASES, cursor)
+    for i = 1, #entries, 2 do
+      local g = check_dispatch(entries[i], true)
+      if g then tally('n:' .. g, 1); tally('inflight', 1) end
+    end
+    return
+  end
+  for _, did in ipairs(cjson.decode(unleased)) do
+    read(1)
+    if not redis.call('ZSCORE', K_LEASES, did) then
+      local g = check_dispatch(did, false)
+      if g then
+        tally('n:' .. g, 1); tally('inflight', 1)
+        redis.call('SADD', K_UNLEASED, did)
+      end
+    end
+  end
+end
+
 -- Per group: counters, membership of `groups` and of the ready sets.
-local function check_group(g)
+local function check_group(g, want_n, want_d)
   local gk = k_group(g)
-  local want_n, want_d = inflight_of_group[g] or 0, delayed_of[g] or 0
   local n = tonumber(redis.call('HGET', gk, 'n') or '0')
   local d = tonumber(redis.call('HGET', gk, 'd') or '0')
   if n ~= want_n then
@@ -232,7 +303,7 @@ local function check_group(g)
             'set to ' .. want_d)
     if repair then redis.call('HSET', gk, 'd', want_d) end
   end
-  local held = held_of[g] or 0
+  local held = listed_count('i', g) + listed_count('b', g)
   local ranked = tonumber(redis.call('ZSCORE', K_BACKLOG, g) or '0')
   if ranked ~= held then
     finding('group_held_count', g, 'backlog counts ' .. ranked .. ', its lists hold ' .. held,
@@ -281,23 +352,111 @@ local function check_group(g)
   end
   if repair and stale then refresh(g) end
 end
-for _, g in ipairs(group_list) do
-  if not skip[g] then check_group(g) end
-end
 
-for _, cls in ipairs(CLASSES) do
-  local counted = tonumber(redis.call('HGET', K_STAT, 'held:' .. cls) or '0')
-  if counted ~= held_total[cls] then
-    finding('queue_held_count', 'stat', 'held:' .. cls .. ' is ' .. counted ..
-            ', the lists hold ' .. held_total[cls], 'set to ' .. held_total[cls])
-    if repair then redis.call('HSET', K_STAT, 'held:' .. cls, held_total[cls]) end
+-- A group's in-flight and delayed counts against the tallies of the dispatch and delayed
+-- steps: equal, the group is checked now; else it is a suspect for `final` (work may
+-- have started, ended or come due between the steps).
+local function step_group(names)
+  for _, g in ipairs(cjson.decode(names)) do
+    read(1)
+    local gk = k_group(g)
+    local skip = foreign(gk, 'hash')
+    for _, cls in ipairs(CLASSES) do  -- the list step reported it
+      if wrong_type(k_list(cls, g), 'list') then skip = true end
+    end
+    if not skip then
+      local n = tonumber(redis.call('HGET', gk, 'n') or '0')
+      local d = tonumber(redis.call('HGET', gk, 'd') or '0')
+      local want_n, want_d = tallied('n:' .. g), tallied('d:' .. g)
+      if n == want_n and d == want_d then check_group(g, want_n, want_d)
+      else redis.call('SADD', K_SUSPECTS, g) end
+    end
+    for _, cls in ipairs(CLASSES) do tally('held:' .. cls, listed_count(cls, g)) end
   end
 end
-local inflight = tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
-if inflight ~= total then
-  finding('queue_inflight', 'stat', 'inflight is ' .. inflight .. ', dispatch records say ' ..
-          total, 'set to ' .. total)
-  if repair then redis.call('HSET', K_STAT, 'inflight', total) end
+
+-- Exact in-flight counts per group (leases and the unleased records found), and the
+-- exact delayed counts of `wanted` groups: one atomic read of each set.
+local function recount(wanted)
+  local n, d, total = {}, {}, 0
+  local dids = redis.call('ZRANGE', K_LEASES, 0, -1)
+  for _, did in ipairs(redis.call('SMEMBERS', K_UNLEASED)) do dids[#dids + 1] = did end
+  for _, did in ipairs(dids) do
+    local state, g = unpack(redis.call('HMGET', k_dispatch(did), 's', 'g'))
+    if active[state] and g then
+      n[g] = (n[g] or 0) + 1
+      total = total + 1
+    end
+  end
+  read(#dids)
+  if next(wanted) then
+    local delayed = redis.call('ZRANGE', K_DELAYED, 0, -1)
+    read(#delayed)
+    for _, id in ipairs(delayed) do
+      local m = decode(redis.call('HGET', K_MSG, id) or '')
+      if m and wanted[m.g] then d[m.g] = (d[m.g] or 0) + 1 end
+    end
+  end
+  return n, d, total
 end
-if repair and #out > 0 then wake() end
+
+local function check_totals(held_total, total)
+  for _, cls in ipairs(CLASSES) do
+    local counted = tonumber(redis.call('HGET', K_STAT, 'held:' .. cls) or '0')
+    if counted ~= held_total[cls] then
+      finding('queue_held_count', 'stat', 'held:' .. cls .. ' is ' .. counted ..
+              ', the lists hold ' .. held_total[cls], 'set to ' .. held_total[cls])
+      if repair then redis.call('HSET', K_STAT, 'held:' .. cls, held_total[cls]) end
+    end
+  end
+  local inflight = tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
+  if inflight ~= total then
+    finding('queue_inflight', 'stat', 'inflight is ' .. inflight ..
+            ', dispatch records say ' .. total, 'set to ' .. total)
+    if repair then redis.call('HSET', K_STAT, 'inflight', total) end
+  end
+end
+
+-- Suspects, checked on exact counts; then the totals, from the tallies when they agree,
+-- else re-counted (the lists' lengths over every group: O(groups) O(1) reads).
+local function step_final()
+  local suspects, wanted = redis.call('SMEMBERS', K_SUSPECTS), {}
+  for _, g in ipairs(suspects) do wanted[g] = true end
+  local inflight = tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
+  local total = tallied('inflight')
+  local n, d
+  if #suspects > 0 or inflight ~= total then n, d, total = recount(wanted) end
+  for _, g in ipairs(suspects) do check_group(g, n[g] or 0, d[g] or 0) end
+  local held_total = {i = tallied('held:i'), b = tallied('held:b')}
+  local counted = {i = tonumber(redis.call('HGET', K_STAT, 'held:i') or '0'),
+                   b = tonumber(redis.call('HGET', K_STAT, 'held:b') or '0')}
+  if counted.i ~= held_total.i or counted.b ~= held_total.b then
+    held_total = {i = 0, b = 0}
+    local groups = redis.call('SUNION', K_GROUPS, K_NOTED)
+    read(#groups)
+    for _, g in ipairs(groups) do
+      for _, cls in ipairs(CLASSES) do
+        held_total[cls] = held_total[cls] + listed_count(cls, g)
+      end
+    end
+  end
+  check_totals(held_total, total)
+  redis.call('DEL', K_SEEN, K_TALLY, K_SUSPECTS, K_UNLEASED, K_NOTED)
+end
+
+if step == 'fixed' then step_fixed()
+elseif step == 'list' then step_list(ARGV[6], ARGV[7], tonumber(ARGV[8]))
+elseif step == 'delayed' then step_delayed(ARGV[6])
+elseif step == 'msg' then step_msg(ARGV[6])
+elseif step == 'dispatch' then step_dispatch(ARGV[6], ARGV[7])
+elseif step == 'group' then step_group(ARGV[6])
+elseif step == 'final' then step_final()
+else return redis.error_reply('ERR check: unknown step ' .. tostring(step)) end
+if step ~= 'final' then
+  for _, key in ipairs({K_SEEN, K_TALLY, K_SUSPECTS, K_UNLEASED, K_NOTED}) do
+    redis.call('EXPIRE', key, SCRATCH_TTL)
+  end
+end
+if repair and #out > 2 then wake() end
+out[2] = tostring(out[2])
 return out
