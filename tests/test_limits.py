@@ -246,3 +246,16 @@ def test_limit_reset_works_on_a_store_an_older_version_damaged(store: RedisStore
     # a damaged setting is not put back in force by the reset
     assert store.limit(Q, "globex", RESET, RESET) == (None, 1.0)
     assert store.limit(Q, "acme", 3, 2.0) == (3, 2.0)
+
+
+def test_dispatch_and_release_keep_working_before_the_repair(store: RedisStore) -> None:
+    """A damaged number reads as absent (the default applies): 7bd68a0's pick, release
+    and hold stopped on it with a Lua float error, mid-way through their writes."""
+    corrupt_the_old_way(store)
+    picked = pick(store, 10)
+    assert len(picked) == 6
+    for p in picked:
+        assert store.release(Q, p.dispatch_id)
+    hold(store, "acme")
+    assert store.queue_figures(Q)["held_background"] == 1
+    assert store.queue_figures(Q)["inflight"] == 0
