@@ -435,3 +435,48 @@ def test_repairing_check_beside_a_running_dispatcher_and_workers_finds_nothing(
     runs = ledger.runs()  # per label; each label is used once by each of the 4 groups
     assert sum(runs.values()) == total and set(runs.values()) == {4}, runs
     assert check(app).ok
+
+
+def test_a_check_started_meanwhile_stops_the_older_one(store: RedisStore) -> None:
+    """Two checks of one queue at once would mix their tallies (false findings, false
+    repairs): the newer one takes over, the older one's next step fails, writing nothing."""
+    from celery_fair.errors import StoreError
+    from celery_fair.store.redis import _Checker
+
+    busy_store(store)
+    older = _Checker(store, Q, [1, NOW, 30_000], 500, None)
+    assert older.call("fixed") == ""
+    assert run(store, repair=True).ok  # a newer check, run to its end
+    with pytest.raises(StoreError, match="another check of this queue started"):
+        older.call("delayed", "0")
+    assert run(store).ok
+
+
+def test_counts_that_move_between_steps_are_recounted_not_reported(store: RedisStore) -> None:
+    """A delayed message comes due, a message is picked and another held between the
+    steps of a repairing check: the tallies then disagree with the counters, and the
+    final step's atomic recount shows there is nothing wrong."""
+    from celery_fair.store.redis import _Checker
+
+    busy_store(store)
+    hold(store, "initech", due=NOW + 1)
+
+    class Interleaved(_Checker):
+        def call(self, step: str, *args: Any) -> str:
+            if step == "final":  # the moved counts made suspects of both groups
+                suspects = store.client.smembers(f"{store.keys(Q).prefix}:check:suspects")
+                assert suspects == {b"acme", b"initech"}, suspects
+            nxt = super().call(step, *args)
+            if step == "delayed" and not nxt:
+                assert store.promote(Q, NOW + 10, 100)[0] == 1
+            if step == "dispatch" and not nxt:
+                picked = pick(store, 1)
+                store.confirm(Q, [p.dispatch_id for p in picked], NOW + 30_000)
+                hold(store, "acme")
+            return nxt
+
+    reads: list[int] = []
+    checker = Interleaved(store, Q, [1, NOW, 30_000], 500, reads)
+    checker.run()
+    assert checker.findings == []
+    assert run(store).ok

@@ -434,10 +434,12 @@ class _Checker:
         self.store, self.queue, self.head, self.batch = store, queue, head, batch
         self.reads = reads if reads is not None else []
         self.findings: list[tuple[str, str, str, str]] = []
+        self.token = uuid.uuid4().hex
 
     def call(self, step: str, *args: Any) -> str:
         """Run one step call; its ``next`` ('' when the step is done)."""
-        flat = self.store._run("check", self.queue, *self.head, step, self.batch, *args)
+        flat = self.store._run("check", self.queue, *self.head, step, self.batch,
+                               self.token, *args)
         self.reads.append(int(flat[1]))
         self.findings += [(_text(flat[i]), _text(flat[i + 1]), _text(flat[i + 2]),
                            _text(flat[i + 3])) for i in range(2, len(flat), 4)]

@@ -29,10 +29,13 @@ ARGV[2]  now in ms
 ARGV[3]  lease in ms given to an in-flight dispatch found without one
 ARGV[4]  step (above)
 ARGV[5]  batch: most entries one call reads
-ARGV[6]  list: group; delayed, msg, dispatch: scan cursor; group: JSON list of groups
-ARGV[7]  list: class; dispatch: JSON list of the dispatch ids the key SCAN found outside
+ARGV[6]  this check's token: step fixed makes it the queue's check in progress; any other
+         step of an older check then fails (error reply, nothing written), since the
+         scratch tallies are the newer check's now
+ARGV[7]  list: group; delayed, msg, dispatch: scan cursor; group: JSON list of groups
+ARGV[8]  list: class; dispatch: JSON list of the dispatch ids the key SCAN found outside
          `leases` (read once the cursor is done)
-ARGV[8]  list: how many ids were read from its tail already
+ARGV[9]  list: how many ids were read from its tail already
 Returns: flat array {next, read, kind, subject, detail, action, ...}: `next` the cursor
 (or offset) for the next call of this step, '' when the step is done; `read` the
 entries this call read; action is '' when nothing was done (report mode, or a finding
@@ -40,7 +43,7 @@ that cannot be repaired). Step fixed: `next` is 'blocked' when a foreign key sto
 rest (report mode). ]]
 -- @include common
 local repair, now, lease_ms = ARGV[1] == '1', tonumber(ARGV[2]), tonumber(ARGV[3])
-local step, batch = ARGV[4], tonumber(ARGV[5])
+local step, batch, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local out = {'', 0}
 -- Scratch keys of a check in progress (a TTL in case it is interrupted).
 local K_SEEN = prefix .. ':check:seen'     -- SET hold ids a list or `delayed` refers to
@@ -48,6 +51,7 @@ local K_TALLY = prefix .. ':check:tally'   -- HASH n:<g>, d:<g>, bad:<g>, held:<
 local K_SUSPECTS = prefix .. ':check:suspects'  -- SET groups whose counts disagreed
 local K_UNLEASED = prefix .. ':check:unleased'  -- SET in-flight dispatch ids without lease
 local K_NOTED = prefix .. ':check:groups'  -- SET groups met in messages and records
+local K_OWNER = prefix .. ':check:token'   -- STRING token of the check in progress
 local SCRATCH_TTL = 3600
 
 local function finding(kind, subject, detail, action)
@@ -370,6 +374,7 @@ local function step_group(names)
       local want_n, want_d = tallied('n:' .. g), tallied('d:' .. g)
       if n == want_n and d == want_d then check_group(g, want_n, want_d)
       else redis.call('SADD', K_SUSPECTS, g) end
+      if d ~= want_d then tally('recount_d:' .. g, 1) end
     end
     for _, cls in ipairs(CLASSES) do tally('held:' .. cls, listed_count(cls, g)) end
   end
@@ -421,12 +426,20 @@ end
 -- else re-counted (the lists' lengths over every group: O(groups) O(1) reads).
 local function step_final()
   local suspects, wanted = redis.call('SMEMBERS', K_SUSPECTS), {}
-  for _, g in ipairs(suspects) do wanted[g] = true end
+  for _, g in ipairs(suspects) do  -- `delayed` is read only for a delayed count that moved
+    if tallied('recount_d:' .. g) > 0 then wanted[g] = true end
+  end
   local inflight = tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
   local total = tallied('inflight')
   local n, d
   if #suspects > 0 or inflight ~= total then n, d, total = recount(wanted) end
-  for _, g in ipairs(suspects) do check_group(g, n[g] or 0, d[g] or 0) end
+  for _, g in ipairs(suspects) do
+    local d_g = d[g] or 0
+    if not wanted[g] then  -- it agreed with the tally in the group step: as it is now
+      d_g = tonumber(redis.call('HGET', k_group(g), 'd') or '0')
+    end
+    check_group(g, n[g] or 0, d_g)
+  end
   local held_total = {i = tallied('held:i'), b = tallied('held:b')}
   local counted = {i = tonumber(redis.call('HGET', K_STAT, 'held:i') or '0'),
                    b = tonumber(redis.call('HGET', K_STAT, 'held:b') or '0')}
@@ -441,19 +454,24 @@ local function step_final()
     end
   end
   check_totals(held_total, total)
-  redis.call('DEL', K_SEEN, K_TALLY, K_SUSPECTS, K_UNLEASED, K_NOTED)
+  redis.call('DEL', K_SEEN, K_TALLY, K_SUSPECTS, K_UNLEASED, K_NOTED, K_OWNER)
 end
 
-if step == 'fixed' then step_fixed()
-elseif step == 'list' then step_list(ARGV[6], ARGV[7], tonumber(ARGV[8]))
-elseif step == 'delayed' then step_delayed(ARGV[6])
-elseif step == 'msg' then step_msg(ARGV[6])
-elseif step == 'dispatch' then step_dispatch(ARGV[6], ARGV[7])
-elseif step == 'group' then step_group(ARGV[6])
+if step == 'fixed' then
+  redis.call('SET', K_OWNER, token, 'EX', SCRATCH_TTL)
+  step_fixed()
+elseif redis.call('GET', K_OWNER) ~= token then
+  return redis.error_reply('ERR check: another check of this queue started since ' ..
+                           '(one check at a time per queue)')
+elseif step == 'list' then step_list(ARGV[7], ARGV[8], tonumber(ARGV[9]))
+elseif step == 'delayed' then step_delayed(ARGV[7])
+elseif step == 'msg' then step_msg(ARGV[7])
+elseif step == 'dispatch' then step_dispatch(ARGV[7], ARGV[8])
+elseif step == 'group' then step_group(ARGV[7])
 elseif step == 'final' then step_final()
 else return redis.error_reply('ERR check: unknown step ' .. tostring(step)) end
 if step ~= 'final' then
-  for _, key in ipairs({K_SEEN, K_TALLY, K_SUSPECTS, K_UNLEASED, K_NOTED}) do
+  for _, key in ipairs({K_SEEN, K_TALLY, K_SUSPECTS, K_UNLEASED, K_NOTED, K_OWNER}) do
     redis.call('EXPIRE', key, SCRATCH_TTL)
   end
 end
