@@ -480,3 +480,13 @@ def test_counts_that_move_between_steps_are_recounted_not_reported(store: RedisS
     checker.run()
     assert checker.findings == []
     assert run(store).ok
+
+
+def test_many_small_groups_are_checked_in_few_calls(store: RedisStore) -> None:
+    """Small lists share a call (a list visited counts as one entry read), so a check
+    costs O(entries / batch) round trips, not one per list."""
+    hold_many(store, 3000, groups=3000)
+    reads: list[int] = []
+    assert store.check(Q, False, NOW, 30_000, reads=reads) == []
+    assert len(reads) < 60, len(reads)
+    assert max(reads) <= 600, max(reads)

@@ -454,11 +454,10 @@ class _Checker:
         if self.call("fixed") == "blocked":
             return
         groups, dispatch_ids = self.keys_found()
-        for g in sorted(groups):
-            for cls in ("i", "b"):
-                offset = "0"
-                while offset:
-                    offset = self.call("list", g, cls, offset)
+        for chunk in _chunks(sorted(groups), self.batch):
+            at = self.call("lists", json.dumps(chunk), "")
+            while at:
+                at = self.call("lists", json.dumps(chunk), at)
         self.scan("delayed")
         self.scan("msg")
         cursor = "0"

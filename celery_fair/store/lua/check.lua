@@ -1,8 +1,9 @@
 --[[ check: verify the invariants of one fair queue, one bounded step per call; with
 ARGV[1] = 1, also repair what it finds. RedisStore.check runs the steps in order:
   fixed     key types of the fixed keys, stored numbers; clears the scratch keys
-  list      one group list, up to `batch` ids from the tail: each id has its message, of
-            that group and class, and is not also delayed; seen ids go to `check:seen`
+  lists     group lists, up to `batch` ids a call, each from its tail: each id has its
+            message, of that group and class, and is not also delayed; seen ids go to
+            `check:seen`
   delayed   ZSCAN of `delayed`: each id has its message; counted per group
   msg       HSCAN of `msg`: each message decodes; one not seen in a list or `delayed` is
             re-verified at once (ZSCORE, LPOS from the end its hold pushed it to) before
@@ -32,10 +33,10 @@ ARGV[5]  batch: most entries one call reads
 ARGV[6]  this check's token: step fixed makes it the queue's check in progress; any other
          step of an older check then fails (error reply, nothing written), since the
          scratch tallies are the newer check's now
-ARGV[7]  list: group; delayed, msg, dispatch: scan cursor; group: JSON list of groups
-ARGV[8]  list: class; dispatch: JSON list of the dispatch ids the key SCAN found outside
-         `leases` (read once the cursor is done)
-ARGV[9]  list: how many ids were read from its tail already
+ARGV[7]  lists, group: JSON list of groups; delayed, msg, dispatch: scan cursor
+ARGV[8]  lists: where to resume ('' at the start; else the previous call's `next`);
+         dispatch: JSON list of the dispatch ids the key SCAN found outside `leases`
+         (read once the cursor is done)
 Returns: flat array {next, read, kind, subject, detail, action, ...}: `next` the cursor
 (or offset) for the next call of this step, '' when the step is done; `read` the
 entries this call read; action is '' when nothing was done (report mode, or a finding
@@ -85,7 +86,7 @@ local function tallied(field) return tonumber(redis.call('HGET', K_TALLY, field)
 -- What g's class list holds, as the check counts it: without the ids found bad and with
 -- the orphans of that group (both only tallied in report mode; repair fixes the list).
 local function listed_count(cls, g)
-  if wrong_type(k_list(cls, g), 'list') then return 0 end  -- reported by the list step
+  if wrong_type(k_list(cls, g), 'list') then return 0 end  -- reported by the lists step
   return redis.call('LLEN', k_list(cls, g)) - tallied('bad:' .. cls .. ':' .. g)
          + tallied('orphan:' .. cls .. ':' .. g)
 end
@@ -152,15 +153,15 @@ local function step_fixed()
   end
 end
 
--- One group list, `batch` ids at a time from the tail: a hold appends at the tail and a
--- pick pops at the head, so an id that stays listed is never skipped (it may be read
--- twice, which is harmless); one skipped all the same (a cancel in the part read) is
--- re-verified by the msg step before anything is said about it.
-local function step_list(g, cls, offset)
+-- Up to `budget` ids of one group list, read from `offset` ids before its tail: a hold
+-- appends at the tail and a pick pops at the head, so an id that stays listed is never
+-- skipped (it may be read twice, which is harmless); one skipped all the same (a cancel
+-- in the part read) is re-verified by the msg step before anything is said about it.
+-- Returns how many ids it read and whether the list goes on beyond them.
+local function check_list(g, cls, offset, budget)
   local key = k_list(cls, g)
-  if foreign(key, 'list') then return end
-  local ids = redis.call('LRANGE', key, -(offset + batch), -(offset + 1))
-  read(#ids)
+  if foreign(key, 'list') then return 0, false end
+  local ids = redis.call('LRANGE', key, -(offset + budget), -(offset + 1))
   local in_batch = {}
   for _, id in ipairs(ids) do
     local m = decode(redis.call('HGET', K_MSG, id) or '')
@@ -178,8 +179,31 @@ local function step_list(g, cls, offset)
       redis.call('SADD', K_SEEN, id)
     end
   end
-  if #ids == batch and redis.call('LLEN', key) > offset + batch then
-    out[1] = tostring(offset + batch)
+  return #ids, #ids == budget and redis.call('LLEN', key) > offset + budget
+end
+
+-- The lists of `names` (a JSON list of groups), both classes each, from `at` ("<group
+-- index>,<class index>,<offset>", '' for the start), until `batch` entries are read (a
+-- list visited counts as one): many small lists go in one call, a long one in several.
+local function step_lists(names, at)
+  local gs = cjson.decode(names)
+  local i, c, offset = 1, 1, 0
+  if at ~= '' then
+    local a, b, o = string.match(at, '^(%d+),(%d+),(%d+)$')
+    i, c, offset = tonumber(a), tonumber(b), tonumber(o)
+  end
+  local budget = batch
+  while i <= #gs do
+    if budget <= 0 then out[1] = i .. ',' .. c .. ',' .. offset; return end
+    local n, more = check_list(gs[i], CLASSES[c], offset, budget)
+    read(n + 1)
+    budget = budget - n - 1
+    if more then
+      offset = offset + n
+    else
+      offset, c = 0, c + 1
+      if c > #CLASSES then i, c = i + 1, 1 end
+    end
   end
 end
 
@@ -365,7 +389,7 @@ local function step_group(names)
     read(1)
     local gk = k_group(g)
     local skip = foreign(gk, 'hash')
-    for _, cls in ipairs(CLASSES) do  -- the list step reported it
+    for _, cls in ipairs(CLASSES) do  -- the lists step reported it
       if wrong_type(k_list(cls, g), 'list') then skip = true end
     end
     if not skip then
@@ -463,7 +487,7 @@ if step == 'fixed' then
 elseif redis.call('GET', K_OWNER) ~= token then
   return redis.error_reply('ERR check: another check of this queue started since ' ..
                            '(one check at a time per queue)')
-elseif step == 'list' then step_list(ARGV[7], ARGV[8], tonumber(ARGV[9]))
+elseif step == 'lists' then step_lists(ARGV[7], ARGV[8])
 elseif step == 'delayed' then step_delayed(ARGV[7])
 elseif step == 'msg' then step_msg(ARGV[7])
 elseif step == 'dispatch' then step_dispatch(ARGV[7], ARGV[8])
