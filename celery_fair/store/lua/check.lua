@@ -1,9 +1,9 @@
 --[[ check: verify the invariants of one fair queue, one bounded step per call; with
 ARGV[1] = 1, also repair what it finds. RedisStore.check runs the steps in order:
   fixed     key types of the fixed keys, stored numbers; clears the scratch keys
-  lists     group lists, up to `batch` ids a call, each from its tail: each id has its
-            message, of that group and class, and is not also delayed; seen ids go to
-            `check:seen`
+  lists     group lists, up to `batch` ids a call (a list visited counts as one), each
+            from its tail: each id has its message, of that group and class, and is not
+            also delayed; seen ids go to `check:seen`
   delayed   ZSCAN of `delayed`: each id has its message; counted per group
   msg       HSCAN of `msg`: each message decodes; one not seen in a list or `delayed` is
             re-verified at once (ZSCORE, LPOS from the end its hold pushed it to) before
@@ -20,8 +20,9 @@ for long and the check is safe beside live dispatchers, workers and publishers. 
 about one entry is checked within one call, so it is exact. A count that sums entries
 read in several calls (delayed and in flight per group, the queue's totals) may be off
 by the work done meanwhile, so it is never reported from the tallies alone: `final`
-re-counts it atomically (O(in flight + delayed) for the per-group counts, O(groups) O(1)
-reads for the totals, and only when a tally disagrees).
+re-counts it atomically, and only when a tally disagrees: O(in flight) for the groups
+whose in-flight count moved, O(delayed) more when a delayed count moved, O(groups) O(1)
+reads for the totals. One check per queue at a time (ARGV[6]).
 Nothing held is dropped: a message no list refers to is held again, an undecodable one
 moves to `quarantine`, a key of a foreign type is renamed aside, never deleted.
 KEYS[1]  fair queue prefix
@@ -38,7 +39,7 @@ ARGV[8]  lists: where to resume ('' at the start; else the previous call's `next
          dispatch: JSON list of the dispatch ids the key SCAN found outside `leases`
          (read once the cursor is done)
 Returns: flat array {next, read, kind, subject, detail, action, ...}: `next` the cursor
-(or offset) for the next call of this step, '' when the step is done; `read` the
+(or resume point) for the next call of this step, '' when the step is done; `read` the
 entries this call read; action is '' when nothing was done (report mode, or a finding
 that cannot be repaired). Step fixed: `next` is 'blocked' when a foreign key stops the
 rest (report mode). ]]
@@ -48,7 +49,9 @@ local step, batch, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local out = {'', 0}
 -- Scratch keys of a check in progress (a TTL in case it is interrupted).
 local K_SEEN = prefix .. ':check:seen'     -- SET hold ids a list or `delayed` refers to
-local K_TALLY = prefix .. ':check:tally'   -- HASH n:<g>, d:<g>, bad:<g>, held:<cls>
+-- HASH n:<g>, d:<g>, inflight, held:<cls>; report mode: bad:<cls>:<g>, orphan:<cls>:<g>;
+-- recount_d:<g> (the group's delayed count moved)
+local K_TALLY = prefix .. ':check:tally'
 local K_SUSPECTS = prefix .. ':check:suspects'  -- SET groups whose counts disagreed
 local K_UNLEASED = prefix .. ':check:unleased'  -- SET in-flight dispatch ids without lease
 local K_NOTED = prefix .. ':check:groups'  -- SET groups met in messages and records
