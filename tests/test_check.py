@@ -441,10 +441,10 @@ def test_a_check_started_meanwhile_stops_the_older_one(store: RedisStore) -> Non
     """Two checks of one queue at once would mix their tallies (false findings, false
     repairs): the newer one takes over, the older one's next step fails, writing nothing."""
     from celery_fair.errors import StoreError
-    from celery_fair.store.redis import _Checker
+    from celery_fair.store.checking import Checker
 
     busy_store(store)
-    older = _Checker(store, Q, [1, NOW, 30_000], 500, None)
+    older = Checker(store, Q, [1, NOW, 30_000], 500, None)
     assert older.call("fixed") == ""
     assert run(store, repair=True).ok  # a newer check, run to its end
     with pytest.raises(StoreError, match="another check of this queue started"):
@@ -456,12 +456,12 @@ def test_counts_that_move_between_steps_are_recounted_not_reported(store: RedisS
     """A delayed message comes due, a message is picked and another held between the
     steps of a repairing check: the tallies then disagree with the counters, and the
     final step's atomic recount shows there is nothing wrong."""
-    from celery_fair.store.redis import _Checker
+    from celery_fair.store.checking import Checker
 
     busy_store(store)
     hold(store, "initech", due=NOW + 1)
 
-    class Interleaved(_Checker):
+    class Interleaved(Checker):
         def call(self, step: str, *args: Any) -> str:
             if step == "final":  # the moved counts made suspects of both groups
                 suspects = store.client.smembers(f"{store.keys(Q).prefix}:check:suspects")
