@@ -94,6 +94,56 @@ local function listed_count(cls, g)
          + tallied('orphan:' .. cls .. ':' .. g)
 end
 
+-- Numbers a version before the range checks (limits.py, common.lua) could store: a NaN
+-- or an infinity poisons every later tag, a huge cap breaks `fair limit`. A damaged
+-- runtime limit or setting is dropped; what is in force goes back to the valid runtime
+-- limit, else the valid setting, else the queue's default.
+local function check_limits(what, settings, in_force, limits, valid)
+  local touched = {}
+  for _, k in ipairs({{limits, 'runtime ' .. what}, {settings, what .. ' setting'},
+                      {in_force, what .. ' in force'}}) do
+    local all = redis.call('HGETALL', k[1])
+    for i = 1, #all, 2 do
+      if not valid(all[i + 1]) then
+        finding('bad_number', all[i], k[2] .. ' ' .. all[i + 1] .. ' in ' .. k[1] ..
+                ' is out of range', 'dropped')
+        touched[all[i]] = true
+        if repair then redis.call('HDEL', k[1], all[i]) end
+      end
+    end
+  end
+  if not repair then return end
+  for g in pairs(touched) do
+    local value = redis.call('HGET', limits, g) or redis.call('HGET', settings, g)
+    if value then redis.call('HSET', in_force, g, value) else redis.call('HDEL', in_force, g) end
+  end
+end
+
+-- The queue's defaults (`conf`) and virtual times (`vt`).
+local function check_queue_numbers()
+  local function is_reserve(s) return (valid_cap(s) or -1) >= 0 end
+  for _, fv in ipairs({{'cap', valid_cap}, {'reserve', is_reserve}, {'weight', valid_weight}}) do
+    local field, valid = fv[1], fv[2]
+    local value = redis.call('HGET', K_CONF, field)
+    if value and not valid(value) then
+      finding('bad_number', field, 'queue default ' .. field .. ' ' .. value .. ' in ' ..
+              K_CONF .. ' is out of range', 'dropped (the default applies until a ' ..
+              'dispatcher starts and writes the settings again)')
+      if repair then redis.call('HDEL', K_CONF, field) end
+    end
+  end
+  for _, cls in ipairs(CLASSES) do
+    local vt = redis.call('HGET', K_VT, cls)
+    if vt and not finite(vt) then
+      local head = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')[2]
+      local fixed_vt = finite(head) or 0
+      finding('bad_number', cls, 'virtual time ' .. vt .. ' of class ' .. cls ..
+              ' is not a finite number', 'set to ' .. fixed_vt .. ' (the lowest ready tag)')
+      if repair then redis.call('HSET', K_VT, cls, fixed_vt) end
+    end
+  end
+end
+
 local function step_fixed()
   redis.call('DEL', K_SEEN, K_TALLY, K_SUSPECTS, K_UNLEASED, K_NOTED)
   local fixed = {{K_MSG, 'hash'}, {K_STAT, 'hash'}, {K_VT, 'hash'}, {K_CONF, 'hash'},
@@ -107,53 +157,9 @@ local function step_fixed()
     if foreign(kt[1], kt[2]) then blocked = true end
   end
   if blocked then out[1] = 'blocked'; return end  -- report mode: the rest would fail on it
-  -- Numbers a version before the range checks (limits.py, common.lua) could store: a NaN
-  -- or an infinity poisons every later tag, a huge cap breaks `fair limit`. A damaged
-  -- runtime limit or setting is dropped; what is in force goes back to the valid runtime
-  -- limit, else the valid setting, else the queue's default.
-  local function check_numbers(what, settings, in_force, limits, valid)
-    local touched = {}
-    for _, k in ipairs({{limits, 'runtime ' .. what}, {settings, what .. ' setting'},
-                        {in_force, what .. ' in force'}}) do
-      local all = redis.call('HGETALL', k[1])
-      for i = 1, #all, 2 do
-        if not valid(all[i + 1]) then
-          finding('bad_number', all[i], k[2] .. ' ' .. all[i + 1] .. ' in ' .. k[1] ..
-                  ' is out of range', 'dropped')
-          touched[all[i]] = true
-          if repair then redis.call('HDEL', k[1], all[i]) end
-        end
-      end
-    end
-    if not repair then return end
-    for g in pairs(touched) do
-      local value = redis.call('HGET', limits, g) or redis.call('HGET', settings, g)
-      if value then redis.call('HSET', in_force, g, value) else redis.call('HDEL', in_force, g) end
-    end
-  end
-  local function is_reserve(s) return (valid_cap(s) or -1) >= 0 end
-  for _, fv in ipairs({{'cap', valid_cap}, {'reserve', is_reserve}, {'weight', valid_weight}}) do
-    local field, valid = fv[1], fv[2]
-    local value = redis.call('HGET', K_CONF, field)
-    if value and not valid(value) then
-      finding('bad_number', field, 'queue default ' .. field .. ' ' .. value .. ' in ' ..
-              K_CONF .. ' is out of range', 'dropped (the default applies until a ' ..
-              'dispatcher starts and writes the settings again)')
-      if repair then redis.call('HDEL', K_CONF, field) end
-    end
-  end
-  check_numbers('cap', K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, valid_cap)
-  check_numbers('weight', K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, valid_weight)
-  for _, cls in ipairs(CLASSES) do
-    local vt = redis.call('HGET', K_VT, cls)
-    if vt and not finite(vt) then
-      local head = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')[2]
-      local fixed_vt = finite(head) or 0
-      finding('bad_number', cls, 'virtual time ' .. vt .. ' of class ' .. cls ..
-              ' is not a finite number', 'set to ' .. fixed_vt .. ' (the lowest ready tag)')
-      if repair then redis.call('HSET', K_VT, cls, fixed_vt) end
-    end
-  end
+  check_queue_numbers()
+  check_limits('cap', K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, valid_cap)
+  check_limits('weight', K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, valid_weight)
 end
 
 -- Up to `budget` ids of one group list, read from `offset` ids before its tail: a hold
@@ -319,6 +325,22 @@ local function step_dispatch(cursor, unleased)
   end
 end
 
+-- A group's tags, damaged by an older version (a NaN weight): restarted at the virtual
+-- time. Returns true when one was, so its ready sets need a refresh.
+local function check_tags(g, gk)
+  local stale = false
+  for _, cls in ipairs(CLASSES) do
+    local tag = redis.call('HGET', gk, 't' .. cls)
+    if tag and not finite(tag) then
+      finding('bad_number', g, 'tag t' .. cls .. ' ' .. tag .. ' is not a finite number',
+              'restarted at the virtual time')
+      if repair then redis.call('HDEL', gk, 't' .. cls) end
+      stale = true
+    end
+  end
+  return stale
+end
+
 -- Per group: counters, membership of `groups` and of the ready sets.
 local function check_group(g, want_n, want_d)
   local gk = k_group(g)
@@ -353,16 +375,7 @@ local function check_group(g, want_n, want_d)
     if repair then redis.call('DEL', gk); redis.call('SREM', K_GROUPS, g) end
   end
   local n_now = tonumber(redis.call('HGET', gk, 'n') or '0')
-  local stale = false
-  for _, cls in ipairs(CLASSES) do
-    local tag = redis.call('HGET', gk, 't' .. cls)
-    if tag and not finite(tag) then
-      finding('bad_number', g, 'tag t' .. cls .. ' ' .. tag .. ' is not a finite number',
-              'restarted at the virtual time')
-      if repair then redis.call('HDEL', gk, 't' .. cls) end
-      stale = true
-    end
-  end
+  local stale = check_tags(g, gk)
   for _, cls in ipairs(CLASSES) do
     local score = redis.call('ZSCORE', k_ready(cls), g)
     local should = busy and eligible(cls, g, n_now)
