@@ -490,3 +490,16 @@ def test_many_small_groups_are_checked_in_few_calls(store: RedisStore) -> None:
     assert store.check(Q, False, NOW, 30_000, reads=reads) == []
     assert len(reads) < 60, len(reads)
     assert max(reads) <= 600, max(reads)
+
+
+def test_messages_whose_list_a_foreign_key_replaced_are_reported_then_held_again(
+        store: RedisStore, redis_client: redis.Redis) -> None:
+    busy_store(store)
+    hold(store, "acme", klass="i")
+    k = store.keys(Q)
+    redis_client.delete(k.held("i", "acme"))
+    redis_client.set(k.held("i", "acme"), "x")
+    assert run(store).kinds() == {"foreign_key", "orphan_message"}
+    assert not run(store, repair=True).problems
+    assert run(store).ok
+    assert len(drain(store)) == 5

@@ -89,9 +89,9 @@ local function tallied(field) return tonumber(redis.call('HGET', K_TALLY, field)
 -- What g's class list holds, as the check counts it: without the ids found bad and with
 -- the orphans of that group (both only tallied in report mode; repair fixes the list).
 local function listed_count(cls, g)
-  if wrong_type(k_list(cls, g), 'list') then return 0 end  -- reported by the lists step
-  return redis.call('LLEN', k_list(cls, g)) - tallied('bad:' .. cls .. ':' .. g)
-         + tallied('orphan:' .. cls .. ':' .. g)
+  local orphans = tallied('orphan:' .. cls .. ':' .. g)
+  if wrong_type(k_list(cls, g), 'list') then return orphans end  -- reported by the lists step
+  return redis.call('LLEN', k_list(cls, g)) - tallied('bad:' .. cls .. ':' .. g) + orphans
 end
 
 -- Numbers a version before the range checks (limits.py, common.lua) could store: a NaN
@@ -245,7 +245,9 @@ end
 -- Is `id`, held for group m.g, in its list? Searched from the end its hold pushed it to,
 -- where one held during the check is.
 local function listed(id, m)
-  return redis.call('LPOS', k_list(m.cls, m.g), id, 'RANK', m.front and 1 or -1) ~= false
+  local key = k_list(m.cls, m.g)
+  if wrong_type(key, 'list') then return false end  -- a foreign key took its place
+  return redis.call('LPOS', key, id, 'RANK', m.front and 1 or -1) ~= false
 end
 
 local function step_msg(cursor)
