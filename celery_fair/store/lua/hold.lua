@@ -15,6 +15,7 @@ local held = redis.call('HGET', K_MSG, id)
 if held == value then return id end
 if held then
   id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)
+  index_copy(id)  -- so cancel finds it
 end
 local cls, front, _, g = parse(value)
 -- The message's list or delayed entry is written first: should a key of a foreign type
