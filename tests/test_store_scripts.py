@@ -6,6 +6,7 @@ here depends on the wall clock or on scheduling.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections import Counter
@@ -19,7 +20,7 @@ import celery_fair.store
 from celery_fair.config import SETTINGS
 from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope
 from celery_fair.store.base import BeginResult, Picked, Policy
-from celery_fair.store.redis import PRUNE_GRACE_MS, RESET, RedisStore, now_ms
+from celery_fair.store.redis import PRUNE_GRACE_MS, QUARANTINE_MAX, RESET, RedisStore, now_ms
 from celery_fair.store.scripts import OPERATIONS, source
 from celery_fair.testing import RedisServer
 
@@ -1221,6 +1222,27 @@ def test_limit_weight_is_used_by_pick(store: RedisStore) -> None:
         hold(store, "b")
     assert store.limit(Q, "a", weight=3) == (None, 3.0)
     assert Counter(pick_groups(store, 8)) == {"a": 6, "b": 2}
+
+
+def test_the_quarantine_keeps_the_newest_entries_and_logs_each_one_dropped(
+        store: RedisStore, redis_client, caplog) -> None:
+    k = store.keys(Q)
+    for i in range(QUARANTINE_MAX + 3):  # values celery_fair did not write
+        redis_client.hset(k.msg, f"junk-{i}", b"garbage")
+        redis_client.rpush(k.held("b", "evil"), f"junk-{i}")
+    redis_client.zadd(k.ready("b"), {"evil": 0})
+    redis_client.sadd(k.groups, "evil")
+    hold(store, "acme", hold_id="fine")
+    caplog.set_level(logging.ERROR)
+    assert [p.hold_id for p in pick(store, 10)] == ["fine"]  # the rest was quarantined
+    assert redis_client.hlen(k.quarantine) == QUARANTINE_MAX
+    assert redis_client.hlen(k.quarantine_why) == QUARANTINE_MAX
+    assert redis_client.llen(k.quarantine_order) == QUARANTINE_MAX
+    kept = {key.decode() for key in redis_client.hkeys(k.quarantine)}
+    assert kept == {f"junk-{i}" for i in range(3, QUARANTINE_MAX + 3)}  # the newest
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 3
+    assert all(f"junk-{i} dropped" in line for i, line in enumerate(dropped))
 
 
 def _held_truth(store: RedisStore) -> tuple[dict[str, int], int, int]:

@@ -455,7 +455,7 @@ class RedisStore(Store):
             pipe = self.client.pipeline(transaction=True)  # each id is dropped once
             pipe.lrange(k.quarantine_order, keep, -1)
             pipe.ltrim(k.quarantine_order, 0, keep - 1)
-            dropped = [_text(i) for i in pipe.execute()[0]]
+            dropped = [_text(i) for i in reversed(pipe.execute()[0])]  # oldest first
             if dropped:
                 pipe = self.client.pipeline(transaction=True)
                 pipe.hdel(k.quarantine, *dropped)
