@@ -528,6 +528,7 @@ def test_release_of_a_finished_dispatch_keeps_a_tombstone_that_skips_redelivery(
     assert redis_client.exists(dk) == 0  # the record goes; the tombstone is its id alone,
     assert redis_client.hkeys(done) == [p.dispatch_id.encode()]  # in a small shared hash
     assert 7190 < redis_client.ttl(done) <= 7200
+    assert store.dispatch_state(Q, p.dispatch_id) == "released"
     assert redis_client.zscore(store.keys(Q).leases, p.dispatch_id) is None
     [nxt] = pick(store, 10)  # the slot came back: the group's next task is dispatched
     # the broker redelivers the finished message (its ack died): skipped, takes no slot

@@ -265,6 +265,20 @@ class RedisStore(Store):
 
     # -- reads and bookkeeping outside the hot path -----------------------------------
 
+    def dispatch_state(self, queue: str, dispatch_id: str) -> str | None:
+        """State of a dispatch: its record's (picked, queued, running, lost,
+        superseded), 'released' while its tombstone lasts, None when the store does not
+        know it (never dispatched, or forgotten)."""
+        k = self.keys(queue)
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(k.dispatch(dispatch_id), "s")
+            pipe.hexists(k.done(dispatch_id), dispatch_id)
+            state, done = pipe.execute()
+        if state is not None:
+            return _text(state)
+        return "released" if done else None
+
     def queues(self) -> list[str]:
         """Every fair queue that has held a message, sorted."""
         with _wrapped(self.where):
