@@ -50,7 +50,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fair_lease_seconds", 30,
             "How long a dispatched task's slot survives without a sign of life from a worker."),
     Setting("fair_done_ttl", 3900,
-            "Seconds a finished dispatch is remembered (about 180 bytes of Redis each), so "
+            "Seconds a finished dispatch is remembered (about 30 bytes of Redis each), so "
             "a copy the broker redelivers after the task ran (acks_late: the ack died with "
             "its worker or connection) is skipped, not run twice; must cover the broker's "
             "redelivery delay (Redis: visibility_timeout, 3600 by default). 0: off."),

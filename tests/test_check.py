@@ -211,13 +211,14 @@ def test_released_tombstones_are_valid_and_a_stray_lease_on_one_goes(
         store: RedisStore, redis_client: redis.Redis) -> None:
     picked = busy_store(store)
     k = store.keys(Q)
-    assert store.release(Q, picked[0].dispatch_id, 3600)  # finished: a 'released' tombstone
-    assert redis_client.hget(k.dispatch(picked[0].dispatch_id), "s") == b"released"
+    did = picked[0].dispatch_id
+    assert store.release(Q, did, 3600)  # finished: a tombstone
+    assert redis_client.hexists(k.done(did), did)
     assert run(store).ok, str(run(store))
     redis_client.zadd(k.leases, {picked[0].dispatch_id: NOW})
     found = assert_repaired(store, {"lease_without_dispatch"})
     assert "released dispatch" in str(found)
-    assert redis_client.hget(k.dispatch(picked[0].dispatch_id), "s") == b"released"
+    assert redis_client.hexists(k.done(did), did)
 
 
 def test_picked_record_without_bytes(store: RedisStore, redis_client: redis.Redis) -> None:

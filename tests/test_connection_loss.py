@@ -106,7 +106,7 @@ def test_a_failed_release_lands_soon_after_the_store_is_back(
     outage_server.start()
     wait_for(lambda: not len(pending_releases), timeout=10,
              what="the retry thread to land the release")
-    assert store.client.hget(store.keys(queue).dispatch(did), "s") == b"released"
+    assert store.dispatch_state(queue, did) == "released"
     assert store.queue_figures(queue)["inflight"] == 0
 
 

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from celery import Celery
 
+from celery_fair.store.keys import queues_key
 from celery_fair.task import store_for
 
 from .conftest import wait_for
@@ -177,3 +178,18 @@ def test_big_backlog_does_not_delay_a_newcomer(make_app, worker, dispatcher) -> 
         [s["label"] for s in starts[n0:last_b + 1]]
     total_a = sum(1 for s in starts if s["group"] == "A")
     assert total_a < backlog / 4, "A's backlog should still be there; nothing was measured"
+
+
+def test_a_queue_dropped_from_the_queue_set_is_served_again_after_the_next_hold(
+        app, worker, dispatcher) -> None:
+    """`fair:queues` may lose a member (a partial flush, a failover); a hold from a
+    process that registered the queue before puts it back, and the dispatcher finds it."""
+    work = app.tasks["proj.work"]
+    store, queue = store_for(app), str(app.conf.task_default_queue)
+    with worker(concurrency=1), dispatcher() as running:
+        assert work.delay("acme", "before").get(timeout=TIMEOUT) == "before"
+        store.client.srem(queues_key(store.namespace), queue)
+        wait_for(lambda: queue not in running._queues,  # what it serves, re-read each second
+                 what="the dispatcher to stop serving the queue gone from the set")
+        assert work.delay("acme", "after").get(timeout=TIMEOUT) == "after"
+    assert queue in store.queues()

@@ -8,22 +8,37 @@ do the same; then ``revoke(terminate=True)`` of a running task in a prefork work
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import socket
 import subprocess
+import threading
 from typing import Any
 
 import pytest
 import redis
 from celery import chord, group
 from celery.exceptions import TaskRevokedError
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from celery_fair import cancel
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.envelope import INTERACTIVE
 from celery_fair.store.redis import RedisStore, now_ms
+from celery_fair.store.scripts import source
 from celery_fair.task import store_for
 
 from .conftest import subprocess_env, wait_for
-from .helpers import held, queue_of, settled, snapshot, wait_capacity, wait_settled
+from .helpers import (
+    client_app,
+    held,
+    queue_of,
+    settled,
+    snapshot,
+    wait_capacity,
+    wait_settled,
+)
 from .procs import CELERY, ROOT, CeleryProcess
 from .test_store_scripts import NOW, Q, hold, pick, snapshot_groups, value
 
@@ -105,6 +120,111 @@ def test_cancel_removes_copies_held_under_suffixed_ids(store):
     assert ids == {"dup", second, "re", f"re~{lost.dispatch_id}"}
     assert set(snapshot_groups(store)) == {"gamma"}
     assert store.snapshot(Q)["inflight"] == 0
+
+
+def test_revoke_finds_copies_by_their_index_without_scanning_held_messages(store):
+    hold(store, "acme", hold_id="dup")
+    copy = hold(store, "acme", hold_id="dup", body=b"again")
+    for i in range(50):
+        hold(store, "acme", hold_id=f"other-{i}")
+    scans = _calls(store, "hscan")
+    assert {hid for hid, _ in store.cancel(Q, ["other-0"])} == {"other-0"}
+    assert {hid for hid, _ in store.cancel(Q, ["dup"])} == {"dup", copy}
+    assert _calls(store, "hscan") == scans  # O(copies), not a scan of everything held
+    # a copy that leaves (dispatched) leaves the index: nothing of it is kept
+    hold(store, "beta", hold_id="twice")
+    hold(store, "beta", hold_id="twice", body=b"again")
+    pick(store, 100)
+    assert list(store.client.scan_iter(match=f"{store.keys(Q).prefix}:copies:*")) == []
+
+
+def _calls(store: RedisStore, command: str) -> int:
+    return int(store.client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def test_a_cancel_resent_after_a_lost_reply_still_returns_the_messages(store):
+    """redis-py resends a call whose reply a dropped connection lost: the resend (the
+    same call again) must still hand back what the first call removed, copies included,
+    or the caller never marks those tasks REVOKED and the messages are gone."""
+    data = value("acme", body=b"task-1 body")
+    store.hold(Q, "task-1", data, 0, NOW)
+    copy = hold(store, "acme", hold_id="task-1", body=b"a second publication")
+    hold(store, "acme", hold_id="other")
+    first = store.cancel(Q, ["task-1"], token="call-1")  # its reply is lost on the way back
+    assert {hid for hid, _ in first} == {"task-1", copy}
+    assert sorted(store.cancel(Q, ["task-1"], token="call-1")) == sorted(first)  # resent
+    assert store.cancel(Q, ["task-1"]) == []  # a new call: gone, nothing to cancel twice
+    assert [p.hold_id for p in pick(store, 10)] == ["other"]  # removed once, nothing else
+
+
+class ReplyDropper:
+    """A TCP proxy to Redis that, once armed, passes on the next command carrying
+    ``marker`` and then closes the client's connection instead of passing the reply back:
+    the reply is lost to a dropped connection, after Redis ran the command."""
+
+    def __init__(self, upstream_port: int, marker: bytes) -> None:
+        self.upstream, self.marker = upstream_port, marker
+        self.armed, self.dropped = threading.Event(), threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"redis://127.0.0.1:{self.server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream))
+            drop = threading.Event()  # the next reply on this connection is lost
+            threading.Thread(target=self._pump, args=(client, upstream, drop, True),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, drop, False),
+                             daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, drop: threading.Event,
+              requests: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if requests and self.armed.is_set() and self.marker in data:
+                    self.armed.clear()
+                    drop.set()
+                elif not requests and drop.is_set():
+                    self.dropped.set()
+                    break
+                dst.sendall(data)
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def test_revoke_after_a_lost_cancel_reply_marks_the_held_task_revoked(app, redis_server,
+                                                                      monkeypatch):
+    work = app.tasks["proj.work"]
+    result = work.apply_async(("acme", "x"))
+    assert held(app) == {"acme": 1}
+    # This client reaches the store through a proxy that loses the cancel's first reply,
+    # and its redis-py retries (as redis.Redis() does by default): it resends the call,
+    # whose answer must still carry the message, or the task is never marked REVOKED.
+    from_url = RedisStore.from_url.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(RedisStore, "from_url", classmethod(
+        lambda cls, url, namespace="fair", **kw: from_url(cls, url, namespace,
+                                                          retry=Retry(NoBackoff(), 3), **kw)))
+    proxy = ReplyDropper(redis_server.port, hashlib.sha1(source("cancel").encode()).hexdigest()
+                         .encode())
+    try:
+        client = client_app(app, fair_store_url=proxy.url + "/0")
+        assert not cancel(client, "not-held")  # the script is loaded: the next call runs it
+        proxy.armed.set()
+        assert cancel(client, result.id)
+        assert proxy.dropped.is_set()  # the first reply was lost indeed
+    finally:
+        proxy.close()
+    assert result.state == "REVOKED"
+    assert settled(app)
 
 
 # -- revoke() of held tasks, compared with plain Celery -----------------------------------

@@ -6,6 +6,7 @@ here depends on the wall clock or on scheduling.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections import Counter
@@ -16,9 +17,10 @@ import pytest
 import redis
 
 import celery_fair.store
+from celery_fair.config import SETTINGS
 from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope
 from celery_fair.store.base import BeginResult, Picked, Policy
-from celery_fair.store.redis import PRUNE_GRACE_MS, RESET, RedisStore, now_ms
+from celery_fair.store.redis import PRUNE_GRACE_MS, QUARANTINE_MAX, RESET, RedisStore, now_ms
 from celery_fair.store.scripts import OPERATIONS, source
 from celery_fair.testing import RedisServer
 
@@ -92,7 +94,11 @@ def lease_of(store: RedisStore, dispatch_id: str) -> float | None:
     return store.client.zscore(store.keys(Q).leases, dispatch_id)
 
 
-def configure(store: RedisStore, cap: int | None = None, reserve: int = 0,
+#: The production default of fair_interactive_reserve: tests configure what runs.
+RESERVE = next(s.default for s in SETTINGS if s.name == "fair_interactive_reserve")
+
+
+def configure(store: RedisStore, cap: int | None = None, reserve: int = RESERVE,
               weight: float = 1.0, caps: dict | None = None,
               weights: dict | None = None) -> None:
     store.configure(Q, Policy(cap, reserve, weight, caps or {}, weights or {}))
@@ -477,6 +483,19 @@ def test_no_reserve_means_interactive_waits_at_cap(store: RedisStore) -> None:
     assert [group_of(p) for p in pick(store, 10)] == ["b"]
 
 
+def test_a_paused_group_dispatches_nothing_in_any_class(store: RedisStore) -> None:
+    configure(store, cap=2)  # the production reserve: interactive work may go above a cap
+    hold(store, "a", klass=INTERACTIVE)
+    hold(store, "a")
+    hold(store, "b", klass=INTERACTIVE)
+    store.limit(Q, "a", 0)
+    # cap 0 pauses the group: not even the interactive reserve lets its tasks through
+    assert [group_of(p) for p in pick(store, 10)] == ["b"]
+    assert store.limit(Q, "a", RESET) == (2, 1.0)  # resumed
+    assert sorted((group_of(p), klass_of(p)) for p in pick(store, 10)) == \
+        [("a", BACKGROUND), ("a", INTERACTIVE)]
+
+
 # -- release -------------------------------------------------------------------------------
 
 def test_release_is_idempotent_and_frees_the_slot(store: RedisStore) -> None:
@@ -505,26 +524,50 @@ def test_release_of_a_finished_dispatch_keeps_a_tombstone_that_skips_redelivery(
     [p] = pick(store, 10)
     assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.RUN
     assert store.release(Q, p.dispatch_id, 7200) is True
-    dk = store.keys(Q).dispatch(p.dispatch_id)
-    assert redis_client.hgetall(dk) == {b"s": b"released"}  # only the state is kept
-    assert 7190 < redis_client.ttl(dk) <= 7200
+    dk, done = store.keys(Q).dispatch(p.dispatch_id), store.keys(Q).done(p.dispatch_id)
+    assert redis_client.exists(dk) == 0  # the record goes; the tombstone is its id alone,
+    assert redis_client.hkeys(done) == [p.dispatch_id.encode()]  # in a small shared hash
+    assert 7190 < redis_client.ttl(done) <= 7200
+    assert store.dispatch_state(Q, p.dispatch_id) == "released"
     assert redis_client.zscore(store.keys(Q).leases, p.dispatch_id) is None
     [nxt] = pick(store, 10)  # the slot came back: the group's next task is dispatched
     # the broker redelivers the finished message (its ack died): skipped, takes no slot
     assert store.begin(Q, p.dispatch_id, NOW + 40_000) is BeginResult.SKIP
     assert store.renew(Q, [p.dispatch_id], NOW + 40_000) == 0
-    assert redis_client.hgetall(dk) == {b"s": b"released"}
+    assert redis_client.exists(dk) == 0
     assert redis_client.zscore(store.keys(Q).leases, p.dispatch_id) is None
     assert snapshot_groups(store)["a"]["inflight"] == 1
     assert int(redis_client.hget(store.keys(Q).stat, "skipped")) == 1
     # the skipped copy's own release (postrun IGNORED) and any later one change nothing
     assert store.release(Q, p.dispatch_id, 7200) is False
     assert store.release(Q, p.dispatch_id) is False
-    assert redis_client.hgetall(dk) == {b"s": b"released"}
+    assert redis_client.exists(dk) == 0 and redis_client.hexists(done, p.dispatch_id)
     assert snapshot_groups(store)["a"]["inflight"] == 1
     assert store.release(Q, nxt.dispatch_id, 7200) is True
     assert store.snapshot(Q)["inflight"] == 0
     assert store.check(Q, False, NOW + 50_000, 30_000) == []  # tombstones are valid
+
+
+def test_a_shorter_done_ttl_never_cuts_other_tombstones_short(store: RedisStore,
+                                                               redis_client) -> None:
+    hold(store, "a")
+    hold(store, "a")
+    first, second = pick(store, 10)
+    done = store.keys(Q).done(first.dispatch_id)
+    assert done == store.keys(Q).done(second.dispatch_id)  # one pick call: one hash
+    assert store.release(Q, first.dispatch_id, 7200)
+    assert store.release(Q, second.dispatch_id, 60)  # a worker with a shorter setting
+    assert 7190 < redis_client.ttl(done) <= 7200
+    assert store.begin(Q, first.dispatch_id, NOW + 30_000) is BeginResult.SKIP
+
+
+def test_a_released_record_of_an_older_version_still_skips_its_copy(
+        store: RedisStore, redis_client) -> None:
+    hold(store, "a")
+    [p] = pick(store, 10)
+    assert store.release(Q, p.dispatch_id)  # no tombstone
+    redis_client.hset(store.keys(Q).dispatch(p.dispatch_id), "s", "released")
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.SKIP
 
 
 def test_release_without_tombstone_lets_a_redelivered_copy_run(
@@ -924,6 +967,26 @@ def test_release_of_lost_dispatch_frees_nothing_twice(store: RedisStore) -> None
     assert store.begin(Q, p.dispatch_id, NOW + 2_000) is BeginResult.RUN_UNKNOWN
 
 
+def test_reclaim_of_a_picked_record_without_its_message_frees_the_slot(
+        store: RedisStore) -> None:
+    """A picked record that lost its bytes (damage, or an older version's repair) cannot
+    be held again: its slot comes back and the record is 'lost' (a copy the dispatcher did
+    publish runs and takes a slot again), instead of a script error after the lease was
+    removed, which leaked the slot for good."""
+    hold(store, "a", hold_id="t1")
+    hold(store, "a", hold_id="t2")
+    configure(store, cap=1)
+    (p,) = pick(store, 1, lease=1_000)
+    dk = store.keys(Q).dispatch(p.dispatch_id)
+    store.client.hdel(dk, "v")
+    assert store.reclaim(Q, NOW + 2_000, 100) == (0, 1)
+    assert store.client.hget(dk, "s") == b"lost"
+    assert store.snapshot(Q)["inflight"] == 0
+    assert [q.hold_id for q in pick(store, 10, now=NOW + 2_000)] == ["t2"]  # slot free
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000, now_ms=NOW + 2_000) == \
+        BeginResult.RUN_REACQUIRED
+
+
 def test_reclaim_respects_limit(store: RedisStore) -> None:
     for _ in range(5):
         hold(store, "a")
@@ -1160,6 +1223,27 @@ def test_limit_weight_is_used_by_pick(store: RedisStore) -> None:
         hold(store, "b")
     assert store.limit(Q, "a", weight=3) == (None, 3.0)
     assert Counter(pick_groups(store, 8)) == {"a": 6, "b": 2}
+
+
+def test_the_quarantine_keeps_the_newest_entries_and_logs_each_one_dropped(
+        store: RedisStore, redis_client, caplog) -> None:
+    k = store.keys(Q)
+    for i in range(QUARANTINE_MAX + 3):  # values celery_fair did not write
+        redis_client.hset(k.msg, f"junk-{i}", b"garbage")
+        redis_client.rpush(k.held("b", "evil"), f"junk-{i}")
+    redis_client.zadd(k.ready("b"), {"evil": 0})
+    redis_client.sadd(k.groups, "evil")
+    hold(store, "acme", hold_id="fine")
+    caplog.set_level(logging.ERROR)
+    assert [p.hold_id for p in pick(store, 10)] == ["fine"]  # the rest was quarantined
+    assert redis_client.hlen(k.quarantine) == QUARANTINE_MAX
+    assert redis_client.hlen(k.quarantine_why) == QUARANTINE_MAX
+    assert redis_client.llen(k.quarantine_order) == QUARANTINE_MAX
+    kept = {key.decode() for key in redis_client.hkeys(k.quarantine)}
+    assert kept == {f"junk-{i}" for i in range(3, QUARANTINE_MAX + 3)}  # the newest
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 3
+    assert all(f"junk-{i} dropped" in line for i, line in enumerate(dropped))
 
 
 def _held_truth(store: RedisStore) -> tuple[dict[str, int], int, int]:

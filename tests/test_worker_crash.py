@@ -44,14 +44,19 @@ def _queue(app: Any) -> str:
 
 
 def _dispatch_states(app: Any) -> dict[str, str]:
-    """State of every dispatch record of the app's fair queue: {dispatch id: state}."""
+    """State of every dispatch the app's fair queue knows: {dispatch id: state}, with
+    'released' for a tombstone (its id in a `done:` hash)."""
     store = store_for(app)
-    prefix = store.keys(_queue(app)).prefix + ":d:"
+    keys = store.keys(_queue(app))
+    prefix, done = keys.prefix + ":d:", keys.prefix + ":done:"
     out = {}
-    for key in store.client.scan_iter(match=prefix.replace("[", "\\[") + "*", count=1000):
-        state = store.client.hget(key, "s")
-        if state is not None:
-            out[key.decode()[len(prefix):]] = state.decode()
+    for key in store.client.scan_iter(match=keys.prefix.replace("[", "\\[") + ":d*",
+                                      count=1000):
+        name = key.decode()
+        if name.startswith(done):
+            out.update((did.decode(), "released") for did in store.client.hkeys(key))
+        elif (state := store.client.hget(key, "s")) is not None:
+            out[name[len(prefix):]] = state.decode()
     return out
 
 

@@ -134,4 +134,3 @@ def clear_store(store: RedisStore) -> None:
     for start in range(0, len(doomed), 500):
         client.delete(*doomed[start:start + 500])
     client.delete(queues_key(store.namespace))
-    store._known_queues.clear()  # its memo of queues registered in the set just deleted

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+#: The end of a dispatch id pick.lua makes: ``<call>.<n>``.
+_DISPATCH_ID = re.compile(r"([0-9]+)\.([0-9]+)$")
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,14 @@ class QueueKeys:
         return f"{self.prefix}:quarantine"
 
     @property
+    def quarantine_why(self) -> str:
+        return f"{self.prefix}:quarantine:why"
+
+    @property
+    def quarantine_order(self) -> str:
+        return f"{self.prefix}:quarantine:order"
+
+    @property
     def workers(self) -> str:
         return f"{self.prefix}:workers"
 
@@ -99,6 +111,21 @@ class QueueKeys:
 
     def dispatch(self, dispatch_id: str) -> str:
         return f"{self.prefix}:d:{dispatch_id}"
+
+    def copies(self, hold_id: str) -> str:
+        """The index of the copies of the task id ``hold_id`` (or of the copy) belongs
+        to: its root, the part before a ``~``."""
+        return f"{self.prefix}:copies:{hold_id.partition('~')[0]}"
+
+    def cancelled(self, token: str) -> str:
+        return f"{self.prefix}:cancelled:{token}"
+
+    def done(self, dispatch_id: str) -> str:
+        """The hash holding the tombstone of ``dispatch_id`` (``<token><call>.<n>``)."""
+        match = _DISPATCH_ID.search(dispatch_id)
+        if match is None:
+            return f"{self.prefix}:done:-"
+        return f"{self.prefix}:done:{int(match[1]) // 8}.{int(match[2]) // 16}"
 
 
 def queues_key(namespace: str) -> str:

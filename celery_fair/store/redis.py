@@ -31,10 +31,30 @@ TOMBSTONE_SECONDS = 86_400
 #: workers never count; the margin only keeps a registering worker whose clock runs ahead
 #: from dropping entries another host's clock still sees as live.
 PRUNE_GRACE_MS = 60_000
+#: How long what a cancel call removed is kept to answer that call again (seconds):
+#: redis-py resends a call whose reply a dropped connection lost (10 retries by default),
+#: and the resend must still see the messages, or their tasks are never marked REVOKED.
+CANCELLED_SECONDS = 300
+#: Most entries the quarantine of one fair queue keeps (the newest): it holds damaged data
+#: for a human to look at, and must not grow without end. Each one dropped is logged.
+QUARANTINE_MAX = 1_000
 #: :meth:`RedisStore.limit` arguments: leave the value as it is, or clear the runtime limit.
 KEEP, RESET = "", "reset"
 #: Most entries one ``check.lua`` call reads (a few ms of Redis time at most).
 CHECK_BATCH = 500
+
+
+@contextmanager
+def _explained(operation: str, queue: str) -> Iterator[None]:
+    try:
+        yield
+    except StoreConnectionError:
+        raise
+    except StoreError as exc:
+        # A script error is a damaged or foreign key: say where, and what finds it.
+        raise StoreError(f"{exc} (operation {operation}, fair queue {queue!r}; "
+                         "`celery -A <app> fair check` finds what is damaged, "
+                         "`--repair` fixes it)") from exc.__cause__
 
 
 @contextmanager
@@ -67,7 +87,6 @@ class RedisStore(Store):
         self.where = describe(client)
         self._scripts: dict[str, Script] = {
             name: client.register_script(source(name)) for name in OPERATIONS}
-        self._known_queues: set[str] = set()
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "fair", **options: Any) -> RedisStore:
@@ -79,25 +98,20 @@ class RedisStore(Store):
         return QueueKeys(self.namespace, queue)
 
     def _run(self, name: str, queue: str, *args: Any) -> Any:
-        try:
-            with _wrapped(self.where):
-                return self._scripts[name](keys=[self.keys(queue).prefix], args=args)
-        except StoreConnectionError:
-            raise
-        except StoreError as exc:
-            # A script error is a damaged or foreign key: say where, and what finds it.
-            raise StoreError(f"{exc} (operation {name}, fair queue {queue!r}; "
-                             "`celery -A <app> fair check` finds what is damaged, "
-                             "`--repair` fixes it)") from exc.__cause__
+        with _explained(name, queue), _wrapped(self.where):
+            return self._scripts[name](keys=[self.keys(queue).prefix], args=args)
 
     # -- the atomic operations ---------------------------------------------------------
 
     def hold(self, queue: str, hold_id: str, value: bytes, due_ms: int, now_ms: int) -> str:
-        if queue not in self._known_queues:
-            with _wrapped(self.where):
-                self.client.sadd(queues_key(self.namespace), queue)
-            self._known_queues.add(queue)
-        return _text(self._run("hold", queue, hold_id, value, due_ms, now_ms))
+        # The queue is registered on every hold, in the same round trip: should the set
+        # lose it (a partial flush, a failover), the next hold puts it back, and the
+        # dispatchers and `fair check` find the queue again.
+        with _explained("hold", queue):
+            [held] = self._pipelined(self.keys(queue).prefix,
+                                     [("hold", [hold_id, value, due_ms, now_ms])],
+                                     register=queue)
+        return _text(held)
 
     def pick(self, queue: str, limit: int, capacity: int | None, now_ms: int,
              lease_ms: int, *, token: str | None = None) -> list[Picked]:
@@ -112,7 +126,14 @@ class RedisStore(Store):
         what it pushed and the picked messages left for the caller to publish. Dispatch
         ids are ``<token><call>.<n>`` (``<call>`` counted in the store, so never reused)."""
         args = _pick_args(limit, capacity, now_ms, lease_ms, push, queued_deadline_ms, token)
-        return _picked(self.keys(queue), self._run("pick", queue, *args), push)
+        return self._picked(queue, self._run("pick", queue, *args), push)
+
+    def _picked(self, queue: str, flat: list[Any], push: DirectPush | None
+                ) -> tuple[list[Pushed], list[Picked]]:
+        pushed, picked, quarantined = _picked(flat, push)
+        if quarantined:
+            self._quarantined(queue, quarantined)
+        return pushed, picked
 
     def promote_reclaim_pick(self, queue: str, now_ms: int, limit: int,
                              capacity: int | None, lease_ms: int, push: DirectPush | None,
@@ -134,23 +155,28 @@ class RedisStore(Store):
             answers.insert(1, (0, 0))
         (moved, nxt, bad), (requeued, lost), flat = answers
         if bad:
-            _log_quarantined(self.keys(queue), bad)
+            self._quarantined(queue, bad)
         return ((int(moved), None if int(nxt) < 0 else int(nxt)),
-                (int(requeued), int(lost)), _picked(self.keys(queue), flat, push))
+                (int(requeued), int(lost)), self._picked(queue, flat, push))
 
-    def _pipelined(self, prefix: str, calls: list[tuple[str, list[Any]]]) -> list[Any]:
+    def _pipelined(self, prefix: str, calls: list[tuple[str, list[Any]]],
+                   register: str | None = None) -> list[Any]:
         """Run scripts in one round trip. EVALSHA directly: a redis-py pipeline of Script
         objects would first ask SCRIPT EXISTS, a round trip of its own, every time. After
         a script cache flush (NOSCRIPT) they are loaded again and the calls retried; the
         scripts that had run already are run again, which is harmless for the callers
-        (a pick run twice gives out new dispatch ids: see pick.lua)."""
+        (a pick run twice gives out new dispatch ids: see pick.lua). With ``register``,
+        that queue is added to the set of fair queues first, in the same round trip."""
         with _wrapped(self.where):
             for attempt in (1, 2):
                 pipe = self.client.pipeline(transaction=False)
+                if register is not None:
+                    pipe.sadd(queues_key(self.namespace), register)
                 for name, args in calls:
                     pipe.evalsha(self._scripts[name].sha, 1, prefix, *args)
                 try:
-                    return list(pipe.execute())
+                    answers = list(pipe.execute())
+                    return answers[1:] if register is not None else answers
                 except redis.exceptions.NoScriptError:
                     if attempt == 2:
                         raise
@@ -194,7 +220,7 @@ class RedisStore(Store):
     def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int | None]:
         moved, nxt, bad = self._run("promote", queue, now_ms, limit)
         if bad:
-            _log_quarantined(self.keys(queue), bad)
+            self._quarantined(queue, bad)
         return int(moved), (None if int(nxt) < 0 else int(nxt))
 
     def configure(self, queue: str, policy: Policy) -> None:
@@ -206,26 +232,18 @@ class RedisStore(Store):
                   policy.interactive_reserve, policy.default_weight,
                   json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)))
 
-    def cancel(self, queue: str, task_ids: Iterable[str]) -> list[tuple[str, bytes]]:
+    def cancel(self, queue: str, task_ids: Iterable[str], *,
+               token: str | None = None) -> list[tuple[str, bytes]]:
+        """See :meth:`Store.cancel`. The copies under suffixed ids come from their task
+        id's index in the store (O(copies), no scan). ``token`` names the call (made
+        unique when None): the same call reaching Redis again within
+        :data:`CANCELLED_SECONDS` (redis-py resending it after its reply was lost) gets
+        the first one's answer, so what it removed is never lost with that reply."""
         ids = list(dict.fromkeys(task_ids))
         if not ids:
             return []
-        ids += self._suffixed_copies(queue, ids)
-        flat = self._run("cancel", queue, *ids)
+        flat = self._run("cancel", queue, CANCELLED_SECONDS, token or uuid.uuid4().hex, *ids)
         return [(_text(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
-
-    def _suffixed_copies(self, queue: str, ids: list[str]) -> list[str]:
-        """Hold ids ``<id>~<n>`` of ``ids`` (an id held twice). Found by a scan of the
-        held ids, done only in a queue that ever had such a copy (``stat`` ``dup``)."""
-        k = self.keys(queue)
-        with _wrapped(self.where):
-            if not int(self.client.hget(k.stat, "dup") or 0):
-                return []
-            held = [_text(key) for key, _ in self.client.hscan_iter(k.msg, match="*~*",
-                                                                     count=1000)]
-        wanted = set(ids)
-        return [hid for hid in held if hid not in wanted and any(
-            hid[:i] in wanted for i, ch in enumerate(hid) if ch == "~")]
 
     def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,
               batch: int = CHECK_BATCH, reads: list[int] | None = None
@@ -242,9 +260,25 @@ class RedisStore(Store):
 
         checker = Checker(self, queue, [1 if repair else 0, now_ms, lease_ms], batch, reads)
         checker.run()
+        if repair:
+            self.trim_quarantine(queue)  # the repair may have quarantined messages
         return checker.findings
 
     # -- reads and bookkeeping outside the hot path -----------------------------------
+
+    def dispatch_state(self, queue: str, dispatch_id: str) -> str | None:
+        """State of a dispatch: its record's (picked, queued, running, lost,
+        superseded), 'released' while its tombstone lasts, None when the store does not
+        know it (never dispatched, or forgotten)."""
+        k = self.keys(queue)
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(k.dispatch(dispatch_id), "s")
+            pipe.hexists(k.done(dispatch_id), dispatch_id)
+            state, done = pipe.execute()
+        if state is not None:
+            return _text(state)
+        return "released" if done else None
 
     def queues(self) -> list[str]:
         """Every fair queue that has held a message, sorted."""
@@ -420,9 +454,40 @@ class RedisStore(Store):
         """Keep an undecodable message aside (never dropped) and free its slot."""
         k = self.keys(queue)
         with _wrapped(self.where):
-            self.client.hset(k.quarantine, dispatch_id, value)
-            self.client.hset(f"{k.quarantine}:why", dispatch_id, reason)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hset(k.quarantine, dispatch_id, value)
+            pipe.hset(k.quarantine_why, dispatch_id, reason)
+            pipe.lrem(k.quarantine_order, 1, dispatch_id)
+            pipe.lpush(k.quarantine_order, dispatch_id)
+            pipe.execute()
         self.release(queue, dispatch_id)
+        self.trim_quarantine(queue)
+
+    def _quarantined(self, queue: str, hold_ids: list[Any]) -> None:
+        _log_quarantined(self.keys(queue), hold_ids)
+        self.trim_quarantine(queue)
+
+    def trim_quarantine(self, queue: str, keep: int = QUARANTINE_MAX) -> list[str]:
+        """Keep the newest ``keep`` entries of ``queue``'s quarantine; each older one is
+        dropped with an ERROR log line naming it. Returns the ids dropped. (Entries of a
+        version before the quarantine kept its order are not counted, nor dropped.)"""
+        k = self.keys(queue)
+        with _wrapped(self.where):
+            if self.client.llen(k.quarantine_order) <= keep:
+                return []
+            pipe = self.client.pipeline(transaction=True)  # each id is dropped once
+            pipe.lrange(k.quarantine_order, keep, -1)
+            pipe.ltrim(k.quarantine_order, 0, keep - 1)
+            dropped = [_text(i) for i in reversed(pipe.execute()[0])]  # oldest first
+            if dropped:
+                pipe = self.client.pipeline(transaction=True)
+                pipe.hdel(k.quarantine, *dropped)
+                pipe.hdel(k.quarantine_why, *dropped)
+                pipe.execute()
+        for hold_id in dropped:
+            logger.error("queue %s: quarantined message %s dropped: the quarantine keeps "
+                         "the newest %d (%s)", queue, hold_id, keep, k.quarantine)
+        return dropped
 
     def close(self) -> None:
         self.client.close()
@@ -474,9 +539,10 @@ def _pick_args(limit: int, capacity: int | None, now_ms: int, lease_ms: int,
     return args
 
 
-def _picked(keys: QueueKeys, flat: list[Any], push: DirectPush | None
-            ) -> tuple[list[Pushed], list[Picked]]:
-    """Unpack pick.lua's answer; an entry without a dispatch id was quarantined."""
+def _picked(flat: list[Any], push: DirectPush | None
+            ) -> tuple[list[Pushed], list[Picked], list[Any]]:
+    """Unpack pick.lua's answer: pushed, picked and quarantined (an entry without a
+    dispatch id)."""
     pushed: list[Pushed] = []
     if push is not None:
         count = int(flat.pop(0))
@@ -491,9 +557,7 @@ def _picked(keys: QueueKeys, flat: list[Any], push: DirectPush | None
             picked.append(Picked(_text(flat[i]), _text(flat[i + 1]), flat[i + 2]))
         else:
             quarantined.append(flat[i + 1])
-    if quarantined:
-        _log_quarantined(keys, quarantined)
-    return pushed, picked
+    return pushed, picked, quarantined
 
 
 def _text(value: Any) -> str:

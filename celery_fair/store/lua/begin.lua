@@ -25,7 +25,10 @@ local did, deadline, now, token = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
 local dk = k_dispatch(did)
 -- Not the bytes themselves: only whether they are kept, and only for a copy.
 local state, runner, kept = unpack(redis.call('HMGET', dk, 's', 'x', 'a'))
-if state == 'superseded' or state == 'released' then
+-- 'released': a record an older version kept as the tombstone; now the record goes and
+-- the tombstone is in k_done
+if state == 'superseded' or state == 'released'
+    or (not state and redis.call('HEXISTS', k_done(did), did) == 1) then
   redis.call('HINCRBY', K_STAT, 'skipped', 1)
   return -1
 end

@@ -299,6 +299,8 @@ local function check_dispatch(did, leased)
     redis.call('SADD', K_NOTED, g)
     return g
   elseif leased then
+    -- a released dispatch's tombstone is its id in k_done (release.lua), not a record
+    if not state and redis.call('HEXISTS', k_done(did), did) == 1 then state = 'released' end
     local what = state and (state .. ' dispatch') or 'no record'
     if state and not finished[state] then what = 'bad record (state ' .. state .. ')' end
     finding('lease_without_dispatch', did, 'lease on ' .. what, 'lease removed')

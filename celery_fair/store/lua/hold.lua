@@ -47,6 +47,7 @@ if held == value then return id end
 preflight()
 if held then
   id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)
+  index_copy(id)  -- so cancel finds it
 end
 if due > now then
   redis.call('ZADD', K_DELAYED, due, id)

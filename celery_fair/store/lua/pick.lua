@@ -111,6 +111,7 @@ while taken < want do
     interactive_empty = false
   else
     redis.call('HDEL', K_MSG, id)
+    unindex_copy(id)
     local gk = k_group(g)
     redis.call('HSET', K_VT, cls, tag)
     tag = tag + m.cost / weight_of(g, default_weight)

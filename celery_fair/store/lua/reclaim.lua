@@ -7,8 +7,10 @@ So is a 'running' one whose run kept the bytes (an acks_late task, see begin.lua
 worker died, and the copy the broker redelivers is skipped.
 Any other 'running' one becomes 'lost': the broker owns the message (acks_late without
 bytes: it redelivers it, and whoever runs it then takes a slot again; acks early: the run
-is lost, as in Celery). So does a 'queued' one without its bytes (confirmed by an older
-version, or repaired).
+is lost, as in Celery). So does a 'queued' or 'picked' one without its bytes (confirmed by
+an older version, or damaged): there is nothing to hold again, and the broker may have the
+message (a picked one may have been published), so a copy that reaches a worker runs and
+takes its slot again; its slot is freed either way, never left to leak.
 KEYS[1]  fair queue prefix
 ARGV[1]  now in ms
 ARGV[2]  most dispatches to reclaim
@@ -22,12 +24,10 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT',
   local dk = k_dispatch(did)
   local state, g, cls, id, value, kept =
     unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v', 'a'))
-  if state == 'picked' or (state == 'queued' and value)
-      or (state == 'running' and value and kept == '1') then
-    if redis.call('HEXISTS', K_MSG, id) == 1 then
-      id = id .. '~' .. did
-      redis.call('HINCRBY', K_STAT, 'dup', 1)  -- cancel looks for suffixed copies
-    end
+  if value and (state == 'picked' or state == 'queued'
+                or (state == 'running' and kept == '1')) then
+    if redis.call('HEXISTS', K_MSG, id) == 1 then id = id .. '~' .. did end
+    index_copy(id)  -- a copy (this one, or one picked before) is found by cancel
     redis.call('HSET', K_MSG, id, value)
     redis.call('LPUSH', k_list(cls, g), id)
     count_held(cls, g, 1)
@@ -36,7 +36,7 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT',
     redis.call('EXPIRE', dk, ttl)
     requeued = requeued + 1
     free_slot(g)
-  elseif state == 'queued' or state == 'running' then
+  elseif state == 'picked' or state == 'queued' or state == 'running' then
     redis.call('HSET', dk, 's', 'lost')
     redis.call('EXPIRE', dk, ttl)
     lost = lost + 1

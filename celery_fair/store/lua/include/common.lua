@@ -18,6 +18,7 @@ local K_DELAYED = prefix .. ':delayed'  -- ZSET hold id -> due time (ms)
 local K_LEASES = prefix .. ':leases'    -- ZSET dispatch id -> lease deadline (ms)
 local K_WAKE = prefix .. ':wake'        -- LIST of at most one marker: dispatchers BLPOP it
 local K_QUARANTINE = prefix .. ':quarantine'  -- HASH id -> value that cannot be decoded
+local K_QUARANTINE_ORDER = prefix .. ':quarantine:order'  -- LIST its ids, newest first
 
 local CLASSES = {'i', 'b'}               -- interactive first
 
@@ -25,6 +26,24 @@ local function k_list(cls, g) return prefix .. ':q:' .. cls .. ':' .. g end
 local function k_group(g) return prefix .. ':g:' .. g end
 local function k_ready(cls) return prefix .. ':ready:' .. cls end
 local function k_dispatch(did) return prefix .. ':d:' .. did end
+-- SET of the copies of task id <id> held under <id>~<suffix> (hold.lua; reclaim.lua adds
+-- ~<dispatch id>, to a copy too), so cancel finds them in O(copies), not O(held): the
+-- index of the copy `id` (or of the task id `id`) is its root's, the part before a '~'.
+-- Only an id held twice has one; it goes with its last copy.
+local function k_copies(id) return prefix .. ':copies:' .. (string.match(id, '^([^~]*)~') or id) end
+-- HASH hold id -> value of what the cancel call <token> removed, kept a while so that the
+-- call resent (its reply lost) still hands them back.
+local function k_cancelled(token) return prefix .. ':cancelled:' .. token end
+-- Tombstones of dispatches that ran to their end (release.lua, begin.lua skips a copy):
+-- HASH dispatch id -> ''. A dispatch id is <token><call>.<n> with <call> counted per
+-- queue, so the ids of 8 consecutive pick calls, 16 per call, share one small hash that
+-- Redis keeps as a listpack: ~30 bytes a tombstone rather than ~180 for a key of its own.
+local function k_done(did)
+  local call, n = string.match(did, '(%d+)%.(%d+)$')
+  if not call then return prefix .. ':done:-' end  -- not an id pick.lua made
+  return prefix .. ':done:' .. math.floor(tonumber(call) / 8) .. '.' ..
+    math.floor(tonumber(n) / 16)
+end
 
 -- The stored value's prefix: <class><front><cost>:<glen>:<group> (see envelope.py).
 local function parse(v)
@@ -93,11 +112,22 @@ local function decode(v)
   end
 end
 
--- Keep an undecodable held message aside (never dropped) so it blocks nothing else.
+-- A copy (<id>~<suffix>) held, and no longer held: in its task id's index, or out of it.
+local function index_copy(id)
+  if string.find(id, '~', 1, true) then redis.call('SADD', k_copies(id), id) end
+end
+local function unindex_copy(id)
+  if string.find(id, '~', 1, true) then redis.call('SREM', k_copies(id), id) end
+end
+-- Keep an undecodable held message aside (never dropped) so it blocks nothing else. The
+-- order list lets the store keep the newest ones only (RedisStore trims it, and logs).
 local function quarantine(id, v, why)
   redis.call('HSET', K_QUARANTINE, id, v)
   redis.call('HSET', K_QUARANTINE .. ':why', id, why)
+  redis.call('LREM', K_QUARANTINE_ORDER, 1, id)
+  redis.call('LPUSH', K_QUARANTINE_ORDER, id)
   redis.call('HDEL', K_MSG, id)
+  unindex_copy(id)
 end
 
 local function wake()
@@ -114,6 +144,9 @@ local function eligible(cls, g, n, default_cap)
   if redis.call('LLEN', k_list(cls, g)) == 0 then return false end
   local cap = cap_of(g, default_cap)
   if cap < 0 then return true end
+  -- cap 0 pauses the group (`fair limit`): the reserve is room above a cap for
+  -- interactive work, not a way past a pause
+  if cap == 0 then return false end
   if cls == 'i' then cap = cap + (valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0) end
   return n < cap
 end
