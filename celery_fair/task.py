@@ -27,14 +27,14 @@ from celery.app.task import Context
 from celery.exceptions import Ignore
 
 from .brokers import check_app, real_destination
-from .config import get_config
+from .config import FairConfig, get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
 from .errors import FairError, InvalidOption, StoreError
 from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
 from .outage import Outage
 from .spool import pid_alive, spool_for
 from .store.base import BeginResult
-from .store.redis import RedisStore, store_for_url
+from .store.redis import Bounds, RedisStore, store_for_url
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,13 @@ DISPATCH_HEADER, QUEUE_HEADER = "fair_dispatch_id", "fair_queue"
 def store_for(app: Celery) -> RedisStore:
     """The store of ``app``'s fair queues in this process."""
     config = get_config(app)
-    return store_for_url(config.store_url, config.key_prefix)
+    return store_for_url(config.store_url, config.key_prefix, bounds_of(config))
+
+
+def bounds_of(config: FairConfig) -> Bounds:
+    """How long the store's commands may block, from the ``fair_store_*`` settings."""
+    return Bounds(config.store_socket_timeout, config.store_connect_timeout,
+                  config.store_retries)
 
 
 class FairTask(Task):

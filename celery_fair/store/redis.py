@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
+from redis.retry import Retry
 
 from ..errors import StoreConnectionError, StoreError
 from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
@@ -31,6 +33,33 @@ TOMBSTONE_SECONDS = 86_400
 PRUNE_GRACE_MS = 60_000
 #: :meth:`RedisStore.limit` arguments: leave the value as it is, or clear the runtime limit.
 KEEP, RESET = "", "reset"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How long one store command may block: settings ``fair_store_socket_timeout``,
+    ``fair_store_connect_timeout`` and ``fair_store_retries``. Set explicitly rather than
+    left to the installed redis-py, whose older releases wait forever on a store that
+    stopped answering (and whose newer ones retry ten times)."""
+
+    socket_timeout: float = 5.0
+    connect_timeout: float = 5.0
+    retries: int = 3
+
+    def client_options(self) -> dict[str, Any]:
+        # A fresh Retry per client: redis-py keeps per-client state in it.
+        return {"socket_timeout": self.socket_timeout,
+                "socket_connect_timeout": self.connect_timeout,
+                "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), self.retries),
+                "retry_on_timeout": self.retries > 0}
+
+    def longest_wait(self) -> float:
+        """Upper bound of one failing command's time (seconds). redis-py retries the
+        connection's handshake within each try of the command, with the same policy, so
+        a store that never answers costs up to (retries + 1)² waits, plus backoff (at most
+        1 s each)."""
+        tries = (self.retries + 1) ** 2
+        return tries * (self.connect_timeout + self.socket_timeout) + (tries - 1) * 1.0
 
 
 @contextmanager
@@ -66,9 +95,14 @@ class RedisStore(Store):
         self._known_queues: set[str] = set()
 
     @classmethod
-    def from_url(cls, url: str, namespace: str = "fair", **options: Any) -> RedisStore:
+    def from_url(cls, url: str, namespace: str = "fair", bounds: Bounds | None = None,
+                 **options: Any) -> RedisStore:
+        """A store on ``url``; every command bounded in time by ``bounds`` (defaults:
+        the ``fair_store_*`` settings' defaults) unless ``options`` say otherwise."""
         options.setdefault("health_check_interval", 30)
         options.setdefault("socket_keepalive", True)
+        for name, value in (bounds or Bounds()).client_options().items():
+            options.setdefault(name, value)
         return cls(redis.Redis.from_url(url, **options), namespace)
 
     def keys(self, queue: str) -> QueueKeys:
@@ -501,15 +535,15 @@ class GroupFigures:
     due_background: float | None
 
 
-_stores: dict[tuple[int, str, str], RedisStore] = {}
+_stores: dict[tuple[int, str, str, Bounds], RedisStore] = {}
 
 
-def store_for_url(url: str, namespace: str) -> RedisStore:
-    """One store per process, URL and namespace (a new one after fork)."""
-    key = (os.getpid(), url, namespace)
+def store_for_url(url: str, namespace: str, bounds: Bounds | None = None) -> RedisStore:
+    """One store per process, URL, namespace and bounds (a new one after fork)."""
+    key = (os.getpid(), url, namespace, bounds or Bounds())
     store = _stores.get(key)
     if store is None:
-        store = _stores[key] = RedisStore.from_url(url, namespace)
+        store = _stores[key] = RedisStore.from_url(url, namespace, bounds)
     return store
 
 
