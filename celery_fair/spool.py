@@ -22,6 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from .host import pid_alive
 from .store.redis import RedisStore
 
 logger = logging.getLogger(__name__)
@@ -93,17 +94,6 @@ class Spool:
             if name.isdigit() and not pid_alive(int(name)):
                 landed += self.replay(int(name))
         return landed
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, someone else's
-        return True
-    return True
 
 
 _spools: dict[tuple[str, str], Spool] = {}

@@ -14,7 +14,6 @@ import functools
 import inspect
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
@@ -31,8 +30,9 @@ from .config import FairConfig, get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
 from .errors import FairError, InvalidOption, StoreError
 from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
+from .host import identity, pid_alive
 from .outage import Outage
-from .spool import pid_alive, spool_for
+from .spool import spool_for
 from .store.base import BeginResult
 from .store.redis import Bounds, RedisStore, store_for_url
 
@@ -257,18 +257,23 @@ def begin_dispatch(app: Celery, request: Any, acks_late: bool = False,
                        acks_late=acks_late, host=_HOST, gone=gone)
 
 
-_HOST = f"{socket.gethostname()}:"
+#: The prefix of this process's runs: host, boot and PID namespace (see host.py). A run of
+#: another prefix is never judged gone here, whatever its pid means in this namespace.
+_HOST = f"{identity()}:"
 
 
 def new_run() -> str:
-    """A name for one run of a task: ``host:pid:thread:nonce``."""
+    """A name for one run of a task: ``host/boot/pidns:pid:thread:nonce``."""
     return f"{_HOST}{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:12]}"
 
 
 def run_gone(run: str) -> bool:
-    """Whether the run named ``run`` (of this host) ended without a word: its process is
-    gone (a pool process killed mid-task, whose message Celery requeued), or it was this
-    very thread's, which runs one task at a time."""
+    """Whether the run named ``run`` ended without a word: a run of this host, boot and
+    PID namespace whose process is gone (a pool process killed mid-task, whose message
+    Celery requeued), or this very thread's, which runs one task at a time. A run of any
+    other is never concluded gone: its pid means nothing here."""
+    if not run.startswith(_HOST):
+        return False
     try:
         _, pid, thread, _ = run.rsplit(":", 3)
         pid_number = int(pid)
