@@ -250,7 +250,7 @@ def begin_dispatch(app: Celery, request: Any, acks_late: bool = False,
         if not run_gone(other):
             return False
         with contextlib.suppress(ValueError):
-            spool_for(store).replay(int(other.rsplit(":", 3)[1]))
+            spool_for(store, get_config(app).spool_dir).replay(int(other.rsplit(":", 3)[1]))
         return True
 
     return store.begin(queue, did, deadline, now_ms=int(now * 1000), run=run or new_run(),

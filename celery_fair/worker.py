@@ -20,7 +20,7 @@ from celery.worker import state as worker_state
 from .config import get_config
 from .errors import FairError
 from .outage import Backoff, Outage
-from .spool import spool_for
+from .spool import Spool, spool_for
 from .store.base import BeginResult
 from .store.redis import RedisStore
 from .task import DISPATCH_HEADER, QUEUE_HEADER, request_headers, store_for
@@ -42,19 +42,25 @@ class PendingReleases:
         self._lock = threading.Lock()
         # (queue, dispatch id) -> (seconds to keep its 'released' tombstone (0: none), run)
         self._items: dict[RedisStore, dict[tuple[str, str], tuple[int, str]]] = {}
+        # Releases a flush took out of _items and has not settled yet: the spool file
+        # holds them until then, so nobody may clear it meanwhile.
+        self._in_flight: dict[RedisStore, int] = {}
+        self._spools: dict[RedisStore, Spool] = {}
         self._retrier: threading.Thread | None = None
         self._retrier_pid = 0
 
     def add(self, store: RedisStore, queue: str, did: str, done_seconds: int = 0,
-            run: str = "") -> None:
+            run: str = "", spool: Spool | None = None) -> None:
+        spool = spool or spool_for(store)
         with self._lock:
+            self._spools[store] = spool
             items = self._items.setdefault(store, {})
             done_seconds = max(done_seconds, items.get((queue, did), (0, ""))[0])
             items[(queue, did)] = (done_seconds, run)
             while len(items) > self.limit:
                 del items[next(iter(items))]
             self._start_retrier()
-        spool_for(store).add(queue, did, done_seconds, run)  # should this process die
+        spool.add(queue, did, done_seconds, run)  # should this process die
 
     def _start_retrier(self) -> None:
         # With the lock held. One thread per process: a forked pool process has a copy of
@@ -89,7 +95,8 @@ class PendingReleases:
         when the store still fails. Returns how many were retried."""
         with self._lock:
             items = self._items.pop(store, {})
-        done = 0
+            self._in_flight[store] = self._in_flight.get(store, 0) + len(items)
+        taken, done = len(items), 0
         try:
             for (queue, did), (done_seconds, run) in list(items.items()):
                 store.release(queue, did, done_seconds, run=run or None)
@@ -97,10 +104,13 @@ class PendingReleases:
                 done += 1
         finally:
             with self._lock:
+                self._in_flight[store] -= taken
                 if items:
                     self._items.setdefault(store, {}).update(items)
-                elif not self._items.get(store):
-                    spool_for(store).clear()
+                elif not self._items.get(store) and not self._in_flight[store] \
+                        and store in self._spools:
+                    # Only now is nothing of this process's file still needed.
+                    self._spools[store].clear()
         return done
 
 
@@ -123,7 +133,8 @@ def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
         retry_pending_releases(store)
         store.release(queue, did, done_seconds, run=run)
     except FairError as exc:
-        pending_releases.add(store, queue, did, done_seconds, run or "")
+        pending_releases.add(store, queue, did, done_seconds, run or "",
+                             spool_for(store, get_config(app).spool_dir))
         _release_outage.failed(exc, "keeping them to retry when the store is back (or "
                                "their leases return the slots)")
         return
@@ -299,7 +310,8 @@ class LeaseKeeper(threading.Thread):
         for fair_queue, dids in held.items():
             store.renew(fair_queue, dids, expires)
         retry_pending_releases(store)
-        spool_for(store).replay_dead()  # what processes of this host died holding
+        # what processes of this host died holding
+        spool_for(store, get_config(self.app).spool_dir).replay_dead()
 
     def forget_received(self, requests: list[Any]) -> None:
         """Drop what task_received saw of requests untracked for a whole beat (not just
