@@ -7,6 +7,7 @@ fair (no dispatch header: nothing to do).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -148,6 +149,65 @@ def retry_pending_releases(store: RedisStore) -> None:
         _release_outage.ok(f"; {flushed} pending releases done")
 
 
+class HubReleases:
+    """Releases the worker's main process decides in its event loop (the hub): a task it
+    failed (hard time limit, lost pool process) or revoked, a message it cannot use. The
+    hub must never wait on the store: during an outage it would stop receiving messages,
+    acking and sending heartbeats for every try of every release. So they are handed to a
+    thread of their own, which releases them in the order given; a release is idempotent,
+    and one that fails is kept and retried like any other (:class:`PendingReleases`)."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[tuple[Celery, dict[str, Any], str]] = \
+            collections.deque()
+        self._busy = threading.Condition()
+        self._unfinished = 0
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def put(self, app: Celery, headers: Mapping[str, Any], reason: str) -> None:
+        """Release the dispatch named in ``headers`` soon, without waiting for it."""
+        if not headers.get(DISPATCH_HEADER) or not headers.get(QUEUE_HEADER):
+            return
+        with self._busy:
+            self._items.append((app, {DISPATCH_HEADER: headers.get(DISPATCH_HEADER),
+                                      QUEUE_HEADER: headers.get(QUEUE_HEADER)}, reason))
+            self._unfinished += 1
+            if self._thread is None or self._pid != os.getpid():  # none yet, or forked
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._send, daemon=True,
+                                                name="celery-fair-hub-releases")
+                self._thread.start()
+            self._busy.notify_all()
+
+    def _send(self) -> None:
+        while True:
+            with self._busy:
+                while not self._items:
+                    self._busy.wait()
+                app, headers, reason = self._items.popleft()
+            try:
+                release_dispatch(app, headers, reason)
+            except Exception:  # noqa: BLE001 - one bad release must not stop the others
+                logger.exception("celery_fair: releasing dispatch %s failed",
+                                 headers.get(DISPATCH_HEADER))
+            finally:
+                with self._busy:
+                    self._unfinished -= 1
+                    self._busy.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every release handed over so far to be
+        done (landed, or kept to retry); returns whether they were."""
+        with self._busy:
+            return self._busy.wait_for(lambda: self._unfinished == 0, timeout)
+
+
+hub_releases = HubReleases()
+#: How long a stopping worker waits for the releases its hub handed over.
+HUB_DRAIN_SECONDS = 5.0
+
+
 #: task_postrun states after which the message must not run again. Not REJECTED: a task
 #: raising Reject(requeue=True) asks for its message to run again (and a dead-lettered
 #: one may be published again with its headers).
@@ -231,13 +291,13 @@ def _on_failure(sender: Any = None, task_id: str | None = None, **_: Any) -> Non
     if not headers.get(DISPATCH_HEADER) and task_id is not None:
         headers = _received.get(task_id, {})
     _received.pop(str(task_id), None)
-    release_dispatch(sender.app, headers, "failure")
+    hub_releases.put(sender.app, headers, "failure")  # this runs in the hub
 
 
 @signals.task_revoked.connect(weak=False)
 def _on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
     if request is not None and sender is not None:
-        release_dispatch(sender.app, request_headers(request), "revoked")
+        hub_releases.put(sender.app, request_headers(request), "revoked")
 
 
 @signals.task_unknown.connect(weak=False)
@@ -247,7 +307,7 @@ def _on_unusable(sender: Any = None, message: Any = None, **_: Any) -> None:
     consumer = sender
     app = getattr(consumer, "app", None)
     if app is not None and headers.get(DISPATCH_HEADER):
-        release_dispatch(app, headers, "unknown or rejected")
+        hub_releases.put(app, headers, "unknown or rejected")
 
 
 def _tracked_request(task_id: str | None) -> Any:
@@ -355,6 +415,9 @@ class LeaseStep(bootsteps.StartStopStep):
         self.keeper.start()
 
     def stop(self, parent: Any) -> None:
+        if not hub_releases.drain(HUB_DRAIN_SECONDS):
+            logger.warning("celery_fair: the store did not take every release in %.0fs; "
+                           "their leases return the slots", HUB_DRAIN_SECONDS)
         if self.keeper is not None:
             self.keeper.stop()
             self.keeper = None
