@@ -326,10 +326,24 @@ class RedisStore(Store):
     def worker_capacity(self, queue: str, now_ms: int) -> int:
         """Sum of the pool sizes of live workers consuming ``queue`` (reads only: expired
         entries are skipped here and dropped by :meth:`register_worker`)."""
+        return sum(self.worker_pools(queue, now_ms).values())
+
+    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
+        """The live workers consuming ``queue``: {worker: pool size} (reads only)."""
         with _wrapped(self.where):
             entries = self.client.hgetall(self.keys(queue).workers)
-        return sum(concurrency for _, (expires, concurrency) in _workers(entries)
-                   if expires >= now_ms)
+        return {worker: concurrency for worker, (expires, concurrency) in _workers(entries)
+                if expires >= now_ms}
+
+    def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """{queue: (in flight, held)} of ``queues``, in one round trip (reads only)."""
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.hmget(self.keys(queue).stat, "inflight", "held:i", "held:b")
+            rows = pipe.execute()
+        return {q: (int(n or 0), int(hi or 0) + int(hb or 0))
+                for q, (n, hi, hb) in zip(queues, rows)}
 
     def snapshot(self, queue: str) -> dict[str, Any]:
         """Totals and the figures of every group of ``queue`` (reads, not atomic).
