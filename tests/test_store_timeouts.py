@@ -20,9 +20,8 @@ from .blackhole import Blackhole
 
 BOUNDED = {"fair_store_socket_timeout": 0.3, "fair_store_connect_timeout": 0.3,
            "fair_store_retries": 2}
-#: (1 + 2)² tries (redis-py retries the handshake within each try of the command) of at
-#: most connect + socket timeout each, plus at most 1 s backoff between tries.
-LONGEST = 9 * (0.3 + 0.3) + 8 * 1.0
+#: 1 + 2 tries of at most connect + socket timeout each, plus at most 1 s backoff between.
+LONGEST = 3 * (0.3 + 0.3) + 2 * 1.0
 
 
 def _took(call: Callable[[], object]) -> float:

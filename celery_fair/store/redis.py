@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -35,6 +36,27 @@ PRUNE_GRACE_MS = 60_000
 KEEP, RESET = "", "reset"
 
 
+class OuterRetry(Retry):
+    """A redis-py ``Retry`` that retries a command, not again everything inside it:
+    redis-py runs a connection's connect and handshake under the same policy from within
+    each try of the command, so a store that never answers would cost about
+    2 × (retries + 1)² waits instead of retries + 1."""
+
+    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_retrying, "now", False):
+            return do()  # within a try of the command: its failure fails that try
+        _retrying.now = True
+        try:
+            return super().call_with_retry(do, fail, *args, **kwargs)
+        finally:
+            _retrying.now = False
+
+
+#: Whether this thread is inside an OuterRetry (module-wide: redis-py deep-copies the
+#: Retry of a client into each of its connections, and a thread-local cannot be copied).
+_retrying = threading.local()
+
+
 @dataclass(frozen=True)
 class Bounds:
     """How long one store command may block: settings ``fair_store_socket_timeout``,
@@ -50,16 +72,14 @@ class Bounds:
         # A fresh Retry per client: redis-py keeps per-client state in it.
         return {"socket_timeout": self.socket_timeout,
                 "socket_connect_timeout": self.connect_timeout,
-                "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), self.retries),
+                "retry": OuterRetry(ExponentialBackoff(cap=1.0, base=0.05), self.retries),
                 "retry_on_timeout": self.retries > 0}
 
     def longest_wait(self) -> float:
-        """Upper bound of one failing command's time (seconds). redis-py retries the
-        connection's handshake within each try of the command, with the same policy, so
-        a store that never answers costs up to (retries + 1)² waits, plus backoff (at most
-        1 s each)."""
-        tries = (self.retries + 1) ** 2
-        return tries * (self.connect_timeout + self.socket_timeout) + (tries - 1) * 1.0
+        """Upper bound of one failing command's time (seconds): every try waiting out
+        the connect and the socket timeout, plus backoff between tries (at most 1 s)."""
+        tries = self.retries + 1
+        return tries * (self.connect_timeout + self.socket_timeout) + self.retries * 1.0
 
 
 @contextmanager
