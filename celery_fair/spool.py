@@ -82,6 +82,7 @@ class Spool:
         self.directory = self.root / digest
         self._lock = threading.Lock()
         self._mine: tuple[int, str] = (0, "")  # (pid, its file name)
+        self._refused = ""  # the last refusal logged: once, not per release or beat
 
     def own_path(self) -> Path:
         """This process's file (a new name after fork)."""
@@ -103,8 +104,7 @@ class Spool:
                 with open(self.own_path(), "a", encoding="utf-8") as fh:
                     fh.write(line + "\n")
         except (OSError, UnsafeSpool) as exc:  # the retry in memory still holds it
-            logger.error("celery_fair: could not spool a release to %s: %s",
-                         self.directory, exc)
+            self._refuse("could not spool a release", exc)
 
     def clear(self) -> None:
         """This process's pending releases all landed."""
@@ -126,7 +126,7 @@ class Spool:
             self._checked()
             paths = list(self.directory.glob(pattern))
         except (OSError, UnsafeSpool) as exc:
-            logger.error("celery_fair: not replaying the spool: %s", exc)
+            self._refuse("not replaying the spool", exc)
             return []
         dead = []
         for path in paths:
@@ -135,6 +135,11 @@ class Spool:
             if pid.isdigit() and not pid_alive(int(pid), "" if started == "0" else started):
                 dead.append(path)
         return dead
+
+    def _refuse(self, what: str, exc: Exception) -> None:
+        if str(exc) != self._refused:
+            self._refused = str(exc)
+            logger.error("celery_fair: %s (%s): %s", what, self.directory, exc)
 
     def _replay(self, path: Path) -> int:
         try:

@@ -158,12 +158,17 @@ class HubReleases:
     and one that fails is kept and retried like any other (:class:`PendingReleases`)."""
 
     def __init__(self) -> None:
+        self._reset()
+        # A process forked while the sender held the lock would never get it: each child
+        # starts afresh (what was handed over stays the parent's to release).
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
         self._items: collections.deque[tuple[Celery, dict[str, Any], str]] = \
             collections.deque()
         self._busy = threading.Condition()
         self._unfinished = 0
         self._thread: threading.Thread | None = None
-        self._pid = 0
 
     def put(self, app: Celery, headers: Mapping[str, Any], reason: str) -> None:
         """Release the dispatch named in ``headers`` soon, without waiting for it."""
@@ -173,8 +178,7 @@ class HubReleases:
             self._items.append((app, {DISPATCH_HEADER: headers.get(DISPATCH_HEADER),
                                       QUEUE_HEADER: headers.get(QUEUE_HEADER)}, reason))
             self._unfinished += 1
-            if self._thread is None or self._pid != os.getpid():  # none yet, or forked
-                self._pid = os.getpid()
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._send, daemon=True,
                                                 name="celery-fair-hub-releases")
                 self._thread.start()
