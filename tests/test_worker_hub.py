@@ -22,8 +22,8 @@ from .conftest import wait_for
 from .procs import CeleryProcess
 from .test_worker_crash import _shown_and_stopped
 
-#: Each release against the blackhole fails after 2 s (no retry): six of them would hold
-#: a waiting hub for 12 s.
+#: Each release against the blackhole fails after 2 s (no retry): the seven below would
+#: hold a waiting hub for 14 s.
 STORE_DOWN = {"fair_store_socket_timeout": 2.0, "fair_store_connect_timeout": 2.0,
               "fair_store_retries": 0, "worker_prefetch_multiplier": 8}
 DEADLINE = 4.0
@@ -46,6 +46,11 @@ def test_releases_against_a_store_that_never_answers_do_not_block_the_workers_hu
                                namespace, tmp_path / "worker.log")
         with _shown_and_stopped([worker]):
             wait_for(lambda: app.control.ping(timeout=0.5), timeout=90, what="worker up")
+            # a task the main process fails itself: its hard time limit kills it
+            app.tasks["proj.plain_nap"].apply_async(("acme", 30), time_limit=1,
+                                                    headers=_dispatch_headers(app))
+            wait_for(lambda: "Hard time limit" in worker.output(50000), timeout=60,
+                     what="the hard time limit")
             revoked = [uuid.uuid4().hex for _ in range(4)]
             assert app.control.revoke(revoked, reply=True, timeout=5)
             for task_id in revoked:  # revoked before it arrives: the hub drops it
