@@ -7,6 +7,14 @@ capped groups, in R rounds, and drains them with real subprocess workers (prefor
 - SIGKILLs the dispatcher, from outside at random moments and from inside between pick and
   publish or between publish and confirm (the test-only hook in ``bench/chaos_proj.py``);
 - SIGKILLs whole workers (main process and pool) and starts new ones;
+- runs ``--namespaced-workers`` more workers in PID namespaces of their own (``unshare
+  --pid``, as root): the same hostname as the others but none of their pids, as
+  containers on the host network are; celery-fair must never take their live runs for
+  dead ones (they are not killed: they stand for the other containers);
+- cuts the store away from one worker (``--store-outages``: its store URL goes through a
+  relay, ``bench/proxy.py``, that stops answering for up to ``--store-outage-seconds``)
+  while its broker stays up: it keeps receiving, running and acking tasks, its releases
+  wait and land afterwards;
 - restarts Redis (broker and store; AOF, ``appendfsync everysec``) the way a service
   manager does (SIGTERM: Redis writes its AOF out before it exits) and crashes it (SIGKILL)
   and, with ``--broker amqp``, SIGKILLs and restarts a private RabbitMQ node.
@@ -32,6 +40,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -51,9 +60,21 @@ from celery_fair.testing import pool_processes
 
 from . import chaos_proj
 from .ledger import Ledger
+from .proxy import StoreProxy
 from .services import CeleryProc, RedisNode
 
 logger = logging.getLogger("bench.chaos")
+
+#: How a namespaced worker is started: a PID namespace (and /proc) of its own, nothing else.
+UNSHARE = ("unshare", "--pid", "--fork", "--mount-proc")
+
+
+def can_unshare() -> bool:
+    """Whether this process may start processes in PID namespaces of their own."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    return subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=30).returncode == 0
+
 
 #: A message a worker received this long before a broker outage may still be running or
 #: unacked when the outage strikes, so its redelivery counts as the outage's doing.
@@ -77,6 +98,13 @@ class Plan:
     # ``appendfsync``; '' picks 'always' when there are crashes, else 'everysec'.
     redis_fsync: str = ""
     rabbitmq_restarts: int = 0
+    # Workers in PID namespaces of their own (same hostname; needs root and unshare).
+    namespaced_workers: int = 1
+    # Times the first namespaced worker's (else the first worker's) store stops answering
+    # while its broker works, each for a random time up to store_outage_seconds (kept
+    # below the lease, so its slots are not reclaimed meanwhile).
+    store_outages: int = 1
+    store_outage_seconds: float = 4.0
     broker: str = "redis"
     # How long a dead worker's slots stay held: its acks_late runs are held again when
     # their leases run out (the broker's copies are skipped); short keeps rounds quick.
@@ -97,6 +125,8 @@ class Figures:
     groups: int = 0
     broker: str = "redis"
     kills: dict[str, int] = field(default_factory=Counter)
+    namespaced_workers: int = 0  # how many workers ran in PID namespaces of their own
+    namespaced_runs: int = 0  # runs they did (their pool's parent is pid 1 there)
     redis_fsync: str = ""
     redis_lost_writes: int = 0  # acknowledged canary writes Redis no longer had
     completed: int = 0
@@ -151,8 +181,10 @@ class Campaign:
         self.redis = RedisNode(fsync, log=self.workdir / "redis.log")
         self.canary = Canary(self.redis.url)
         self.rabbit: Any = None
+        self.proxy = StoreProxy(self.redis.port) if plan.store_outages else None
         self.ledger = Ledger.create(caps=self.caps)
-        self.workers: list[CeleryProc] = []
+        self.workers: list[CeleryProc] = []  # killed at random, replaced
+        self.namespaced: list[CeleryProc] = []  # never killed: the other containers
         self.dispatcher: CeleryProc | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -200,13 +232,31 @@ class Campaign:
         self._seq += 1
         return self.workdir / f"{self._seq:03d}-{name}.log"
 
-    def start_worker(self) -> CeleryProc:
+    def start_worker(self, namespaced: bool = False, proxied: bool = False) -> CeleryProc:
+        """A worker; ``namespaced``: in a PID namespace of its own; ``proxied``: its store
+        through the relay that store outages cut."""
         name = f"w{self._seq}-{self.namespace}@%h"
+        env = self._env()
+        if proxied and self.proxy is not None:
+            env["CHAOS_STORE"] = self.proxy.url
         proc = CeleryProc(["worker", "-P", "prefork", "-c", str(self.plan.concurrency),
                            "--without-mingle", "--without-gossip", "--without-heartbeat",
-                           "-l", "WARNING", "-n", name], self._env(), self._log("worker"))
-        self.workers.append(proc)
+                           "-l", "WARNING", "-n", name], env,
+                          self._log("nsworker" if namespaced else "worker"),
+                          wrap=UNSHARE if namespaced else ())
+        (self.namespaced if namespaced else self.workers).append(proc)
         return proc
+
+    def _start_workers(self) -> None:
+        namespaced = self.plan.namespaced_workers if can_unshare() else 0
+        if self.plan.namespaced_workers and not namespaced:
+            logger.warning("chaos: no PID namespaces here (needs root and unshare): "
+                           "every worker shares the campaign's")
+        self.figures.namespaced_workers = namespaced
+        for i in range(namespaced):
+            self.start_worker(namespaced=True, proxied=i == 0)
+        for i in range(self.plan.workers):
+            self.start_worker(proxied=i == 0 and not namespaced)
 
     def start_dispatcher(self) -> CeleryProc:
         env = {**self._env(), "CHAOS_DISPATCH_KILL_P": str(self.plan.hook_probability)}
@@ -220,8 +270,7 @@ class Campaign:
         start = time.monotonic()
         watcher = threading.Thread(target=self._watch_dispatcher, daemon=True)
         try:
-            for _ in range(self.plan.workers):
-                self.start_worker()
+            self._start_workers()
             self.start_dispatcher()
             watcher.start()
             threading.Thread(target=self.canary.run, args=(self._stop,), daemon=True).start()
@@ -243,7 +292,8 @@ class Campaign:
                   + ["worker"] * _share(plan.worker_kills, rounds, number)
                   + ["redis"] * _share(plan.redis_restarts, rounds, number)
                   + ["redis_crash"] * _share(plan.redis_crashes, rounds, number)
-                  + ["rabbitmq"] * _share(plan.rabbitmq_restarts, rounds, number))
+                  + ["rabbitmq"] * _share(plan.rabbitmq_restarts, rounds, number)
+                  + ["store_outage"] * _share(plan.store_outages, rounds, number))
         self.rng.shuffle(events)
         # Each event strikes while the round's tasks drain, at a random point of it.
         marks = sorted(self.rng.uniform(0.05, 0.9) for _ in events)
@@ -283,6 +333,11 @@ class Campaign:
                 self.start_dispatcher()
         elif what == "worker":
             self._kill_worker()
+        elif what == "store_outage" and self.proxy is not None:
+            self.events.append((time.time(), "store_outage", 0))
+            self.proxy.cut(self.rng.uniform(0.5, self.plan.store_outage_seconds))
+            self.figures.kills["store_outage"] += 1
+            self.events.append((time.time(), "store_outage", 0))
         elif what in ("redis", "redis_crash", "rabbitmq"):
             self.events.append((time.time(), "outage", 0))
             server = self.rabbit if what == "rabbitmq" else self.redis
@@ -340,14 +395,15 @@ class Campaign:
 
     def _crashed_workers(self) -> bool:
         """A worker that died on its own (not killed by us) is replaced and reported."""
-        dead = [w for w in self.workers if not w.alive()]
+        dead = [w for w in [*self.workers, *self.namespaced] if not w.alive()]
         for proc in dead:
             logger.error("worker exited by itself:\n%s", proc.tail())
-            self.workers.remove(proc)
-            self.events.append((time.time(), "worker", proc.pid))
-            self.ledger.died(proc.pid, None, time.time())
+            namespaced = proc in self.namespaced
+            (self.namespaced if namespaced else self.workers).remove(proc)
+            self.events.append((time.time(), "worker", proc.own_pid))
+            self.ledger.died(proc.own_pid, None, time.time())
             self.figures.kills["worker_crashed_itself"] += 1
-            self.start_worker()
+            self.start_worker(namespaced=namespaced)
         return bool(dead)
 
     def _inflight(self) -> int:
@@ -373,6 +429,8 @@ class Campaign:
         f.duplicate_causes = dict(duplicate_causes(runs, self.events,
                                                    f.duplicate_examples))
         f.interrupted_runs = sum(1 for *_, ended in runs if ended is None)
+        if f.namespaced_workers:
+            f.namespaced_runs = sum(1 for _, _, worker, _, _ in runs if worker == 1)
         f.duplicates_skipped = self.ledger.skipped_count()
         f.skipped_examples = [list(s) for s in self.ledger.skipped_list()]
         violations = self.ledger.cap_violations()
@@ -420,10 +478,13 @@ class Campaign:
     def close(self) -> None:
         self._stop.set()
         with self._lock:
-            procs = [*self.workers, *([self.dispatcher] if self.dispatcher else [])]
+            procs = [*self.workers, *self.namespaced,
+                     *([self.dispatcher] if self.dispatcher else [])]
             self.dispatcher = None
         for proc in procs:
             proc.stop()
+        if self.proxy is not None:
+            self.proxy.close()
         if self.rabbit is not None:
             self.rabbit.stop()
         self.redis.stop()
@@ -435,7 +496,8 @@ class Campaign:
                         ignore=shutil.ignore_patterns("redis.log"))
 
     def logs(self) -> str:
-        procs = [*self.workers, *([self.dispatcher] if self.dispatcher else [])]
+        procs = [*self.workers, *self.namespaced,
+                 *([self.dispatcher] if self.dispatcher else [])]
         return "\n".join(p.tail() for p in procs)
 
 

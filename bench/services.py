@@ -22,7 +22,7 @@ from pathlib import Path
 
 import redis
 
-from celery_fair.testing import free_port, redis_server_binary
+from celery_fair.testing import free_port, pool_processes, redis_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).with_name("celery"))
@@ -112,20 +112,33 @@ class RedisNode(Node):
 
 
 class CeleryProc:
-    """``celery -A bench.chaos_proj <args>`` in its own session, logging to a file."""
+    """``celery -A bench.chaos_proj <args>`` in its own session, logging to a file;
+    under ``wrap`` (``unshare --pid --fork ...``: a PID namespace of its own) if given."""
 
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], log: Path,
+                 wrap: tuple[str, ...] = ()) -> None:
         self.args = args
         self.log = log
+        self.wrapped = bool(wrap)
         full_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
         with open(log, "ab") as out:
-            self.proc = subprocess.Popen([CELERY, "-A", "bench.chaos_proj", *args], cwd=ROOT,
-                                         env=full_env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen([*wrap, CELERY, "-A", "bench.chaos_proj", *args],
+                                         cwd=ROOT, env=full_env, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
 
     @property
     def pid(self) -> int:
+        """The celery process, as this (the host's) PID namespace numbers it."""
+        if self.wrapped:
+            children = pool_processes(self.proc.pid)  # unshare's one child: celery
+            return children[0] if children else self.proc.pid
         return self.proc.pid
+
+    @property
+    def own_pid(self) -> int:
+        """The celery process as it numbers itself (what the ledger records): 1 in a PID
+        namespace of its own."""
+        return 1 if self.wrapped else self.proc.pid
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -140,7 +153,7 @@ class CeleryProc:
 
     def stop(self, timeout: float = 20) -> None:
         if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
+            os.kill(self.pid, signal.SIGTERM)  # celery itself, not unshare
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -82,6 +83,20 @@ SETTINGS: tuple[Setting, ...] = (
             "When the store cannot hold a fair task at publish time (Redis down or full): "
             "'raise' a StoreError naming the store, or 'publish' the task straight to the "
             "broker (it runs, but outside fairness and caps)."),
+    Setting("fair_store_socket_timeout", 5.0,
+            "Seconds one store command may wait for Redis's answer before it fails (and "
+            "is retried); bounds how long a task start, release or publish blocks on a "
+            "store that stopped answering."),
+    Setting("fair_store_connect_timeout", 5.0,
+            "Seconds a connection to the store may take to open."),
+    Setting("fair_store_retries", 3,
+            "Times a store command that timed out or lost its connection is tried again, "
+            "with backoff, before it fails with StoreConnectionError (0: never)."),
+    Setting("fair_spool_dir", None,
+            "Directory of the release spool (releases that could not reach the store, "
+            "kept on disk for whoever meets their dead process). None: "
+            "`celery-fair-spool-<uid>` in the temporary directory. Created with mode 0700; "
+            "refused when owned by another user or open to group or others."),
 )
 _DEFAULTS = {s.name: s.default for s in SETTINGS}
 
@@ -120,6 +135,10 @@ class FairConfig:
     metrics_address: str = "0.0.0.0"
     metrics_groups: int = 10
     on_store_error: str = "raise"  # or "publish": straight to the broker, unfairly
+    store_socket_timeout: float = 5.0
+    store_connect_timeout: float = 5.0
+    store_retries: int = 3
+    spool_dir: str | None = None  # None: spool.default_root()
 
     @classmethod
     def from_app(cls, app: Celery) -> FairConfig:
@@ -153,6 +172,12 @@ class FairConfig:
             metrics_groups=_count("fair_metrics_groups", get("fair_metrics_groups"), minimum=0),
             on_store_error=_choice("fair_on_store_error", get("fair_on_store_error"),
                                    ON_STORE_ERROR),
+            store_socket_timeout=_positive("fair_store_socket_timeout",
+                                           get("fair_store_socket_timeout")),
+            store_connect_timeout=_positive("fair_store_connect_timeout",
+                                            get("fair_store_connect_timeout")),
+            store_retries=_count("fair_store_retries", get("fair_store_retries"), minimum=0),
+            spool_dir=_optional_path("fair_spool_dir", get("fair_spool_dir")),
         )
 
 
@@ -252,6 +277,14 @@ def _cap(name: str, value: Any, minimum: int = 1) -> int:
 
 def _optional_cap(name: str, value: Any) -> int | None:
     return None if value is None else _cap(name, value)
+
+
+def _optional_path(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.path.isabs(value):
+        raise _fail(name, value, "None or an absolute directory path")
+    return os.fspath(value)
 
 
 def _port(name: str, value: Any) -> int | None:

@@ -29,6 +29,7 @@ from kombu.exceptions import OperationalError
 from kombu.messaging import Producer
 
 from .brokers import AMQP, REDIS, check_app, publish_connection
+from .capacity import room, sharing
 from .config import FairConfig, get_config
 from .direct import direct_push
 from .envelope import Envelope, placement_of
@@ -110,6 +111,7 @@ class Dispatcher:
         self._queues: list[str] = []
         self._configured: set[str] = set()
         self._capacity: dict[str, int | None] = {}
+        self._pools: dict[str, dict[str, int]] = {}  # queue -> {live worker: pool size}
         self._reclaim_after = 0.0  # monotonic; no reclaim before (see run)
         self._refreshed = 0.0
         self._declared: dict[str, Queue | None] = {}
@@ -153,7 +155,7 @@ class Dispatcher:
     def _step_queue(self, queue: str, result: StepResult, now_ms: int | None) -> None:
         now = _now_ms() if now_ms is None else now_ms
         store = self.store
-        capacity = self._capacity.get(queue, 0)
+        capacity = self._room(queue)
         (promoted, next_due), (requeued, lost), (pushed, picked) = \
             store.promote_reclaim_pick(queue, now, self.batch_size, capacity, PICK_LEASE_MS,
                                        self._push_for(queue),
@@ -386,11 +388,23 @@ class Dispatcher:
         """Tasks in flight ``queue`` may have, as last read (None: not read yet)."""
         return self._capacity.get(queue)
 
+    def _room(self, queue: str) -> int | None:
+        """What ``queue`` may have in flight in this step. When its workers consume other
+        fair queues too, their pools are shared (capacity.py): what those queues hold
+        now is read first (one round trip), so together they stay within the pools."""
+        capacity = self._capacity.get(queue, 0)
+        others = sharing(queue, self._pools) if capacity else []
+        if not others:
+            return capacity
+        loads = self.store.loads(others)
+        return room(queue, self._pools, loads, self.config.dispatch_ahead)
+
     def _set_capacity(self, queue: str) -> None:
         if self.config.max_inflight is not None:
             capacity: int | None = self.config.max_inflight
         else:
-            capacity = self.store.worker_capacity(queue, _now_ms())
+            self._pools[queue] = self.store.worker_pools(queue, _now_ms())
+            capacity = sum(self._pools[queue].values())
             if capacity:  # a few ready in the real queue: no slot idles until we step
                 capacity += self.config.dispatch_ahead
         previous = self._capacity.get(queue, -1)

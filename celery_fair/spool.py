@@ -10,6 +10,14 @@ the dead process's dispatch replays its file: the copy about to take the run ove
 
 A line is written to the page cache only (no fsync): it outlives the process, which is
 what it is for; a machine that dies takes its runs with it anyway.
+
+What is replayed marks tasks done, so the directory is private: this user's own, mode
+0700 (``fair_spool_dir``; by default ``celery-fair-spool-<uid>`` in the temporary
+directory). One owned by someone else, or open to group or others, is refused: anyone who
+can write there could mark other people's tasks done. A file is named after its process's
+pid, start time and a random nonce, so a later process given the same pid never writes
+to, nor clears, the file of the dead one; and the per-store directory is named after this
+host, boot and PID namespace too, since only there do its pids mean anything.
 """
 
 from __future__ import annotations
@@ -18,55 +26,126 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import threading
+import uuid
 from pathlib import Path
 
+from .errors import ConfigurationError
+from .host import identity, pid_alive, start_time
 from .store.redis import RedisStore
 
 logger = logging.getLogger(__name__)
 
-#: The spools of every store live under here (one directory per store and namespace).
-ROOT = Path(tempfile.gettempdir()) / "celery-fair-spool"
+
+def default_root() -> Path:
+    """Where spools live without ``fair_spool_dir``: one directory per user."""
+    return Path(tempfile.gettempdir()) / f"celery-fair-spool-{os.getuid()}"
+
+
+class UnsafeSpool(ConfigurationError):
+    """The spool directory is not this user's private directory."""
+
+
+def private_directory(path: Path) -> Path:
+    """Create ``path`` (mode 0700) or check it is a directory of this user that nobody
+    else can enter; raises UnsafeSpool naming it and what is wrong."""
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(path)
+    except OSError as exc:
+        raise UnsafeSpool(f"celery_fair spool directory {path} cannot be created: {exc}; "
+                          "set fair_spool_dir to a directory of yours") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        wrong = "is not a directory (a symlink?)"
+    elif info.st_uid != os.getuid():
+        wrong = f"is owned by uid {info.st_uid}, not by this user (uid {os.getuid()})"
+    elif info.st_mode & 0o077:
+        wrong = f"is open to group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+    else:
+        return path
+    raise UnsafeSpool(f"celery_fair spool directory {path} {wrong}: refusing to use it "
+                      "(whoever can write there could mark tasks done); expected a "
+                      "directory of this user with mode 0700 (set fair_spool_dir)")
 
 
 class Spool:
-    """One store's spool on this host: ``<pid>.jsonl`` files of failed releases."""
+    """One store's spool on this host: ``<pid>.<start>.<nonce>.jsonl`` files of failed
+    releases, one per process."""
 
-    def __init__(self, store: RedisStore, root: Path = ROOT) -> None:
+    def __init__(self, store: RedisStore, root: Path | None = None) -> None:
         self.store = store
-        digest = hashlib.sha1(f"{store.where}|{store.namespace}".encode()).hexdigest()[:16]
-        self.directory = root / digest
+        self.root = root or default_root()
+        digest = hashlib.sha1(
+            f"{store.where}|{store.namespace}|{identity()}".encode()).hexdigest()[:16]
+        self.directory = self.root / digest
         self._lock = threading.Lock()
+        self._mine: tuple[int, str] = (0, "")  # (pid, its file name)
+        self._refused = ""  # the last refusal logged: once, not per release or beat
 
-    def path(self, pid: int) -> Path:
-        return self.directory / f"{pid}.jsonl"
+    def own_path(self) -> Path:
+        """This process's file (a new name after fork)."""
+        pid = os.getpid()
+        if self._mine[0] != pid:
+            self._mine = (pid, f"{pid}.{start_time() or 0}.{uuid.uuid4().hex[:12]}.jsonl")
+        return self.directory / self._mine[1]
+
+    def _checked(self) -> Path:
+        private_directory(self.root)
+        return private_directory(self.directory)
 
     def add(self, queue: str, did: str, done_seconds: int, run: str) -> None:
         """Keep one failed release of this process."""
         line = json.dumps({"q": queue, "d": did, "s": done_seconds, "r": run})
         try:
             with self._lock:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                with open(self.path(os.getpid()), "a", encoding="utf-8") as fh:
+                self._checked()
+                with open(self.own_path(), "a", encoding="utf-8") as fh:
                     fh.write(line + "\n")
-        except OSError as exc:  # the retry in memory still holds it
-            logger.warning("celery_fair: could not spool a release to %s: %s",
-                           self.directory, exc)
+        except (OSError, UnsafeSpool) as exc:  # the retry in memory still holds it
+            self._refuse("could not spool a release", exc)
 
     def clear(self) -> None:
         """This process's pending releases all landed."""
         with self._lock:
-            self.path(os.getpid()).unlink(missing_ok=True)
+            self.own_path().unlink(missing_ok=True)
 
     def replay(self, pid: int) -> int:
         """Land the releases process ``pid`` (gone) left; returns how many landed.
-        Raises FairError while the store is down (the file stays)."""
-        path = self.path(pid)
+        Raises FairError while the store is down (the files stay)."""
+        return sum(self._replay(path) for path in self._dead_files(f"{pid}.*.jsonl"))
+
+    def replay_dead(self) -> int:
+        """Replay the files of every process of this host that is gone."""
+        return sum(self._replay(path) for path in self._dead_files("*.jsonl"))
+
+    def _dead_files(self, pattern: str) -> list[Path]:
+        """Files matching ``pattern`` whose process is gone (not merely whose pid is)."""
+        try:
+            self._checked()
+            paths = list(self.directory.glob(pattern))
+        except (OSError, UnsafeSpool) as exc:
+            self._refuse("not replaying the spool", exc)
+            return []
+        dead = []
+        for path in paths:
+            pid, _, started = path.name.partition(".")
+            started = started.partition(".")[0]
+            if pid.isdigit() and not pid_alive(int(pid), "" if started == "0" else started):
+                dead.append(path)
+        return dead
+
+    def _refuse(self, what: str, exc: Exception) -> None:
+        if str(exc) != self._refused:
+            self._refused = str(exc)
+            logger.error("celery_fair: %s (%s): %s", what, self.directory, exc)
+
+    def _replay(self, path: Path) -> int:
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:
-            return 0
+            return 0  # another replayer got it first
         landed = 0
         for line in lines:
             try:
@@ -78,41 +157,18 @@ class Spool:
             landed += 1
         path.unlink(missing_ok=True)
         if landed:
-            logger.warning("celery_fair: landed %d releases process %d left when it died",
-                           landed, pid)
-        return landed
-
-    def replay_dead(self) -> int:
-        """Replay the files of every process of this host that is gone."""
-        try:
-            names = [p.stem for p in self.directory.glob("*.jsonl")]
-        except OSError:
-            return 0
-        landed = 0
-        for name in names:
-            if name.isdigit() and not pid_alive(int(name)):
-                landed += self.replay(int(name))
+            logger.warning("celery_fair: landed %d releases a process that died left (%s)",
+                           landed, path.name)
         return landed
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, someone else's
-        return True
-    return True
+_spools: dict[tuple[str, str, str], Spool] = {}
 
 
-_spools: dict[tuple[str, str], Spool] = {}
-
-
-def spool_for(store: RedisStore) -> Spool:
-    key = (store.where, store.namespace)
+def spool_for(store: RedisStore, root: str | None = None) -> Spool:
+    """The spool of ``store`` under ``root`` (``fair_spool_dir``; None: the default)."""
+    key = (store.where, store.namespace, root or "")
     spool = _spools.get(key)
     if spool is None:
-        spool = _spools[key] = Spool(store)
+        spool = _spools[key] = Spool(store, Path(root) if root else None)
     return spool
-

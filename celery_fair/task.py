@@ -14,7 +14,6 @@ import functools
 import inspect
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
@@ -27,14 +26,15 @@ from celery.app.task import Context
 from celery.exceptions import Ignore
 
 from .brokers import check_app, real_destination
-from .config import get_config
+from .config import FairConfig, get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
 from .errors import FairError, InvalidOption, StoreError
 from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
+from .host import identity, pid_alive
 from .outage import Outage
-from .spool import pid_alive, spool_for
+from .spool import spool_for
 from .store.base import BeginResult
-from .store.redis import RedisStore, store_for_url
+from .store.redis import Bounds, RedisStore, store_for_url
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,13 @@ DISPATCH_HEADER, QUEUE_HEADER = "fair_dispatch_id", "fair_queue"
 def store_for(app: Celery) -> RedisStore:
     """The store of ``app``'s fair queues in this process."""
     config = get_config(app)
-    return store_for_url(config.store_url, config.key_prefix)
+    return store_for_url(config.store_url, config.key_prefix, bounds_of(config))
+
+
+def bounds_of(config: FairConfig) -> Bounds:
+    """How long the store's commands may block, from the ``fair_store_*`` settings."""
+    return Bounds(config.store_socket_timeout, config.store_connect_timeout,
+                  config.store_retries)
 
 
 class FairTask(Task):
@@ -244,25 +250,30 @@ def begin_dispatch(app: Celery, request: Any, acks_late: bool = False,
         if not run_gone(other):
             return False
         with contextlib.suppress(ValueError):
-            spool_for(store).replay(int(other.rsplit(":", 3)[1]))
+            spool_for(store, get_config(app).spool_dir).replay(int(other.rsplit(":", 3)[1]))
         return True
 
     return store.begin(queue, did, deadline, now_ms=int(now * 1000), run=run or new_run(),
                        acks_late=acks_late, host=_HOST, gone=gone)
 
 
-_HOST = f"{socket.gethostname()}:"
+#: The prefix of this process's runs: host, boot and PID namespace (see host.py). A run of
+#: another prefix is never judged gone here, whatever its pid means in this namespace.
+_HOST = f"{identity()}:"
 
 
 def new_run() -> str:
-    """A name for one run of a task: ``host:pid:thread:nonce``."""
+    """A name for one run of a task: ``host/boot/pidns:pid:thread:nonce``."""
     return f"{_HOST}{os.getpid()}:{threading.get_ident()}:{uuid.uuid4().hex[:12]}"
 
 
 def run_gone(run: str) -> bool:
-    """Whether the run named ``run`` (of this host) ended without a word: its process is
-    gone (a pool process killed mid-task, whose message Celery requeued), or it was this
-    very thread's, which runs one task at a time."""
+    """Whether the run named ``run`` ended without a word: a run of this host, boot and
+    PID namespace whose process is gone (a pool process killed mid-task, whose message
+    Celery requeued), or this very thread's, which runs one task at a time. A run of any
+    other is never concluded gone: its pid means nothing here."""
+    if not run.startswith(_HOST):
+        return False
     try:
         _, pid, thread, _ = run.rsplit(":", 3)
         pid_number = int(pid)

@@ -7,6 +7,7 @@ fair (no dispatch header: nothing to do).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import threading
@@ -20,7 +21,7 @@ from celery.worker import state as worker_state
 from .config import get_config
 from .errors import FairError
 from .outage import Backoff, Outage
-from .spool import spool_for
+from .spool import Spool, spool_for
 from .store.base import BeginResult
 from .store.redis import RedisStore
 from .task import DISPATCH_HEADER, QUEUE_HEADER, request_headers, store_for
@@ -42,19 +43,25 @@ class PendingReleases:
         self._lock = threading.Lock()
         # (queue, dispatch id) -> (seconds to keep its 'released' tombstone (0: none), run)
         self._items: dict[RedisStore, dict[tuple[str, str], tuple[int, str]]] = {}
+        # Releases a flush took out of _items and has not settled yet: the spool file
+        # holds them until then, so nobody may clear it meanwhile.
+        self._in_flight: dict[RedisStore, int] = {}
+        self._spools: dict[RedisStore, Spool] = {}
         self._retrier: threading.Thread | None = None
         self._retrier_pid = 0
 
     def add(self, store: RedisStore, queue: str, did: str, done_seconds: int = 0,
-            run: str = "") -> None:
+            run: str = "", spool: Spool | None = None) -> None:
+        spool = spool or spool_for(store)
         with self._lock:
+            self._spools[store] = spool
             items = self._items.setdefault(store, {})
             done_seconds = max(done_seconds, items.get((queue, did), (0, ""))[0])
             items[(queue, did)] = (done_seconds, run)
             while len(items) > self.limit:
                 del items[next(iter(items))]
             self._start_retrier()
-        spool_for(store).add(queue, did, done_seconds, run)  # should this process die
+        spool.add(queue, did, done_seconds, run)  # should this process die
 
     def _start_retrier(self) -> None:
         # With the lock held. One thread per process: a forked pool process has a copy of
@@ -89,7 +96,8 @@ class PendingReleases:
         when the store still fails. Returns how many were retried."""
         with self._lock:
             items = self._items.pop(store, {})
-        done = 0
+            self._in_flight[store] = self._in_flight.get(store, 0) + len(items)
+        taken, done = len(items), 0
         try:
             for (queue, did), (done_seconds, run) in list(items.items()):
                 store.release(queue, did, done_seconds, run=run or None)
@@ -97,10 +105,13 @@ class PendingReleases:
                 done += 1
         finally:
             with self._lock:
+                self._in_flight[store] -= taken
                 if items:
                     self._items.setdefault(store, {}).update(items)
-                elif not self._items.get(store):
-                    spool_for(store).clear()
+                elif not self._items.get(store) and not self._in_flight[store] \
+                        and store in self._spools:
+                    # Only now is nothing of this process's file still needed.
+                    self._spools[store].clear()
         return done
 
 
@@ -123,7 +134,8 @@ def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
         retry_pending_releases(store)
         store.release(queue, did, done_seconds, run=run)
     except FairError as exc:
-        pending_releases.add(store, queue, did, done_seconds, run or "")
+        pending_releases.add(store, queue, did, done_seconds, run or "",
+                             spool_for(store, get_config(app).spool_dir))
         _release_outage.failed(exc, "keeping them to retry when the store is back (or "
                                "their leases return the slots)")
         return
@@ -135,6 +147,69 @@ def retry_pending_releases(store: RedisStore) -> None:
     if len(pending_releases):
         flushed = pending_releases.flush(store)
         _release_outage.ok(f"; {flushed} pending releases done")
+
+
+class HubReleases:
+    """Releases the worker's main process decides in its event loop (the hub): a task it
+    failed (hard time limit, lost pool process) or revoked, a message it cannot use. The
+    hub must never wait on the store: during an outage it would stop receiving messages,
+    acking and sending heartbeats for every try of every release. So they are handed to a
+    thread of their own, which releases them in the order given; a release is idempotent,
+    and one that fails is kept and retried like any other (:class:`PendingReleases`)."""
+
+    def __init__(self) -> None:
+        self._reset()
+        # A process forked while the sender held the lock would never get it: each child
+        # starts afresh (what was handed over stays the parent's to release).
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._items: collections.deque[tuple[Celery, dict[str, Any], str]] = \
+            collections.deque()
+        self._busy = threading.Condition()
+        self._unfinished = 0
+        self._thread: threading.Thread | None = None
+
+    def put(self, app: Celery, headers: Mapping[str, Any], reason: str) -> None:
+        """Release the dispatch named in ``headers`` soon, without waiting for it."""
+        if not headers.get(DISPATCH_HEADER) or not headers.get(QUEUE_HEADER):
+            return
+        with self._busy:
+            self._items.append((app, {DISPATCH_HEADER: headers.get(DISPATCH_HEADER),
+                                      QUEUE_HEADER: headers.get(QUEUE_HEADER)}, reason))
+            self._unfinished += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._send, daemon=True,
+                                                name="celery-fair-hub-releases")
+                self._thread.start()
+            self._busy.notify_all()
+
+    def _send(self) -> None:
+        while True:
+            with self._busy:
+                while not self._items:
+                    self._busy.wait()
+                app, headers, reason = self._items.popleft()
+            try:
+                release_dispatch(app, headers, reason)
+            except Exception:  # noqa: BLE001 - one bad release must not stop the others
+                logger.exception("celery_fair: releasing dispatch %s failed",
+                                 headers.get(DISPATCH_HEADER))
+            finally:
+                with self._busy:
+                    self._unfinished -= 1
+                    self._busy.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every release handed over so far to be
+        done (landed, or kept to retry); returns whether they were."""
+        with self._busy:
+            return self._busy.wait_for(lambda: self._unfinished == 0, timeout)
+
+
+hub_releases = HubReleases()
+#: How long a stopping worker waits for the releases its hub handed over.
+HUB_DRAIN_SECONDS = 5.0
 
 
 #: task_postrun states after which the message must not run again. Not REJECTED: a task
@@ -220,13 +295,13 @@ def _on_failure(sender: Any = None, task_id: str | None = None, **_: Any) -> Non
     if not headers.get(DISPATCH_HEADER) and task_id is not None:
         headers = _received.get(task_id, {})
     _received.pop(str(task_id), None)
-    release_dispatch(sender.app, headers, "failure")
+    hub_releases.put(sender.app, headers, "failure")  # this runs in the hub
 
 
 @signals.task_revoked.connect(weak=False)
 def _on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
     if request is not None and sender is not None:
-        release_dispatch(sender.app, request_headers(request), "revoked")
+        hub_releases.put(sender.app, request_headers(request), "revoked")
 
 
 @signals.task_unknown.connect(weak=False)
@@ -236,7 +311,7 @@ def _on_unusable(sender: Any = None, message: Any = None, **_: Any) -> None:
     consumer = sender
     app = getattr(consumer, "app", None)
     if app is not None and headers.get(DISPATCH_HEADER):
-        release_dispatch(app, headers, "unknown or rejected")
+        hub_releases.put(app, headers, "unknown or rejected")
 
 
 def _tracked_request(task_id: str | None) -> Any:
@@ -299,7 +374,8 @@ class LeaseKeeper(threading.Thread):
         for fair_queue, dids in held.items():
             store.renew(fair_queue, dids, expires)
         retry_pending_releases(store)
-        spool_for(store).replay_dead()  # what processes of this host died holding
+        # what processes of this host died holding
+        spool_for(store, get_config(self.app).spool_dir).replay_dead()
 
     def forget_received(self, requests: list[Any]) -> None:
         """Drop what task_received saw of requests untracked for a whole beat (not just
@@ -343,6 +419,9 @@ class LeaseStep(bootsteps.StartStopStep):
         self.keeper.start()
 
     def stop(self, parent: Any) -> None:
+        if not hub_releases.drain(HUB_DRAIN_SECONDS):
+            logger.warning("celery_fair: the store did not take every release in %.0fs; "
+                           "their leases return the slots", HUB_DRAIN_SECONDS)
         if self.keeper is not None:
             self.keeper.stop()
             self.keeper = None

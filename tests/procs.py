@@ -23,12 +23,13 @@ class CeleryProcess:
     """One ``celery -A tests.proj <args>`` subprocess in its own process group."""
 
     def __init__(self, args: list[str], conf: dict[str, Any], broker: str, namespace: str,
-                 log: Path, store: str | None = None) -> None:
+                 log: Path, store: str | None = None, wrap: tuple[str, ...] = ()) -> None:
+        """``wrap``: a command the worker runs under (``unshare --pid --fork ...``)."""
         self.args = args
         self.log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [CELERY, "-A", "tests.proj", *args], cwd=ROOT,
+            [*wrap, CELERY, "-A", "tests.proj", *args], cwd=ROOT,
             env=subprocess_env(conf, broker, namespace, store), stdout=self._log,
             stderr=subprocess.STDOUT, start_new_session=True)
 

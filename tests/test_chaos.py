@@ -1,7 +1,9 @@
 """Nothing held is ever lost: the chaos campaign (bench/chaos.py) at a small scale.
 
 Real subprocess workers (prefork, acks_late) and dispatchers, a Redis (broker and store)
-that is restarted and crashed (SIGKILL), and a PostgreSQL ledger that sees what really ran.
+that is restarted and crashed (SIGKILL), a worker in a PID namespace of its own with the
+same hostname (as root), a worker whose store alone stops answering for a while, and a
+PostgreSQL ledger that sees what really ran.
 PostgreSQL must be reachable (``CHAOS_PG``, default postgres@127.0.0.1:5432): the test
 fails, never skips, without it.
 """
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.chaos import Plan, duplicate_causes, run
+from bench.chaos import Plan, can_unshare, duplicate_causes, run
 from bench.ledger import Ledger, LedgerUnavailable
 from celery_fair.testing import free_port
 
@@ -68,6 +70,7 @@ def test_unreachable_postgres_is_an_error_not_a_skip(monkeypatch):
 def test_chaos_campaign_loses_nothing() -> None:
     plan = Plan(tasks=600, groups=10, rounds=2, workers=2, concurrency=3,
                 dispatcher_kills=3, worker_kills=1, redis_restarts=1, redis_crashes=1,
+                namespaced_workers=1, store_outages=1, store_outage_seconds=3.0,
                 round_timeout=60, hook_probability=0.001)
     figures = run(plan)
     kills = figures.kills
@@ -75,6 +78,9 @@ def test_chaos_campaign_loses_nothing() -> None:
     assert kills.get("worker", 0) + kills.get("pool_process", 0) >= 1, kills
     assert kills.get("redis_restart", 0) >= 1, kills
     assert kills.get("redis_crash", 0) >= 1, kills
+    assert kills.get("store_outage", 0) >= 1, kills
+    assert figures.namespaced_workers == (1 if can_unshare() else 0)
+    assert figures.namespaced_runs > 0 or not figures.namespaced_workers, figures
     # With a crash in the plan Redis fsyncs every write before it acknowledges it, so
     # whatever is lost below is celery-fair's doing, not Redis's (bench/chaos.py).
     assert figures.redis_fsync == "always"

@@ -898,15 +898,17 @@ def test_run_gone_knows_dead_processes_and_its_own_thread() -> None:
     import sys
     import threading
 
+    from celery_fair.task import _HOST as h
     from celery_fair.task import run_gone
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     me, thread = os.getpid(), threading.get_ident()
-    assert run_gone(f"h:{child.pid}:1:x")  # exited and reaped
-    assert not run_gone(f"h:{os.getppid()}:1:x")  # alive
-    assert run_gone(f"h:{me}:{thread}:x")  # this thread runs one task at a time
-    assert not run_gone(f"h:{me}:{thread + 1}:x")  # another thread of this process
+    assert run_gone(f"{h}{child.pid}:1:x")  # exited and reaped
+    assert not run_gone(f"{h}{os.getppid()}:1:x")  # alive
+    assert run_gone(f"{h}{me}:{thread}:x")  # this thread runs one task at a time
+    assert not run_gone(f"{h}{me}:{thread + 1}:x")  # another thread of this process
+    assert not run_gone(f"other{h}{child.pid}:1:x")  # not of this PID namespace and boot
     assert not run_gone("not a run token")
 
 

@@ -143,6 +143,14 @@ def test_copy_redelivered_while_the_task_runs_is_skipped(make_app, dispatcher, r
     while a worker still runs it (Celery's known duplicate on Redis). The copy finds its
     dispatch running under a live lease, the message kept with it (acks_late): it is
     skipped, and the task runs once."""
+    copy_redelivered_while_the_task_runs(make_app, dispatcher, redis_server, namespace,
+                                         tmp_path)
+
+
+def copy_redelivered_while_the_task_runs(make_app, dispatcher, redis_server, namespace,
+                                         tmp_path, wrap: tuple[str, ...] = ()) -> None:
+    """One task runs 8 s on a worker; its message passes Redis's visibility timeout and a
+    second worker (run under ``wrap``) takes the copy: it must be skipped, not run."""
     conf = {**CRASH_CONF, "fair_lease_seconds": 30,
             "broker_transport_options": {**CRASH_CONF["broker_transport_options"],
                                          "visibility_timeout": 1}}
@@ -164,10 +172,11 @@ def test_copy_redelivered_while_the_task_runs_is_skipped(make_app, dispatcher, r
                      what="its message to pass the visibility timeout")
             # a second worker restores the 'lost' message at start and takes the copy
             procs.append(CeleryProcess([*args, "-n", f"second-{namespace}@%h"], conf, broker,
-                                       namespace, tmp_path / "second.log"))
-            wait_for(lambda: store.queue_figures(queue)["skipped"] == 1, timeout=60,
-                     what="the redelivered copy to be skipped")
-            assert ledger.runs() == {"long": 1}
+                                       namespace, tmp_path / "second.log", wrap=wrap))
+            wait_for(lambda: store.queue_figures(queue)["skipped"] == 1
+                     or ledger.runs() != {"long": 1}, timeout=60,
+                     what="the redelivered copy to be skipped (or run)")
+            assert ledger.runs() == {"long": 1}, "the copy ran beside the live run"
             assert result.get(timeout=60) == "long"
             wait_for(lambda: settled(app), timeout=30, what="its slot released")
         assert ledger.runs() == {"long": 1}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
+from redis.retry import Retry
 
 from .. import limits
 from ..errors import StoreConnectionError, StoreError
@@ -57,6 +60,52 @@ def _explained(operation: str, queue: str) -> Iterator[None]:
                          "`--repair` fixes it)") from exc.__cause__
 
 
+class OuterRetry(Retry):
+    """A redis-py ``Retry`` that retries a command, not again everything inside it:
+    redis-py runs a connection's connect and handshake under the same policy from within
+    each try of the command, so a store that never answers would cost about
+    2 × (retries + 1)² waits instead of retries + 1."""
+
+    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_retrying, "now", False):
+            return do()  # within a try of the command: its failure fails that try
+        _retrying.now = True
+        try:
+            return super().call_with_retry(do, fail, *args, **kwargs)
+        finally:
+            _retrying.now = False
+
+
+#: Whether this thread is inside an OuterRetry (module-wide: redis-py deep-copies the
+#: Retry of a client into each of its connections, and a thread-local cannot be copied).
+_retrying = threading.local()
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How long one store command may block: settings ``fair_store_socket_timeout``,
+    ``fair_store_connect_timeout`` and ``fair_store_retries``. Set explicitly rather than
+    left to the installed redis-py, whose older releases wait forever on a store that
+    stopped answering (and whose newer ones retry ten times)."""
+
+    socket_timeout: float = 5.0
+    connect_timeout: float = 5.0
+    retries: int = 3
+
+    def client_options(self) -> dict[str, Any]:
+        # A fresh Retry per client: redis-py keeps per-client state in it.
+        return {"socket_timeout": self.socket_timeout,
+                "socket_connect_timeout": self.connect_timeout,
+                "retry": OuterRetry(ExponentialBackoff(cap=1.0, base=0.05), self.retries),
+                "retry_on_timeout": self.retries > 0}
+
+    def longest_wait(self) -> float:
+        """Upper bound of one failing command's time (seconds): every try waiting out
+        the connect and the socket timeout, plus backoff between tries (at most 1 s)."""
+        tries = self.retries + 1
+        return tries * (self.connect_timeout + self.socket_timeout) + self.retries * 1.0
+
+
 @contextmanager
 def _wrapped(where: str = "") -> Iterator[None]:
     at = f" ({where})" if where else ""
@@ -89,9 +138,14 @@ class RedisStore(Store):
             name: client.register_script(source(name)) for name in OPERATIONS}
 
     @classmethod
-    def from_url(cls, url: str, namespace: str = "fair", **options: Any) -> RedisStore:
+    def from_url(cls, url: str, namespace: str = "fair", bounds: Bounds | None = None,
+                 **options: Any) -> RedisStore:
+        """A store on ``url``; every command bounded in time by ``bounds`` (defaults:
+        the ``fair_store_*`` settings' defaults) unless ``options`` say otherwise."""
         options.setdefault("health_check_interval", 30)
         options.setdefault("socket_keepalive", True)
+        for name, value in (bounds or Bounds()).client_options().items():
+            options.setdefault(name, value)
         return cls(redis.Redis.from_url(url, **options), namespace)
 
     def keys(self, queue: str) -> QueueKeys:
@@ -327,10 +381,24 @@ class RedisStore(Store):
     def worker_capacity(self, queue: str, now_ms: int) -> int:
         """Sum of the pool sizes of live workers consuming ``queue`` (reads only: expired
         entries are skipped here and dropped by :meth:`register_worker`)."""
+        return sum(self.worker_pools(queue, now_ms).values())
+
+    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
+        """The live workers consuming ``queue``: {worker: pool size} (reads only)."""
         with _wrapped(self.where):
             entries = self.client.hgetall(self.keys(queue).workers)
-        return sum(concurrency for _, (expires, concurrency) in _workers(entries)
-                   if expires >= now_ms)
+        return {worker: concurrency for worker, (expires, concurrency) in _workers(entries)
+                if expires >= now_ms}
+
+    def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """{queue: (in flight, held)} of ``queues``, in one round trip (reads only)."""
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.hmget(self.keys(queue).stat, "inflight", "held:i", "held:b")
+            rows = pipe.execute()
+        return {q: (int(n or 0), int(hi or 0) + int(hb or 0))
+                for q, (n, hi, hb) in zip(queues, rows)}
 
     def snapshot(self, queue: str) -> dict[str, Any]:
         """Totals and the figures of every group of ``queue`` (reads, not atomic).
@@ -583,15 +651,15 @@ class GroupFigures:
     due_background: float | None
 
 
-_stores: dict[tuple[int, str, str], RedisStore] = {}
+_stores: dict[tuple[int, str, str, Bounds], RedisStore] = {}
 
 
-def store_for_url(url: str, namespace: str) -> RedisStore:
-    """One store per process, URL and namespace (a new one after fork)."""
-    key = (os.getpid(), url, namespace)
+def store_for_url(url: str, namespace: str, bounds: Bounds | None = None) -> RedisStore:
+    """One store per process, URL, namespace and bounds (a new one after fork)."""
+    key = (os.getpid(), url, namespace, bounds or Bounds())
     store = _stores.get(key)
     if store is None:
-        store = _stores[key] = RedisStore.from_url(url, namespace)
+        store = _stores[key] = RedisStore.from_url(url, namespace, bounds)
     return store
 
 
