@@ -238,11 +238,15 @@ def _queue_status(app: Any, store: Any, queue: str, top: int) -> dict[str, Any]:
     from .store.redis import now_ms
 
     figures = store.queue_figures(queue)
-    capacity = get_config(app).max_inflight
+    config = get_config(app)
+    capacity, ahead = config.max_inflight, 0
     if capacity is None:
+        # as the dispatcher counts: the live pools, plus dispatch-ahead when any
         capacity = store.worker_capacity(queue, now_ms())
+        ahead = config.dispatch_ahead if capacity else 0
     rows = store.busiest_groups(queue, top) if top else []
-    return {**figures, "capacity": capacity, "groups": rows,
+    return {**figures, "capacity": capacity, "dispatch_ahead": ahead,
+            "inflight_limit": capacity + ahead, "groups": rows,
             "more_groups": max(figures["group_count"] - len(rows), 0)}
 
 
@@ -293,7 +297,7 @@ def render_status(queues: list[dict[str, Any]]) -> Any:
         held = q["held_interactive"] + q["held_background"]
         parts.append(Text(
             f"queue {q['queue']}: {held} held ({q['held_interactive']} interactive), "
-            f"{q['delayed']} delayed, {q['inflight']}/{q['capacity']} in flight, "
+            f"{q['delayed']} delayed, {_inflight(q)} in flight, "
             f"{q['group_count']} groups with work, {q['released']} released"))
         if q["groups"]:
             parts.append(_group_table(q["groups"]))
@@ -301,6 +305,13 @@ def render_status(queues: list[dict[str, Any]]) -> Any:
             parts.append(Text(f"... and {q['more_groups']} more groups "
                               f"(celery fair groups --queue {q['queue']})"))
     return Group(*parts)
+
+
+def _inflight(q: dict[str, Any]) -> str:
+    """In flight against the workers' slots, with the dispatch-ahead allowance apart:
+    "6 / 4 (+2 ahead)" is within the limit, not a broken cap."""
+    ahead = f" (+{q['dispatch_ahead']} ahead)" if q["dispatch_ahead"] else ""
+    return f"{q['inflight']} / {q['capacity']}{ahead}"
 
 
 def render_groups(queues: list[dict[str, Any]]) -> Any:

@@ -54,7 +54,7 @@ def test_status_shows_totals_and_busiest_groups(app, cli) -> None:
     fill(app)
     queue = queue_of(app)
     out = cli("status").output
-    assert f"queue {queue}: 6 held (1 interactive), 0 delayed, 0/0 in flight, " \
+    assert f"queue {queue}: 6 held (1 interactive), 0 delayed, 0 / 0 in flight, " \
            "3 groups with work, 0 released" in out
     lines = [line.split() for line in out.splitlines()]
     assert ["acme", "3", "0", "0", "0", "-", "1"] in lines
@@ -82,6 +82,30 @@ def test_status_totals_are_exact_with_more_groups_than_shown(app, cli) -> None:
          snap["inflight"]) == (0, 5, 1, 1)
     assert q["group_count"] == len(snap["groups"]) == 4
     assert q["more_groups"] == 3
+
+
+def test_status_shows_in_flight_against_capacity_plus_dispatch_ahead(app, cli) -> None:
+    """Dispatch-ahead lets a queue have more in flight than its workers' pools: status
+    shows the pools and the ahead allowance apart, so 6 in flight with 4 slots is not a
+    broken cap."""
+    fill(app)
+    store, queue = store_for(app), queue_of(app)
+    now = int(time.time() * 1000)
+    store.register_worker(queue, "w1", 4, now + 60_000)
+    assert len(store.pick(queue, 6, None, now, 10_000)) == 6  # 4 slots + 2 ahead
+    out = cli("status").output
+    assert "6 / 4 (+2 ahead) in flight" in out
+    [q] = json.loads(cli("status", "--json").output)["queues"]
+    assert (q["inflight"], q["capacity"], q["dispatch_ahead"], q["inflight_limit"]) == \
+        (6, 4, 2, 6)
+
+
+def test_status_with_a_fixed_max_inflight_shows_no_ahead(make_app, cli) -> None:
+    app = make_app(fair_max_inflight=5)
+    fill(app)
+    [q] = json.loads(cli("status", "--json", the_app=app).output)["queues"]
+    assert (q["capacity"], q["dispatch_ahead"], q["inflight_limit"]) == (5, 0, 5)
+    assert "0 / 5 in flight" in cli("status", the_app=app).output
 
 
 def test_status_bad_options_name_the_option(cli) -> None:
