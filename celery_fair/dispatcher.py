@@ -127,6 +127,8 @@ class Dispatcher:
                               expected=(FairError, OperationalError, OSError))
         self._summary = SummaryWriter(self.store)  # for dashboards; about once a second
         self.observer: DispatchObserver | None = None
+        # Its failures never fail a step (see _notify): one warning per burst of them.
+        self._observer_outage = Outage(logger, "dispatch observer (metrics)")
 
     # -- one iteration ----------------------------------------------------------------
 
@@ -146,8 +148,7 @@ class Dispatcher:
         for queue in self._queues:
             self._step_queue(queue, result, now_ms)
         self._summary.maybe_write(self._queues, self._capacity)
-        if self.observer is not None:
-            self.observer.on_step(time.monotonic() - started)
+        self._notify("on_step", time.monotonic() - started)
         return result
 
     def _step_queue(self, queue: str, result: StepResult, now_ms: int | None) -> None:
@@ -163,11 +164,9 @@ class Dispatcher:
             logger.warning("queue %s: reclaimed %d slots whose lease ran out "
                            "(%d held again, %d lost with their worker)",
                            queue, requeued + lost, requeued, lost)
-            if self.observer is not None:
-                self.observer.on_reclaim(queue, requeued, lost)
-        if self.observer is not None:
-            for push in pushed:
-                self.observer.on_dispatch(queue, push.group, push.klass, push.due_at)
+            self._notify("on_reclaim", queue, requeued, lost)
+        for push in pushed:
+            self._notify("on_dispatch", queue, push.group, push.klass, push.due_at)
         self._publish(queue, picked, now, result)
         taken = len(pushed) + len(picked)
         result.dispatched += taken
@@ -262,8 +261,21 @@ class Dispatcher:
                                  f"{envelope.routing_key!r})")
         if self.observer is not None:
             group, klass = placement_of(item.value)
-            self.observer.on_dispatch(queue, group, klass, envelope.due_at)
+            self._notify("on_dispatch", queue, group, klass, envelope.due_at)
         return True
+
+    def _notify(self, hook: str, *args: Any) -> None:
+        """Call the observer's ``hook``. Its failure (metrics reading Redis) is logged,
+        once per burst, and goes no further: by now the messages are with the broker and
+        must still be confirmed, and the store is not what failed, so no backoff."""
+        if self.observer is None:
+            return
+        try:
+            getattr(self.observer, hook)(*args)
+        except Exception as exc:  # noqa: BLE001 - an observer must not stop dispatching
+            self._observer_outage.failed(exc, "dispatching goes on")
+        else:
+            self._observer_outage.ok()
 
     def _decode(self, queue: str, item: Picked) -> Envelope | None:
         try:
