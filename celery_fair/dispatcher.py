@@ -367,8 +367,10 @@ class Dispatcher:
                 logger.debug("closing the broker connection failed", exc_info=True)
 
     def close(self) -> None:
-        """Close the dispatcher's broker connection (``run`` does on exit)."""
+        """Close the dispatcher's broker connection and let its summary thread end
+        (``run`` does on exit)."""
         self._reset_producer()
+        self._summary.stop()
 
     # -- queues, policy and capacity ----------------------------------------------------
 
