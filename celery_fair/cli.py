@@ -53,11 +53,17 @@ def _cap(ctx: click.Context, param: click.Parameter, value: str | None) -> int |
 @click.option("--metrics-address", default=None,
               help="Address of the metrics endpoint (default: fair_metrics_address).",
               cls=CeleryOption, help_group="Dispatch Options")
+@click.option("--wait-for-store", type=click.FloatRange(min=0), default=0, metavar="SECONDS",
+              help="Wait up to SECONDS for the store to come up at start (default: exit "
+                   "at once when it cannot be reached).",
+              cls=CeleryOption, help_group="Dispatch Options")
 @click.pass_context
 def dispatch(ctx: click.Context, queues: str, batch_size: int | None, once: bool,
-             loglevel: str, metrics_port: int | None, metrics_address: str | None) -> None:
+             loglevel: str, metrics_port: int | None, metrics_address: str | None,
+             wait_for_store: float) -> None:
     """Feed the real worker queues from the holding queues, fairly."""
     from .dispatcher import Dispatcher
+    from .errors import StoreConnectionError
 
     logging.basicConfig(level=loglevel.upper(),
                         format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
@@ -65,6 +71,12 @@ def dispatch(ctx: click.Context, queues: str, batch_size: int | None, once: bool
     metrics = None
     try:
         dispatcher = Dispatcher(_app(ctx), queues=names, batch_size=batch_size)
+        try:
+            dispatcher.reach_store(wait_for_store)
+        except StoreConnectionError as exc:
+            hint = "" if wait_for_store else \
+                "; to wait for it at start, pass --wait-for-store SECONDS"
+            raise click.ClickException(f"{exc}{hint}") from None
         metrics = _serve_metrics(dispatcher, metrics_port, metrics_address)
         if once:
             result = dispatcher.step()

@@ -32,7 +32,7 @@ from .brokers import AMQP, REDIS, check_app, publish_connection
 from .config import FairConfig, get_config
 from .direct import direct_push
 from .envelope import Envelope, placement_of
-from .errors import CorruptMessage, FairError
+from .errors import CorruptMessage, FairError, StoreConnectionError
 from .outage import Backoff, Outage
 from .store.base import DirectPush, Picked, Policy
 from .store.redis import RedisStore
@@ -382,7 +382,6 @@ class Dispatcher:
                 if self._capacity.get(queue) == 0:
                     self._set_capacity(queue)
             return
-        self._refreshed = time.monotonic()
         self._queues = self.fixed_queues or self.store.queues()
         for queue in self._queues:
             if queue not in self._configured:
@@ -390,6 +389,9 @@ class Dispatcher:
                 self._configured.add(queue)
                 logger.info("serving fair queue %s", queue)
             self._set_capacity(queue)
+        # Only a refresh that worked counts: otherwise, with no queue known yet, the steps
+        # in between would do nothing, "work" and end the outage every second.
+        self._refreshed = time.monotonic()
 
     def _policy(self) -> Policy:
         c = self.config
@@ -418,6 +420,35 @@ class Dispatcher:
 
     # -- the loop ----------------------------------------------------------------------
 
+    def reach_store(self, wait_seconds: float = 0.0) -> None:
+        """Check that the store answers, waiting up to ``wait_seconds`` for it to come up.
+
+        Raises StoreConnectionError naming the store's URL (password masked) and what to
+        do when it cannot be reached: a wrong URL fails at start, not in a retry loop.
+        """
+        where = _redact(self.config.store_url)
+        deadline = time.monotonic() + wait_seconds
+        backoff, waited = Backoff(0.1, 1.0), False
+        while True:
+            try:
+                self.store.ping()
+            except StoreConnectionError as exc:
+                cause, left = exc.__cause__ or exc, deadline - time.monotonic()
+                if left <= 0 or self.stopping.is_set():
+                    raise StoreConnectionError(
+                        f"cannot reach the celery_fair store at {where} ({cause}); start "
+                        "Redis there, or set fair_store_url (default: the broker URL) to "
+                        "where it runs") from None
+                if not waited:
+                    logger.warning("celery_fair store %s not reachable yet (%s); waiting up "
+                                   "to %.0fs for it", where, cause, left)
+                    waited = True
+                self.stopping.wait(min(backoff.next(), left))
+                continue
+            if waited:
+                logger.info("celery_fair store %s is reachable", where)
+            return
+
     def run(self) -> None:
         """Step until :meth:`stop` (or SIGTERM/SIGINT in the main thread)."""
         self._install_signal_handlers()
@@ -428,10 +459,7 @@ class Dispatcher:
             try:
                 result = self.step()
             except Exception as exc:  # noqa: BLE001 - the loop must outlive any outage
-                self._hold_reclaim()
-                delay = self._backoff.next()
-                self._outage.failed(exc, f"retrying with backoff (now {delay:.1f}s)")
-                self.stopping.wait(delay)
+                self._failed(exc)
                 continue
             self._backoff.reset()
             self._outage.ok()
@@ -440,6 +468,15 @@ class Dispatcher:
         self.close()
         logger.info("celery_fair dispatcher stopped")
 
+    def _failed(self, exc: BaseException) -> None:
+        """A step (or the wait between steps) failed: wait out the next backoff delay,
+        which doubles up to MAX_BACKOFF_SECONDS while the failures go on."""
+        self._hold_reclaim()
+        delay = self._backoff.next()
+        self._outage.failed(exc, f"retrying with backoff (now {delay:.1f}s, growing up "
+                                 f"to {MAX_BACKOFF_SECONDS:.0f}s)")
+        self.stopping.wait(delay)
+
     def _sleep(self, result: StepResult) -> None:
         timeout = MAX_IDLE_SECONDS
         if result.next_due_ms is not None:
@@ -447,10 +484,7 @@ class Dispatcher:
         try:
             self.store.wait(self._queues, timeout)
         except FairError as exc:
-            # the next step meets the same outage and backs off; never spin here
-            self._hold_reclaim()
-            self._outage.failed(exc)
-            self.stopping.wait(timeout)
+            self._failed(exc)  # never spin here; the next step meets the same outage
 
     def _hold_reclaim(self) -> None:
         # Leases ran on while the store may have been out of reach for workers too: give

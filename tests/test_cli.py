@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from celery_fair.cli import fair
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.task import store_for
+from celery_fair.testing import RedisServer, free_port
 
 from .conftest import subprocess_env, wait_for
 from .helpers import queue_of, settled
@@ -137,6 +138,45 @@ def test_status_watch_refreshes_until_interrupted(app, redis_server, namespace,
         assert proc.proc.wait(10) == 0, proc.output()
     finally:
         proc.stop()
+
+
+# -- dispatch: the store at start ----------------------------------------------------------
+
+def test_dispatch_exits_at_once_naming_an_unreachable_store(redis_server, namespace) -> None:
+    """A wrong store URL fails fast, with the URL (password masked) and what to do."""
+    store = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+    env = subprocess_env({}, redis_server.url + "/0", namespace, store)
+    started = time.monotonic()
+    done = subprocess.run([CELERY, "-A", "tests.proj", "fair", "dispatch"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - started
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert took < 20, took  # the process's own start-up, no retrying
+    assert store.replace(":s3cret@", ":***@") in out or \
+        store.replace(":s3cret@", "***@") in out, out
+    assert "s3cret" not in out, out
+    assert "cannot reach the celery_fair store" in out and "--wait-for-store" in out, out
+
+
+def test_dispatch_waits_for_the_store_when_asked(redis_server, namespace, tmp_path) -> None:
+    """--wait-for-store: a store that comes up within the time is served."""
+    store = RedisServer()
+    store.halt()  # its port is known and nothing answers there
+    proc = CeleryProcess(["fair", "dispatch", "--wait-for-store", "60"], {},
+                         redis_server.url + "/0", namespace, tmp_path / "dispatch.log",
+                         store=store.url + "/0")
+    try:
+        wait_for(lambda: "waiting up to" in proc.output(), timeout=30,
+                 what="the dispatcher to say it waits for the store")
+        assert proc.alive(), proc.output()
+        store.start()
+        wait_for(lambda: "dispatcher started" in proc.output(), timeout=30,
+                 what="the dispatcher to start once the store is up")
+        assert proc.alive(), proc.output()
+    finally:
+        proc.stop()
+        store.stop()
 
 
 # -- groups --------------------------------------------------------------------------------

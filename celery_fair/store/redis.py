@@ -250,6 +250,11 @@ class RedisStore(Store):
         with _wrapped(self.where):
             return sorted(_text(q) for q in self.client.smembers(queues_key(self.namespace)))
 
+    def ping(self) -> None:
+        """Raise StoreConnectionError unless the store answers."""
+        with _wrapped(self.where):
+            self.client.ping()
+
     def wait(self, queues: Iterable[str], timeout: float) -> bool:
         """Block until a wake marker appears on one of ``queues`` or ``timeout`` passes."""
         keys = [self.keys(q).wake for q in queues]
