@@ -4,6 +4,8 @@ what an observer's failure, a store outage and wake-ups do to it."""
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from collections import Counter
 from typing import Any, Callable
 
@@ -11,10 +13,15 @@ import pytest
 from celery import Celery
 
 from celery_fair.dispatcher import MAX_BACKOFF_SECONDS
+from celery_fair.envelope import Envelope
+from celery_fair.schedule import PRUNE_SECONDS
+from celery_fair.store.keys import queues_key
+from celery_fair.store.redis import RedisStore
+from celery_fair.task import store_for
 from celery_fair.testing import RedisServer
 
 from .conftest import wait_for
-from .helpers import wait_settled
+from .helpers import queue_of, wait_settled
 
 
 def _records(caplog: Any, text: str, level: int = logging.WARNING) -> list[logging.LogRecord]:
@@ -115,3 +122,139 @@ def test_a_store_outage_is_logged_once_and_retries_back_off_to_the_cap(
     # ...up to the cap, and no further
     assert all(MAX_BACKOFF_SECONDS * 0.9 <= g <= MAX_BACKOFF_SECONDS + 1.5
                for g in gaps[-2:]), gaps
+
+
+# -- wake-ups and the working set -----------------------------------------------------------
+
+class Clock:
+    """A monotonic clock the test moves by hand (the dispatcher's ``clock``): time-driven
+    work (periodic steps, refreshes, pruning) happens only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CountingStore(RedisStore):
+    """The real store, counting the store calls a dispatcher step makes per queue."""
+
+    def __init__(self, store: RedisStore) -> None:
+        super().__init__(store.client, store.namespace)
+        self.calls: Counter[str] = Counter()
+        self.steps: Counter[str] = Counter()  # the step's own round trips
+
+    def promote_reclaim_pick(self, queue: str, *args: Any, **kw: Any) -> Any:
+        self.calls[queue] += 1
+        self.steps[queue] += 1
+        return super().promote_reclaim_pick(queue, *args, **kw)
+
+    def worker_capacity(self, queue: str, now_ms: int) -> int:
+        self.calls[queue] += 1
+        return super().worker_capacity(queue, now_ms)
+
+    def confirm(self, queue: str, *args: Any, **kw: Any) -> Any:
+        self.calls[queue] += 1
+        return super().confirm(queue, *args, **kw)
+
+
+def _value(queue: str, task_id: str) -> bytes:
+    envelope = Envelope(body=b"[]", content_type="application/json",
+                        content_encoding="utf-8", headers={"id": task_id, "task": "t"},
+                        exchange="", routing_key=queue, queue=queue)
+    return envelope.encode("acme", "b", 1, False)
+
+
+def _hold(store: RedisStore, queue: str) -> None:
+    """Hold a message as another process would (its own store object)."""
+    task_id = uuid.uuid4().hex
+    RedisStore(store.client, store.namespace).hold(queue, task_id, _value(queue, task_id), 0,
+                                                   int(time.time() * 1000))
+
+
+def test_wait_returns_the_queue_that_was_woken(app: Celery) -> None:
+    store, queue = store_for(app), queue_of(app)
+    names = [f"{queue}-{i}" for i in range(5)]
+    _hold(store, names[3])
+    assert store.wait(names, 1.0) == {names[3]}
+    assert store.wait(names, 0.01) == set()  # the marker was taken
+
+
+def test_one_wake_up_steps_only_the_woken_queue(app: Celery,
+                                                dispatcher: Callable[..., Any]) -> None:
+    store, queue = store_for(app), queue_of(app)
+    names = [f"{queue}-{i}" for i in range(50)]
+    store.client.sadd(queues_key(store.namespace), *names)  # 50 known queues, all idle
+    counting = CountingStore(store)
+    running = dispatcher(app)
+    running.dispatcher.store = counting
+    running.dispatcher.clock = Clock()  # held still: nothing becomes due by time
+    with running:
+        wait_for(lambda: set(counting.steps) >= set(names),
+                 what="the first step over every known queue")
+        # Serving a queue configures it, which wakes it: let those wake-ups be taken,
+        # then one more as a barrier (they are taken one at a time, in order).
+        wakes = [store.keys(name).wake for name in names]
+        wait_for(lambda: not store.client.exists(*wakes), what="the first wake-ups taken")
+        _hold(store, names[0])
+        wait_for(lambda: counting.steps[names[0]] >= 3, what="the barrier's wake-up")
+        counting.calls.clear()
+        counting.steps.clear()
+        _hold(store, names[7])
+        wait_for(lambda: counting.steps[names[7]], what="the woken queue to be stepped")
+        # a second wake-up as a barrier: whatever the first caused has been done by now
+        _hold(store, names[9])
+        wait_for(lambda: counting.steps[names[9]], what="the second woken queue")
+    assert set(counting.calls) == {names[7], names[9]}, counting.calls
+
+
+def test_an_idle_queue_is_pruned_past_the_horizon_and_a_hold_brings_it_back(
+        app: Celery, dispatcher: Callable[..., Any], caplog: Any) -> None:
+    store, queue = store_for(app), queue_of(app)
+    idle, holding = f"{queue}-idle", f"{queue}-holding"
+    store.client.sadd(queues_key(store.namespace), idle)
+    _hold(store, holding)  # no worker: its message stays held
+    caplog.set_level(logging.INFO, logger="celery_fair.dispatcher")
+    clock = Clock()
+    running = dispatcher(app)
+    running.dispatcher.clock = clock
+
+    def serving(name: str) -> int:
+        return len(_records(caplog, f"serving fair queue {name}", logging.INFO))
+
+    with running:
+        wait_for(lambda: serving(idle) and serving(holding), what="both queues served")
+        clock.now += PRUNE_SECONDS + 1
+        wait_for(lambda: idle not in store.queues(), timeout=15,
+                 what="the idle queue to be pruned from the set of fair queues")
+        wait_for(lambda: _records(caplog, f"queue {idle}: nothing", logging.INFO),
+                 what="the dispatcher to drop it from its working set")
+        assert holding in store.queues()  # it holds a message: never pruned
+        _hold(store, idle)
+        assert idle in store.queues()
+        clock.now += 60  # the next refresh of the queue set
+        wait_for(lambda: serving(idle) == 2, what="the dispatcher to serve it again")
+    assert not _records(caplog, f"queue {holding}: nothing", logging.INFO)
+
+
+def test_forget_keeps_a_queue_with_anything_held_delayed_in_flight_or_quarantined(
+        app: Celery) -> None:
+    store, queue = store_for(app), queue_of(app)
+    now = int(time.time() * 1000)
+    every = queues_key(store.namespace)
+    cases = {"held": lambda q: store.hold(q, "h", _value(q, "h"), 0, now),
+             "delayed": lambda q: store.hold(q, "d", _value(q, "d"), now + 60_000, now),
+             "in-flight": lambda q: (store.hold(q, "f", _value(q, "f"), 0, now),
+                                     store.pick(q, 1, None, now, 10_000)),
+             "quarantined": lambda q: store.quarantine(q, "x", b"junk", "test")}
+    for case, fill in cases.items():
+        name = f"{queue}-{case}"
+        fill(name)
+        store.client.sadd(every, name)
+        assert store.forget_queue(name) is False, case
+        assert store.client.sismember(every, name), case
+    empty = f"{queue}-empty"
+    store.client.sadd(every, empty)
+    assert store.forget_queue(empty) is True
+    assert not store.client.sismember(every, empty)
