@@ -119,7 +119,8 @@ class SummaryWriter:
         self._round: tuple[list[str], dict[str, int | None]] | None = None
         self._due = threading.Event()
         self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # the writer, while it runs
+        self._lock = threading.Lock()
         self._outage = Outage(logger, "writing the fair queue summaries",
                               expected=(FairError, redis.RedisError))
 
@@ -127,13 +128,14 @@ class SummaryWriter:
         """Hand a round of writes to the writer thread if one is due and none is pending."""
         if time.monotonic() < self._next:
             return
-        self._next = math.inf  # write_all sets the next time once the round is done
-        self._round = (list(queues), dict(capacity))
-        if self._thread is None or not self._thread.is_alive():
-            self._stopping.clear()
-            self._thread = threading.Thread(target=self._loop, daemon=True,
-                                            name="celery-fair-summary")
-            self._thread.start()
+        with self._lock:
+            self._next = math.inf  # write_all sets the next time once the round is done
+            self._round = (list(queues), dict(capacity))
+            self._stopping.clear()  # in use again after stop()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="celery-fair-summary")
+                self._thread.start()
         self._due.set()
 
     def stop(self) -> None:
@@ -145,15 +147,18 @@ class SummaryWriter:
         while True:
             self._due.wait()
             self._due.clear()
-            work, self._round = self._round, None
+            with self._lock:
+                work, self._round = self._round, None
             if work is not None:
                 try:
                     self.write_all(*work)
                 except Exception as exc:  # noqa: BLE001 - the thread outlives any failure
                     self._next = time.monotonic() + self._gap
                     self._outage.failed(exc, "trying again next round")
-            if self._stopping.is_set():
-                return
+            with self._lock:  # a round handed over meanwhile is written before it ends
+                if self._stopping.is_set() and self._round is None:
+                    self._thread = None
+                    return
 
     def write_all(self, queues: Iterable[str], capacity: Mapping[str, int | None]) -> None:
         """Write the summary of each of ``queues``; a failure is only logged (once per
