@@ -179,6 +179,11 @@ def test_wait_returns_the_queue_that_was_woken(app: Celery) -> None:
     _hold(store, names[3])
     assert store.wait(names, 1.0) == {names[3]}
     assert store.wait(names, 0.01) == set()  # the marker was taken
+    # no timeout: a look without blocking, taking every marker there
+    _hold(store, names[1])
+    _hold(store, names[4])
+    assert store.wait(names, 0) == {names[1], names[4]}
+    assert store.wait(names, 0) == set()
 
 
 def test_one_wake_up_steps_only_the_woken_queue(app: Celery,

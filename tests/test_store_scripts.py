@@ -1114,6 +1114,7 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
     store.summarize(Q, ["g"])
     store.check(Q, False, NOW, LEASE)
     store.forget_queue(Q)
+    store.wait([Q], 0)
     assert [n for n, s in store._scripts.items() if not redis_client.script_exists(s.sha)[0]] == []
 
 

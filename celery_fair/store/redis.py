@@ -259,14 +259,18 @@ class RedisStore(Store):
         """Block until a wake marker appears on one of ``queues`` or ``timeout`` passes.
 
         Returns the queue whose marker was taken (empty on timeout): one per call, so with
-        several woken the next call returns the next one at once.
+        several woken the next call returns the next one at once. With ``timeout`` 0 it
+        only looks, without blocking, and takes and returns every woken queue.
         """
         by_key = {self.keys(q).wake: q for q in queues}
         if not by_key:
             time.sleep(timeout)
             return set()
         with _wrapped(self.where):
-            popped = self.client.blpop(list(by_key), timeout=max(timeout, 0.001))
+            if timeout <= 0:
+                keys = list(by_key)
+                return {by_key[keys[i - 1]] for i in self._scripts["poll"](keys=keys)}
+            popped = self.client.blpop(list(by_key), timeout=timeout)
         return set() if popped is None else {by_key[_text(popped[0])]}
 
     def forget_queue(self, queue: str) -> bool:
