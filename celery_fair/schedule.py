@@ -21,6 +21,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 #: Longest time a known queue goes without a step (seconds).
 SWEEP_SECONDS = 1.0
+#: Shortest wait for a queue's next delayed message (seconds): a due time that stays in
+#: the past (a message promote cannot move) must not spin the loop.
+DUE_FLOOR_SECONDS = 0.01
 #: How long nothing must happen in a queue before it may be pruned (seconds): dropped from
 #: the dispatcher's working set and from the store's set of fair queues. A new hold brings
 #: it back.
@@ -79,7 +82,7 @@ class StepSchedule:
             self._active[queue] = now
         due = now if more else now + SWEEP_SECONDS
         if next_due_in is not None:
-            due = min(due, now + max(next_due_in, 0.0))
+            due = min(due, now + max(next_due_in, DUE_FLOOR_SECONDS))
         self._due[queue] = due
 
     def timeout(self, queues: Sequence[str], longest: float) -> float:
