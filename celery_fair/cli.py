@@ -77,11 +77,17 @@ def _weight(ctx: click.Context, param: click.Parameter, value: str | None) -> fl
 @click.option("--metrics-address", default=None,
               help="Address of the metrics endpoint (default: fair_metrics_address).",
               cls=CeleryOption, help_group="Dispatch Options")
+@click.option("--wait-for-store", type=click.FloatRange(min=0), default=0, metavar="SECONDS",
+              help="Wait up to SECONDS for the store to come up at start (default: exit "
+                   "at once when it cannot be reached).",
+              cls=CeleryOption, help_group="Dispatch Options")
 @click.pass_context
 def dispatch(ctx: click.Context, queues: str, batch_size: int | None, once: bool,
-             loglevel: str, metrics_port: int | None, metrics_address: str | None) -> None:
+             loglevel: str, metrics_port: int | None, metrics_address: str | None,
+             wait_for_store: float) -> None:
     """Feed the real worker queues from the holding queues, fairly."""
     from .dispatcher import Dispatcher
+    from .errors import StoreConnectionError
 
     logging.basicConfig(level=loglevel.upper(),
                         format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
@@ -89,6 +95,12 @@ def dispatch(ctx: click.Context, queues: str, batch_size: int | None, once: bool
     metrics = None
     try:
         dispatcher = Dispatcher(_app(ctx), queues=names, batch_size=batch_size)
+        try:
+            dispatcher.reach_store(wait_for_store)
+        except StoreConnectionError as exc:
+            hint = "" if wait_for_store else \
+                "; to wait for it at start, pass --wait-for-store SECONDS"
+            raise click.ClickException(f"{exc}{hint}") from None
         metrics = _serve_metrics(dispatcher, metrics_port, metrics_address)
         if once:
             result = dispatcher.step()
@@ -264,11 +276,15 @@ def _queue_status(app: Any, store: Any, queue: str, top: int) -> dict[str, Any]:
     from .store.redis import now_ms
 
     figures = store.queue_figures(queue)
-    capacity = get_config(app).max_inflight
+    config = get_config(app)
+    capacity, ahead = config.max_inflight, 0
     if capacity is None:
+        # as the dispatcher counts: the live pools, plus dispatch-ahead when any
         capacity = store.worker_capacity(queue, now_ms())
+        ahead = config.dispatch_ahead if capacity else 0
     rows = store.busiest_groups(queue, top) if top else []
-    return {**figures, "capacity": capacity, "groups": rows,
+    return {**figures, "capacity": capacity, "dispatch_ahead": ahead,
+            "inflight_limit": capacity + ahead, "groups": rows,
             "more_groups": max(figures["group_count"] - len(rows), 0)}
 
 
@@ -319,7 +335,7 @@ def render_status(queues: list[dict[str, Any]]) -> Any:
         held = q["held_interactive"] + q["held_background"]
         parts.append(Text(
             f"queue {q['queue']}: {held} held ({q['held_interactive']} interactive), "
-            f"{q['delayed']} delayed, {q['inflight']}/{q['capacity']} in flight, "
+            f"{q['delayed']} delayed, {_inflight(q)} in flight, "
             f"{q['group_count']} groups with work, {q['released']} released"))
         if q["groups"]:
             parts.append(_group_table(q["groups"]))
@@ -327,6 +343,13 @@ def render_status(queues: list[dict[str, Any]]) -> Any:
             parts.append(Text(f"... and {q['more_groups']} more groups "
                               f"(celery fair groups --queue {q['queue']})"))
     return Group(*parts)
+
+
+def _inflight(q: dict[str, Any]) -> str:
+    """In flight against the workers' slots, with the dispatch-ahead allowance apart:
+    "6 / 4 (+2 ahead)" is within the limit, not a broken cap."""
+    ahead = f" (+{q['dispatch_ahead']} ahead)" if q["dispatch_ahead"] else ""
+    return f"{q['inflight']} / {q['capacity']}{ahead}"
 
 
 def render_groups(queues: list[dict[str, Any]]) -> Any:

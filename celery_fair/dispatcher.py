@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -33,8 +33,9 @@ from .capacity import room, sharing
 from .config import FairConfig, get_config
 from .direct import direct_push
 from .envelope import Envelope, placement_of
-from .errors import CorruptMessage, FairError
+from .errors import CorruptMessage, FairError, StoreConnectionError
 from .outage import Backoff, Outage
+from .schedule import PRUNE_SECONDS, StepSchedule
 from .store.base import DirectPush, Picked, Policy
 from .store.redis import RedisStore
 from .store.redis import now_ms as _now_ms
@@ -109,6 +110,10 @@ class Dispatcher:
         self.fixed_queues = sorted(set(queues)) if queues else None
         self.stopping = threading.Event()
         self._queues: list[str] = []
+        #: Monotonic seconds for everything time-driven in the loop (refreshes, periodic
+        #: steps, pruning); tests may replace it to move time by hand.
+        self.clock: Callable[[], float] = time.monotonic
+        self._schedule = StepSchedule(lambda: self.clock())  # what to step next
         self._configured: set[str] = set()
         self._capacity: dict[str, int | None] = {}
         self._pools: dict[str, dict[str, int]] = {}  # queue -> {live worker: pool size}
@@ -129,13 +134,16 @@ class Dispatcher:
                               expected=(FairError, OperationalError, OSError))
         self._summary = SummaryWriter(self.store)  # for dashboards; about once a second
         self.observer: DispatchObserver | None = None
+        # Its failures never fail a step (see _notify): one warning per burst of them.
+        self._observer_outage = Outage(logger, "dispatch observer (metrics)")
 
     # -- one iteration ----------------------------------------------------------------
 
-    def step(self, now_ms: int | None = None) -> StepResult:
-        """Do one round over every fair queue; returns what was done."""
+    def step(self, now_ms: int | None = None, *, due_only: bool = False) -> StepResult:
+        """Do one round over every fair queue (with ``due_only``, over those woken or due:
+        see ``schedule.py``); returns what was done."""
         started = time.monotonic()
-        self._refresh()
+        refreshed = self._refresh()
         if self._broker_failed:
             # Reconnect before picking: while the broker is down nothing is picked only
             # to wait out its pick lease (and the step keeps failing, so the outage shows).
@@ -145,11 +153,17 @@ class Dispatcher:
                                                interval_step=0)
             self._broker_failed = False
         result = StepResult()
-        for queue in self._queues:
+        queues = self._schedule.take(self._queues) if due_only else self._queues
+        if not refreshed:
+            # Between full refreshes only a queue without capacity is re-read: a worker
+            # that just came up wakes us and should get work at once.
+            for queue in queues:
+                if self._capacity.get(queue) == 0:
+                    self._set_capacity(queue)
+        for queue in queues:
             self._step_queue(queue, result, now_ms)
         self._summary.maybe_write(self._queues, self._capacity)
-        if self.observer is not None:
-            self.observer.on_step(time.monotonic() - started)
+        self._notify("on_step", time.monotonic() - started)
         return result
 
     def _step_queue(self, queue: str, result: StepResult, now_ms: int | None) -> None:
@@ -165,11 +179,9 @@ class Dispatcher:
             logger.warning("queue %s: reclaimed %d slots whose lease ran out "
                            "(%d held again, %d lost with their worker)",
                            queue, requeued + lost, requeued, lost)
-            if self.observer is not None:
-                self.observer.on_reclaim(queue, requeued, lost)
-        if self.observer is not None:
-            for push in pushed:
-                self.observer.on_dispatch(queue, push.group, push.klass, push.due_at)
+            self._notify("on_reclaim", queue, requeued, lost)
+        for push in pushed:
+            self._notify("on_dispatch", queue, push.group, push.klass, push.due_at)
         self._publish(queue, picked, now, result)
         taken = len(pushed) + len(picked)
         result.dispatched += taken
@@ -178,15 +190,18 @@ class Dispatcher:
         result.requeued += requeued
         result.lost += lost
         result.saturated |= taken >= self.batch_size
-        # Expired leases need no wake-up of their own: an idle dispatcher steps at least
-        # every MAX_IDLE_SECONDS, well within any lease.
+        # Expired leases need no wake-up of their own: every queue is stepped at least
+        # every SWEEP_SECONDS, well within any lease.
         if next_due is not None and (result.next_due_ms is None or next_due < result.next_due_ms):
             result.next_due_ms = next_due
+        self._schedule.stepped(queue, busy=bool(taken or promoted or requeued or lost),
+                               more=taken >= self.batch_size,
+                               next_due_in=None if next_due is None else (next_due - now) / 1000)
 
     def _reclaim_due(self, queue: str, now_ms: int | None) -> bool:
         """Whether this step checks ``queue``'s leases: every RECLAIM_SECONDS, and on
         every step given its own clock (tests move time)."""
-        clock = time.monotonic()
+        clock = self.clock()
         if now_ms is None and (clock < self._reclaim_after or clock - self._reclaimed.get(
                 queue, -RECLAIM_SECONDS) < RECLAIM_SECONDS):
             return False
@@ -264,8 +279,21 @@ class Dispatcher:
                                  f"{envelope.routing_key!r})")
         if self.observer is not None:
             group, klass = placement_of(item.value)
-            self.observer.on_dispatch(queue, group, klass, envelope.due_at)
+            self._notify("on_dispatch", queue, group, klass, envelope.due_at)
         return True
+
+    def _notify(self, hook: str, *args: Any) -> None:
+        """Call the observer's ``hook``. Its failure (metrics reading Redis) is logged,
+        once per burst, and goes no further: by now the messages are with the broker and
+        must still be confirmed, and the store is not what failed, so no backoff."""
+        if self.observer is None:
+            return
+        try:
+            getattr(self.observer, hook)(*args)
+        except Exception as exc:  # noqa: BLE001 - an observer must not stop dispatching
+            self._observer_outage.failed(exc, "dispatching goes on")
+        else:
+            self._observer_outage.ok()
 
     def _decode(self, queue: str, item: Picked) -> Envelope | None:
         try:
@@ -357,27 +385,49 @@ class Dispatcher:
                 logger.debug("closing the broker connection failed", exc_info=True)
 
     def close(self) -> None:
-        """Close the dispatcher's broker connection (``run`` does on exit)."""
+        """Close the dispatcher's broker connection and let its summary thread end
+        (``run`` does on exit)."""
         self._reset_producer()
+        self._summary.stop()
 
     # -- queues, policy and capacity ----------------------------------------------------
 
-    def _refresh(self) -> None:
-        if time.monotonic() - self._refreshed < REFRESH_SECONDS:
-            # Between full refreshes only a queue without capacity is re-read: a worker
-            # that just came up wakes us and should get work at once.
-            for queue in self._queues:
-                if self._capacity.get(queue) == 0:
-                    self._set_capacity(queue)
-            return
-        self._refreshed = time.monotonic()
+    def _refresh(self) -> bool:
+        """Re-read the set of fair queues and their capacity if REFRESH_SECONDS passed;
+        True when it did."""
+        if self.clock() - self._refreshed < REFRESH_SECONDS:
+            return False
         self._queues = self.fixed_queues or self.store.queues()
+        self._schedule.track(self._queues)
         for queue in self._queues:
             if queue not in self._configured:
                 self.store.configure(queue, self._policy())
                 self._configured.add(queue)
                 logger.info("serving fair queue %s", queue)
             self._set_capacity(queue)
+        self._prune()
+        # Only a refresh that worked counts: otherwise, with no queue known yet, the steps
+        # in between would do nothing, "work" and end the outage every second.
+        self._refreshed = self.clock()
+        return True
+
+    def _prune(self) -> None:
+        """Stop serving the queues in which nothing happened for PRUNE_SECONDS, if the
+        store finds nothing left in them (atomically; a later hold adds one back): each
+        known queue costs a step per sweep and a key in every wait."""
+        if self.fixed_queues:
+            return
+        for queue in self._schedule.idle():
+            if not self.store.forget_queue(queue):
+                self._schedule.touch(queue)  # not empty: look again a horizon later
+                continue
+            logger.info("queue %s: nothing held, delayed or in flight for %.0fs; no longer "
+                        "served (a new hold brings it back)", queue, PRUNE_SECONDS)
+            self._queues.remove(queue)
+            self._schedule.drop(queue)
+            self._configured.discard(queue)
+            for known in (self._capacity, self._reclaimed):
+                known.pop(queue, None)
 
     def _policy(self) -> Policy:
         c = self.config
@@ -415,8 +465,38 @@ class Dispatcher:
             else:
                 logger.info("queue %s: capacity %s tasks in flight", queue, capacity)
             self._capacity[queue] = capacity
+            self._schedule.due_now(queue)
 
     # -- the loop ----------------------------------------------------------------------
+
+    def reach_store(self, wait_seconds: float = 0.0) -> None:
+        """Check that the store answers, waiting up to ``wait_seconds`` for it to come up.
+
+        Raises StoreConnectionError naming the store's URL (password masked) and what to
+        do when it cannot be reached: a wrong URL fails at start, not in a retry loop.
+        """
+        where = _redact(self.config.store_url)
+        deadline = time.monotonic() + wait_seconds
+        backoff, waited = Backoff(0.1, 1.0), False
+        while True:
+            try:
+                self.store.ping()
+            except StoreConnectionError as exc:
+                cause, left = exc.__cause__ or exc, deadline - time.monotonic()
+                if left <= 0 or self.stopping.is_set():
+                    raise StoreConnectionError(
+                        f"cannot reach the celery_fair store at {where} ({cause}); start "
+                        "Redis there, or set fair_store_url (default: the broker URL) to "
+                        "where it runs") from None
+                if not waited:
+                    logger.warning("celery_fair store %s not reachable yet (%s); waiting up "
+                                   "to %.0fs for it", where, cause, left)
+                    waited = True
+                self.stopping.wait(min(backoff.next(), left))
+                continue
+            if waited:
+                logger.info("celery_fair store %s is reachable", where)
+            return
 
     def run(self) -> None:
         """Step until :meth:`stop` (or SIGTERM/SIGINT in the main thread)."""
@@ -426,37 +506,40 @@ class Dispatcher:
         warn_unsafe_settings(self.store.client, _redact(self.config.store_url))
         while not self.stopping.is_set():
             try:
-                result = self.step()
+                self.step(due_only=True)
             except Exception as exc:  # noqa: BLE001 - the loop must outlive any outage
-                self._hold_reclaim()
-                delay = self._backoff.next()
-                self._outage.failed(exc, f"retrying with backoff (now {delay:.1f}s)")
-                self.stopping.wait(delay)
+                self._failed(exc)
                 continue
             self._backoff.reset()
             self._outage.ok()
-            if not result.saturated:
-                self._sleep(result)
+            self._sleep()
         self.close()
         logger.info("celery_fair dispatcher stopped")
 
-    def _sleep(self, result: StepResult) -> None:
-        timeout = MAX_IDLE_SECONDS
-        if result.next_due_ms is not None:
-            timeout = min(timeout, max((result.next_due_ms - _now_ms()) / 1000, 0.001))
+    def _failed(self, exc: BaseException) -> None:
+        """A step (or the wait between steps) failed: wait out the next backoff delay,
+        which doubles up to MAX_BACKOFF_SECONDS while the failures go on."""
+        self._hold_reclaim()
+        self._schedule.everything_due()  # wake-ups may have been lost meanwhile
+        delay = self._backoff.next()
+        self._outage.failed(exc, f"retrying with backoff (now {delay:.1f}s, growing up "
+                                 f"to {MAX_BACKOFF_SECONDS:.0f}s)")
+        self.stopping.wait(delay)
+
+    def _sleep(self) -> None:
+        """Wait for a wake-up until a queue is due (just a look when one is already:
+        wake-ups of other queues are taken while one queue keeps the dispatcher busy)."""
+        timeout = self._schedule.timeout(self._queues, MAX_IDLE_SECONDS)
         try:
-            self.store.wait(self._queues, timeout)
+            self._schedule.woken(self.store.wait(self._queues, timeout))
         except FairError as exc:
-            # the next step meets the same outage and backs off; never spin here
-            self._hold_reclaim()
-            self._outage.failed(exc)
-            self.stopping.wait(timeout)
+            self._failed(exc)  # never spin here; the next step meets the same outage
 
     def _hold_reclaim(self) -> None:
         # Leases ran on while the store may have been out of reach for workers too: give
         # their lease keepers (which retry every third of a lease) time to renew before a
         # lease that lapsed meanwhile counts as a dead worker.
-        self._reclaim_after = time.monotonic() + self.config.lease_seconds / 2
+        self._reclaim_after = self.clock() + self.config.lease_seconds / 2
 
     def stop(self) -> None:
         self.stopping.set()

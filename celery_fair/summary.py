@@ -2,7 +2,7 @@
 
 A dashboard must not scan every group of a busy fair queue on each page load, and a web
 process cannot know the dispatcher's view of capacity. So each dispatcher step calls
-:meth:`SummaryWriter.maybe_write`, which about once a second (in a thread of its own)
+:meth:`SummaryWriter.maybe_write`, which about once a second (in one long-lived thread)
 writes one JSON document per fair queue to ``<prefix>:{<queue>}:summary``: totals, and
 the groups holding the most (at most ``limit``) with their figures. The key expires after
 ``ttl`` seconds, so the summary of a queue whose dispatchers all died disappears instead
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ from typing import Any
 import redis
 
 from .errors import FairError
+from .outage import Outage
 from .store.redis import GroupFigures, RedisStore
 
 logger = logging.getLogger(__name__)
@@ -95,13 +97,15 @@ def _wait(figures: Iterable[GroupFigures], now: float) -> float | None:
 class SummaryWriter:
     """Writes every fair queue's summary, at most once per ``interval``, in a thread.
 
-    The dispatcher calls :meth:`maybe_write` each step; the reading is done in a
-    background thread so dispatching never waits for it. Should a round be slow (a slow
-    or distant Redis, many fair queues), the next one waits ten times as long as it took
-    (the summary uses at most about a tenth of a Redis connection's time), and the TTL
-    grows with it so the summary never lapses between rounds. With several
-    dispatchers, the first to write in an interval wins (a ``SET NX`` guard key) and the
-    others skip, so the work is not repeated.
+    The dispatcher calls :meth:`maybe_write` each step; when a round is due it hands the
+    queues and capacities to one long-lived writer thread (started on the first call), so
+    dispatching never waits for the reads. Should a round be slow (a slow or distant
+    Redis, many fair queues), the next one waits ten times as long as it took (the
+    summary uses at most about a tenth of a Redis connection's time), and the TTL grows
+    with it so the summary never lapses between rounds. With several dispatchers, the
+    first to write in an interval wins (a ``SET NX`` guard key) and the others skip, so
+    the work is not repeated. A store outage is logged once when it starts and once when
+    it ends, not every round.
     """
 
     def __init__(self, store: RedisStore, *, interval: float = INTERVAL_SECONDS,
@@ -111,26 +115,62 @@ class SummaryWriter:
         self.ttl = ttl
         self.limit = limit
         self._gap = interval
-        self._next = 0.0
-        self._thread: threading.Thread | None = None
+        self._next = 0.0  # monotonic; inf while a round is handed over and not yet done
+        self._round: tuple[list[str], dict[str, int | None]] | None = None
+        self._due = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None  # the writer, while it runs
+        self._lock = threading.Lock()
+        self._outage = Outage(logger, "writing the fair queue summaries",
+                              expected=(FairError, redis.RedisError))
 
     def maybe_write(self, queues: Iterable[str], capacity: Mapping[str, int | None]) -> None:
-        """Start a round of writes in a thread if one is due and none is running."""
-        if time.monotonic() < self._next or (self._thread and self._thread.is_alive()):
+        """Hand a round of writes to the writer thread if one is due and none is pending."""
+        if time.monotonic() < self._next:
             return
-        self._thread = threading.Thread(
-            target=self.write_all, args=(list(queues), dict(capacity)), daemon=True,
-            name="celery-fair-summary")
-        self._thread.start()
+        with self._lock:
+            self._next = math.inf  # write_all sets the next time once the round is done
+            self._round = (list(queues), dict(capacity))
+            self._stopping.clear()  # in use again after stop()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="celery-fair-summary")
+                self._thread.start()
+        self._due.set()
+
+    def stop(self) -> None:
+        """Let the writer thread end once the round handed to it (if any) is written."""
+        self._stopping.set()
+        self._due.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._due.wait()
+            self._due.clear()
+            with self._lock:
+                work, self._round = self._round, None
+            if work is not None:
+                try:
+                    self.write_all(*work)
+                except Exception as exc:  # noqa: BLE001 - the thread outlives any failure
+                    self._next = time.monotonic() + self._gap
+                    self._outage.failed(exc, "trying again next round")
+            with self._lock:  # a round handed over meanwhile is written before it ends
+                if self._stopping.is_set() and self._round is None:
+                    self._thread = None
+                    return
 
     def write_all(self, queues: Iterable[str], capacity: Mapping[str, int | None]) -> None:
-        """Write the summary of each of ``queues``; a failure is only logged."""
+        """Write the summary of each of ``queues``; a failure is only logged (once per
+        outage: the first WARNING, then DEBUG until a write works again)."""
         started = time.monotonic()
         for queue in queues:
             try:
                 self.write(queue, capacity.get(queue))
             except (FairError, redis.RedisError) as exc:
-                logger.warning("queue %s: summary not written: %s", queue, exc)
+                self._outage.failed(exc, f"queue {queue}: summary not written; retrying")
+            else:
+                self._outage.ok()
         self._gap = max(self.interval, 10 * (time.monotonic() - started))
         self._next = started + self._gap
 

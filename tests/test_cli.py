@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from celery_fair.cli import fair
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.task import store_for
+from celery_fair.testing import RedisServer, free_port
 
 from .conftest import subprocess_env, wait_for
 from .helpers import queue_of, settled
@@ -54,7 +55,7 @@ def test_status_shows_totals_and_busiest_groups(app, cli) -> None:
     fill(app)
     queue = queue_of(app)
     out = cli("status").output
-    assert f"queue {queue}: 6 held (1 interactive), 0 delayed, 0/0 in flight, " \
+    assert f"queue {queue}: 6 held (1 interactive), 0 delayed, 0 / 0 in flight, " \
            "3 groups with work, 0 released" in out
     lines = [line.split() for line in out.splitlines()]
     assert ["acme", "3", "0", "0", "0", "-", "1"] in lines
@@ -82,6 +83,30 @@ def test_status_totals_are_exact_with_more_groups_than_shown(app, cli) -> None:
          snap["inflight"]) == (0, 5, 1, 1)
     assert q["group_count"] == len(snap["groups"]) == 4
     assert q["more_groups"] == 3
+
+
+def test_status_shows_in_flight_against_capacity_plus_dispatch_ahead(app, cli) -> None:
+    """Dispatch-ahead lets a queue have more in flight than its workers' pools: status
+    shows the pools and the ahead allowance apart, so 6 in flight with 4 slots is not a
+    broken cap."""
+    fill(app)
+    store, queue = store_for(app), queue_of(app)
+    now = int(time.time() * 1000)
+    store.register_worker(queue, "w1", 4, now + 60_000)
+    assert len(store.pick(queue, 6, None, now, 10_000)) == 6  # 4 slots + 2 ahead
+    out = cli("status").output
+    assert "6 / 4 (+2 ahead) in flight" in out
+    [q] = json.loads(cli("status", "--json").output)["queues"]
+    assert (q["inflight"], q["capacity"], q["dispatch_ahead"], q["inflight_limit"]) == \
+        (6, 4, 2, 6)
+
+
+def test_status_with_a_fixed_max_inflight_shows_no_ahead(make_app, cli) -> None:
+    app = make_app(fair_max_inflight=5)
+    fill(app)
+    [q] = json.loads(cli("status", "--json", the_app=app).output)["queues"]
+    assert (q["capacity"], q["dispatch_ahead"], q["inflight_limit"]) == (5, 0, 5)
+    assert "0 / 5 in flight" in cli("status", the_app=app).output
 
 
 def test_status_bad_options_name_the_option(cli) -> None:
@@ -113,6 +138,45 @@ def test_status_watch_refreshes_until_interrupted(app, redis_server, namespace,
         assert proc.proc.wait(10) == 0, proc.output()
     finally:
         proc.stop()
+
+
+# -- dispatch: the store at start ----------------------------------------------------------
+
+def test_dispatch_exits_at_once_naming_an_unreachable_store(redis_server, namespace) -> None:
+    """A wrong store URL fails fast, with the URL (password masked) and what to do."""
+    store = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+    env = subprocess_env({}, redis_server.url + "/0", namespace, store)
+    started = time.monotonic()
+    done = subprocess.run([CELERY, "-A", "tests.proj", "fair", "dispatch"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - started
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert took < 20, took  # the process's own start-up, no retrying
+    assert store.replace(":s3cret@", ":***@") in out or \
+        store.replace(":s3cret@", "***@") in out, out
+    assert "s3cret" not in out, out
+    assert "cannot reach the celery_fair store" in out and "--wait-for-store" in out, out
+
+
+def test_dispatch_waits_for_the_store_when_asked(redis_server, namespace, tmp_path) -> None:
+    """--wait-for-store: a store that comes up within the time is served."""
+    store = RedisServer()
+    store.halt()  # its port is known and nothing answers there
+    proc = CeleryProcess(["fair", "dispatch", "--wait-for-store", "60"], {},
+                         redis_server.url + "/0", namespace, tmp_path / "dispatch.log",
+                         store=store.url + "/0")
+    try:
+        wait_for(lambda: "waiting up to" in proc.output(), timeout=30,
+                 what="the dispatcher to say it waits for the store")
+        assert proc.alive(), proc.output()
+        store.start()
+        wait_for(lambda: "dispatcher started" in proc.output(), timeout=30,
+                 what="the dispatcher to start once the store is up")
+        assert proc.alive(), proc.output()
+    finally:
+        proc.stop()
+        store.stop()
 
 
 # -- groups --------------------------------------------------------------------------------

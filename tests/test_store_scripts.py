@@ -601,8 +601,8 @@ def test_release_wakes_dispatchers(store: RedisStore, redis_client) -> None:
     redis_client.delete(store.keys(Q).wake)
     store.release(Q, p.dispatch_id)
     assert redis_client.llen(store.keys(Q).wake) == 1
-    assert store.wait([Q], 0.01) is True
-    assert store.wait([Q], 0.01) is False
+    assert store.wait([Q], 0.01) == {Q}
+    assert store.wait([Q], 0.01) == set()
 
 
 # -- confirm, begin, renew -----------------------------------------------------------------
@@ -1178,6 +1178,8 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
     store.cancel(Q, ["not-held"])
     store.summarize(Q, ["g"])
     store.check(Q, False, NOW, LEASE)
+    store.forget_queue(Q)
+    store.wait([Q], 0)
     assert [n for n, s in store._scripts.items() if not redis_client.script_exists(s.sha)[0]] == []
 
 

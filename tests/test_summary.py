@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.envelope import Envelope
+from celery_fair.store.redis import RedisStore
 from celery_fair.summary import EXTRA_TOTALS, SummaryWriter, build_summary, read_summaries
 from celery_fair.task import store_for
+from celery_fair.testing import free_port
 
 from .conftest import wait_for
 from .helpers import queue_of, snapshot
@@ -187,10 +191,60 @@ def test_the_writer_works_in_a_thread_once_per_interval(make_app):
     writer.maybe_write([queue], {queue: 4})
     first = writer._thread
     assert first is not None
-    first.join(10)
-    summary = read_summaries(store)[queue]
+    summary = wait_for(lambda: read_summaries(store)[queue], what="the first round")
     assert summary["capacity"] == 4 and summary["held_background"] == 8
     store.client.delete(store.keys(queue).summary)
     writer.maybe_write([queue], {queue: 4})  # within the interval: nothing to do
     assert writer._thread is first
     assert read_summaries(store)[queue] is None
+    writer.stop()
+
+
+def test_the_writer_keeps_one_thread_over_many_rounds(make_app, dispatcher, monkeypatch):
+    """A running dispatcher writes a summary round about every second, all in the same
+    thread: no thread is started per round."""
+    app = make_app()
+    _hold_mix(app)
+    store, queue = store_for(app), queue_of(app)
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def counting_start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counting_start)
+    rounds: set[float] = set()
+    alive: list[int] = []
+
+    def five_rounds() -> bool:
+        summary = read_summaries(store)[queue]
+        if summary is not None:
+            rounds.add(summary["written_at"])
+            alive.append(threading.active_count())
+        return len(rounds) >= 5
+
+    with dispatcher(app):
+        wait_for(five_rounds, timeout=30, interval=0.05, what="five summary rounds")
+    assert started.count("celery-fair-summary") == 1, started
+    assert max(alive) == min(alive), alive  # the thread count stays flat
+
+
+def test_a_store_outage_is_logged_once_by_the_summary_writer(caplog):
+    store = RedisStore.from_url(f"redis://127.0.0.1:{free_port()}/0", "nowhere")
+    writer = SummaryWriter(store)
+    caplog.set_level(logging.DEBUG, logger="celery_fair.summary")
+
+    def failures(*levels: int) -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "celery_fair.summary"
+                and r.levelno in levels and "summar" in r.getMessage()]
+
+    def rounds_failed() -> bool:
+        writer.maybe_write(["q1", "q2"], {})  # as the dispatcher does every step
+        return len(failures(logging.DEBUG, logging.WARNING)) >= 6  # 3 rounds or more
+
+    try:
+        wait_for(rounds_failed, timeout=30, interval=0.05, what="several failed rounds")
+    finally:
+        writer.stop()
+    assert len(failures(logging.WARNING)) == 1, caplog.text

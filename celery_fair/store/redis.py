@@ -339,14 +339,39 @@ class RedisStore(Store):
         with _wrapped(self.where):
             return sorted(_text(q) for q in self.client.smembers(queues_key(self.namespace)))
 
-    def wait(self, queues: Iterable[str], timeout: float) -> bool:
-        """Block until a wake marker appears on one of ``queues`` or ``timeout`` passes."""
-        keys = [self.keys(q).wake for q in queues]
-        if not keys:
-            time.sleep(timeout)
-            return False
+    def ping(self) -> None:
+        """Raise StoreConnectionError unless the store answers."""
         with _wrapped(self.where):
-            return self.client.blpop(keys, timeout=max(timeout, 0.001)) is not None
+            self.client.ping()
+
+    def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
+        """Block until a wake marker appears on one of ``queues`` or ``timeout`` passes.
+
+        Returns the queue whose marker was taken (empty on timeout): one per call, so with
+        several woken the next call returns the next one at once. With ``timeout`` 0 it
+        only looks, without blocking, and takes and returns every woken queue.
+        """
+        by_key = {self.keys(q).wake: q for q in queues}
+        if not by_key:
+            time.sleep(timeout)
+            return set()
+        with _wrapped(self.where):
+            if timeout <= 0:
+                keys = list(by_key)
+                return {by_key[keys[i - 1]] for i in self._scripts["poll"](keys=keys)}
+            popped = self.client.blpop(list(by_key), timeout=timeout)
+        return set() if popped is None else {by_key[_text(popped[0])]}
+
+    def forget_queue(self, queue: str) -> bool:
+        """Drop ``queue`` from the set of fair queues if nothing is held, delayed, in
+        flight or quarantined in it (atomic: ``forget.lua``); True when dropped. A later
+        hold adds it again."""
+        with _wrapped(self.where):
+            forgotten = bool(self._scripts["forget"](
+                keys=[self.keys(queue).prefix, queues_key(self.namespace)], args=[queue]))
+        if forgotten:
+            self._known_queues.discard(queue)  # a hold from this process adds it again
+        return forgotten
 
     def register_worker(self, queue: str, worker: str, concurrency: int,
                         expires_ms: int) -> None:
