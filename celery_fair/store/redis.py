@@ -220,17 +220,19 @@ class RedisStore(Store):
         a script cache flush (NOSCRIPT) they are loaded again and the calls retried; the
         scripts that had run already are run again, which is harmless for the callers
         (a pick run twice gives out new dispatch ids: see pick.lua). With ``register``,
-        that queue is added to the set of fair queues first, in the same round trip."""
+        that queue is added to the set of fair queues after the scripts, in the same round
+        trip: after, so that a dispatcher's prune of an idle queue (forget.lua, which
+        drops it only while nothing is held) cannot fall between the two and drop it."""
         with _wrapped(self.where):
             for attempt in (1, 2):
                 pipe = self.client.pipeline(transaction=False)
-                if register is not None:
-                    pipe.sadd(queues_key(self.namespace), register)
                 for name, args in calls:
                     pipe.evalsha(self._scripts[name].sha, 1, prefix, *args)
+                if register is not None:
+                    pipe.sadd(queues_key(self.namespace), register)
                 try:
                     answers = list(pipe.execute())
-                    return answers[1:] if register is not None else answers
+                    return answers[:-1] if register is not None else answers
                 except redis.exceptions.NoScriptError:
                     if attempt == 2:
                         raise
@@ -369,9 +371,7 @@ class RedisStore(Store):
         with _wrapped(self.where):
             forgotten = bool(self._scripts["forget"](
                 keys=[self.keys(queue).prefix, queues_key(self.namespace)], args=[queue]))
-        if forgotten:
-            self._known_queues.discard(queue)  # a hold from this process adds it again
-        return forgotten
+        return forgotten  # a later hold from any process adds it again
 
     def register_worker(self, queue: str, worker: str, concurrency: int,
                         expires_ms: int) -> None:
