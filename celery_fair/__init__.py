@@ -14,9 +14,11 @@ from .config import FairConfig
 from .errors import (
     ConfigurationError,
     FairError,
+    HoldOutcomeUnknown,
     InvalidCost,
     InvalidGroup,
     InvalidOption,
+    StoreConnectionError,
     StoreError,
 )
 from .groups import fair_context
@@ -29,9 +31,11 @@ __all__ = [
     "FairConfig",
     "FairError",
     "FairTask",
+    "HoldOutcomeUnknown",
     "InvalidCost",
     "InvalidGroup",
     "InvalidOption",
+    "StoreConnectionError",
     "StoreError",
     "cancel",
     "fair_context",

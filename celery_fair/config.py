@@ -80,7 +80,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fair_on_store_error", "raise",
             "When the store cannot hold a fair task at publish time (Redis down or full): "
             "'raise' a StoreError naming the store, or 'publish' the task straight to the "
-            "broker (it runs, but outside fairness and caps)."),
+            "broker (it runs, but outside fairness and caps). 'publish' only when it was "
+            "certainly not held (no connection, or the store full); a lost reply raises "
+            "HoldOutcomeUnknown either way."),
 )
 _DEFAULTS = {s.name: s.default for s in SETTINGS}
 

@@ -29,7 +29,7 @@ from celery.exceptions import Ignore
 from .brokers import check_app, real_destination
 from .config import get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
-from .errors import FairError, InvalidOption, StoreError
+from .errors import FairError, InvalidOption, StoreFull, StoreUnreachable
 from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
 from .outage import Outage
 from .spool import pid_alive, spool_for
@@ -312,10 +312,12 @@ class HoldingProducer:
             self._hold(body, routing_key, delivery_mode, priority, content_type,
                        content_encoding, serializer, headers, compression, exchange,
                        declare, properties)
-        except StoreError as exc:
+        except (StoreUnreachable, StoreFull) as exc:
             if get_config(self._app).on_store_error != "publish":
                 raise
-            # fair_on_store_error = "publish": the task is kept, fairness is not.
+            # fair_on_store_error = "publish": the task is kept, fairness is not. Only when
+            # it was certainly not held: any other StoreError (a reply lost) may have held
+            # it, and publishing as well would run it twice; that one is raised.
             _publish_outage.failed(exc, "publishing fair tasks straight to the broker "
                                    "(fair_on_store_error='publish')")
             return send()
