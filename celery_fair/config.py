@@ -53,9 +53,6 @@ SETTINGS: tuple[Setting, ...] = (
             "a copy the broker redelivers after the task ran (acks_late: the ack died with "
             "its worker or connection) is skipped, not run twice; must cover the broker's "
             "redelivery delay (Redis: visibility_timeout, 3600 by default). 0: off."),
-    Setting("fair_policy", "wfq",
-            "Scheduling policy: 'wfq' (weighted start-time fair queueing; equal weights "
-            "give round robin)."),
     Setting("fair_batch_size", 100, "Most messages one dispatcher pick takes at once."),
     Setting("fair_direct_push", True,
             "When the broker is the store's own Redis, let the pick script push messages "
@@ -92,7 +89,13 @@ def settings_table() -> str:
     rows = ["| setting | default | meaning |", "|---|---|---|"]
     rows += [f"| `{s.name}` | `{s.default!r}` | {s.doc} |" for s in SETTINGS]
     return "\n".join(rows)
-POLICIES = ("wfq",)
+#: Settings celery_fair does not read yet -> why; setting one is an error saying so (an
+#: ignored setting would look as if it worked).
+NOT_SUPPORTED_YET = {
+    "fair_policy": "celery_fair schedules by weighted start-time fair queueing only "
+                   "(fair_group_weights set the shares; equal weights give round robin); "
+                   "remove the setting",
+}
 ON_STORE_ERROR = ("raise", "publish")
 MAX_GROUP_LENGTH = 200
 
@@ -112,7 +115,6 @@ class FairConfig:
     interactive_reserve: int
     lease_seconds: float
     done_ttl: int
-    policy: str
     batch_size: int
     direct_push: bool
     tasks: TaskRules = field(default_factory=TaskRules)  # fair_tasks, for install()
@@ -144,7 +146,6 @@ class FairConfig:
                                        get("fair_interactive_reserve"), minimum=0),
             lease_seconds=_positive("fair_lease_seconds", get("fair_lease_seconds")),
             done_ttl=_count("fair_done_ttl", get("fair_done_ttl"), minimum=0),
-            policy=_choice("fair_policy", get("fair_policy"), POLICIES),
             batch_size=_count("fair_batch_size", get("fair_batch_size")),
             direct_push=_flag("fair_direct_push", get("fair_direct_push")),
             tasks=parse_rules(get("fair_tasks")),
@@ -180,6 +181,9 @@ def _reject_unknown(conf: Mapping[str, Any], namespace: str | None) -> None:
         if read_as is None or read_as[1] in _DEFAULTS:
             continue
         written_prefix, name = read_as
+        if name in NOT_SUPPORTED_YET:
+            raise ConfigurationError(f"setting {key}={conf[key]!r} is not supported yet: "
+                                     f"{NOT_SUPPORTED_YET[name]}")
         hint = ""
         for close in difflib.get_close_matches(name, list(_DEFAULTS), n=1):
             # spelled the way the user spells settings (CELERY_FAIR_... in Django)

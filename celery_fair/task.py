@@ -31,6 +31,7 @@ from .config import get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
 from .errors import FairError, InvalidOption, StoreFull, StoreUnreachable
 from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
+from .options import TASK_OPTIONS, class_options, reject_misspelt
 from .outage import Outage
 from .spool import pid_alive, spool_for
 from .store.base import BeginResult
@@ -62,6 +63,12 @@ class FairTask(Task):
     fair_cost: float = 1
     _fair_resolver: GroupResolver | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # ``@app.task(base=FairTask, fair_grup=...)`` creates a subclass whose attributes
+        # are the task's options: a misspelt fair option raises here (options.py's rule).
+        super().__init_subclass__(**kwargs)
+        reject_misspelt(class_options(vars(cls)), TASK_OPTIONS, f"task class {cls.__name__}")
+
     @classmethod
     def on_bound(cls, app: Celery) -> None:
         """Bound to an app: install celery_fair there (``revoke`` cancels held tasks,
@@ -75,6 +82,7 @@ class FairTask(Task):
                     kwargs: Mapping[str, Any] | None = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,
                     shadow: str | None = None, **options: Any) -> Any:
+        reject_misspelt(options, TASK_OPTIONS, f"{self.name}.apply_async()")
         explicit = (options.pop("fair_group", None), options.pop("fair_interactive", None),
                     options.pop("fair_cost", None))
         app = self._get_app()
@@ -363,6 +371,10 @@ def _due_ms(eta: Any, app: Celery, now: int) -> int:
     return due if due > now else 0
 
 
+#: The celery_fair keywords of :func:`fair_task`.
+FAIR_TASK_OPTIONS = ("group", "interactive", "cost")
+
+
 def fair_task(*args: Any, group: GroupRule = None, interactive: bool | None = None,
               cost: float = 1, **options: Any) -> Any:
     """Declare a fair task: ``shared_task`` with ``base=FairTask``.
@@ -376,9 +388,12 @@ def fair_task(*args: Any, group: GroupRule = None, interactive: bool | None = No
         options: any ``shared_task`` option (``bind``, ``acks_late``, ``base``...).
 
     Raises:
+        InvalidOption: an option that looks like a misspelt ``group``, ``interactive`` or
+            ``cost``, or starts with ``fair_`` (the rule is in ``celery_fair.options``).
         InvalidGroup: ``group`` names no argument of the function.
         InvalidCost: ``cost`` is not a positive number.
     """
+    reject_misspelt(options, FAIR_TASK_OPTIONS, "fair_task()")
     validate_cost(cost)
     _klass(interactive)
     base = options.pop("base", None) or FairTask
