@@ -27,6 +27,11 @@ TASK_OPTIONS = ("fair_group", "fair_interactive", "fair_cost")
 CUTOFF = 0.8
 
 
+#: Celery's own task attributes (read from the class dicts: ``hasattr(Task, "app")`` would
+#: bind Celery's base Task class to the current app).
+_CELERY_TASK_ATTRIBUTES = frozenset(name for klass in Task.__mro__ for name in vars(klass))
+
+
 def _spellings(options: Iterable[str]) -> dict[str, str]:
     """Every spelling of each option (as given, with and without ``fair_``) -> the option."""
     out: dict[str, str] = {}
@@ -42,7 +47,7 @@ def reject_misspelt(names: Iterable[str], options: Iterable[str], where: str) ->
     known = tuple(options)
     spellings = _spellings(known)
     for name in names:
-        if name in known or name.startswith("_") or hasattr(Task, name):
+        if name in known or name.startswith("_") or name in _CELERY_TASK_ATTRIBUTES:
             continue
         close = difflib.get_close_matches(name, list(spellings), n=1, cutoff=CUTOFF)
         if close or name.startswith("fair_"):
