@@ -16,6 +16,7 @@ from typing import Any, Callable
 from celery import Celery
 
 from .errors import ConfigurationError
+from .redact import safe_url
 from .rules import TaskRules, parse_rules
 
 
@@ -221,9 +222,10 @@ def _store_url(url: Any, broker_url: Any) -> str:
             return broker.split(";")[0]
         raise ConfigurationError(
             "setting fair_store_url is required: the broker is not Redis "
-            f"({broker or 'unset'!s}), so celery_fair needs a Redis URL to hold tasks in")
+            f"({safe_url(broker) or 'unset'!s}), so celery_fair needs a Redis URL to hold "
+            "tasks in")
     if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-        raise _fail("fair_store_url", url, "a redis://, rediss:// or unix:// URL")
+        raise _fail("fair_store_url", safe_url(url), "a redis://, rediss:// or unix:// URL")
     return url
 
 

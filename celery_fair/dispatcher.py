@@ -34,6 +34,7 @@ from .direct import direct_push
 from .envelope import Envelope, placement_of
 from .errors import CorruptMessage, FairError
 from .outage import Backoff, Outage
+from .redact import safe_url
 from .store.base import DirectPush, Picked, Policy
 from .store.redis import RedisStore
 from .store.redis import now_ms as _now_ms
@@ -408,8 +409,8 @@ class Dispatcher:
         """Step until :meth:`stop` (or SIGTERM/SIGINT in the main thread)."""
         self._install_signal_handlers()
         logger.info("celery_fair dispatcher started (store %s, namespace %r)",
-                    _redact(self.config.store_url), self.config.key_prefix)
-        warn_unsafe_settings(self.store.client, _redact(self.config.store_url))
+                    safe_url(self.config.store_url), self.config.key_prefix)
+        warn_unsafe_settings(self.store.client, safe_url(self.config.store_url))
         while not self.stopping.is_set():
             try:
                 result = self.step()
@@ -490,9 +491,3 @@ def _epoch_ms(value: Any) -> int | None:
         when = when.replace(tzinfo=timezone.utc)
     return int(when.timestamp() * 1000)
 
-
-def _redact(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = "***@" + rest.split("@", 1)[1]
-    return scheme + sep + rest
