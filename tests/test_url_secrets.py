@@ -14,9 +14,12 @@ from celery.bin.base import CLIContext
 from click.testing import CliRunner
 
 from celery_fair.cli import fair, main
+from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.errors import ConfigurationError, StoreConnectionError
 from celery_fair.testing import RedisServer, free_port
+
+from .proj import create_app
 
 SECRET = "s3cret-pw"
 
@@ -64,11 +67,15 @@ def test_a_setting_error_never_shows_a_password(make_app: Callable[..., Celery],
     assert SECRET not in str(info.value), str(info.value)
 
 
-def test_dispatcher_worker_and_cli_never_show_the_store_password(
-        make_app: Callable[..., Celery], worker: Callable[..., Any],
-        dispatcher: Callable[..., Any], locked_server: RedisServer, caplog: Any) -> None:
+@pytest.mark.parametrize("direct_push", [True, False], ids=["direct-push", "kombu-publish"])
+def test_dispatcher_worker_and_cli_never_show_the_password(
+        namespace: str, worker: Callable[..., Any], dispatcher: Callable[..., Any],
+        locked_server: RedisServer, caplog: Any, direct_push: bool) -> None:
+    # Broker, results and store all on the Redis that asks for a password.
     caplog.set_level(logging.DEBUG, logger="celery_fair")
-    app = make_app(fair_store_url=locked_url(locked_server))
+    app = create_app(locked_url(locked_server), namespace, "q-" + namespace,
+                     fair_direct_push=direct_push)
+    reset_config(app)
     with worker(concurrency=2, the_app=app), dispatcher(app):
         assert app.tasks["proj.work"].delay("acme", "x").get(timeout=30) == "x"
     # The store was named (its persistence is off: the dispatcher warns, naming it) ...
