@@ -40,7 +40,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Per-group weights (default 1): a weight-2 group gets twice the share."),
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
-            "consuming the queue) or a positive number."),
+            "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "
+            "positive number (the capacity as it is)."),
     Setting("fair_dispatch_ahead", 2,
             "With fair_max_inflight 'auto': messages kept in the real queue beyond the "
             "workers' free slots, so a slot that frees up takes its next task at once "
