@@ -68,7 +68,7 @@ def test_ci_runs_the_readme_test_command_on_the_whole_suite():
     steps = [shlex.split(step) for step in command.split("&&")]
     assert steps[0][:3] == ["python3", "-m", "venv"]
     venv = steps[0][3]
-    install = next(s for s in steps if s[1:3] == ["install", "-q"] or "install" in s)
+    install = next(s for s in steps if "install" in s)
     assert install[0] == f"{venv}/bin/pip" and "-e" in install and ".[test]" in install
     assert steps[-1] == [f"{venv}/bin/python", "-m", "pytest"]
 
