@@ -14,10 +14,12 @@ from .config import FairConfig
 from .errors import (
     ConfigurationError,
     FairError,
+    HoldOutcomeUnknown,
     InvalidCost,
     InvalidGroup,
     InvalidLimit,
     InvalidOption,
+    StoreConnectionError,
     StoreError,
 )
 from .groups import fair_context
@@ -30,10 +32,12 @@ __all__ = [
     "FairConfig",
     "FairError",
     "FairTask",
+    "HoldOutcomeUnknown",
     "InvalidCost",
     "InvalidGroup",
     "InvalidLimit",
     "InvalidOption",
+    "StoreConnectionError",
     "StoreError",
     "cancel",
     "fair_context",

@@ -19,6 +19,7 @@ from kombu.connection import Connection
 from kombu.transport import TRANSPORT_ALIASES
 
 from .errors import ConfigurationError
+from .redact import safe_url
 
 REDIS, AMQP = "redis", "amqp"
 #: kombu transports celery_fair can publish through, by module.
@@ -82,15 +83,10 @@ def _transport_kind(url: Any, transport: Any) -> str:
     kind = _SUPPORTED.get(module)
     if kind is None:
         raise ConfigurationError(
-            f"broker transport {name!r} ({_redact(first) or 'set by broker_transport'}) "
+            f"broker transport {name!r} ({safe_url(first) or 'set by broker_transport'}) "
             f"is not supported by celery_fair: use {_WORKS} as the Celery broker. "
             "task_always_eager=True keeps working on any broker (tests)")
     return kind
-
-
-def _redact(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    return scheme + sep + ("***@" + rest.split("@", 1)[1] if "@" in rest else rest)
 
 
 def publish_connection(app: Celery) -> Connection:

@@ -18,6 +18,7 @@ from celery import Celery
 
 from . import limits
 from .errors import ConfigurationError, InvalidLimit
+from .redact import safe_url
 from .rules import TaskRules, parse_rules
 
 
@@ -41,7 +42,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Per-group weights (default 1): a weight-2 group gets twice the share."),
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
-            "consuming the queue) or a positive number."),
+            "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "
+            "positive number (the capacity as it is)."),
     Setting("fair_dispatch_ahead", 2,
             "With fair_max_inflight 'auto': messages kept in the real queue beyond the "
             "workers' free slots, so a slot that frees up takes its next task at once "
@@ -55,9 +57,6 @@ SETTINGS: tuple[Setting, ...] = (
             "a copy the broker redelivers after the task ran (acks_late: the ack died with "
             "its worker or connection) is skipped, not run twice; must cover the broker's "
             "redelivery delay (Redis: visibility_timeout, 3600 by default). 0: off."),
-    Setting("fair_policy", "wfq",
-            "Scheduling policy: 'wfq' (weighted start-time fair queueing; equal weights "
-            "give round robin)."),
     Setting("fair_batch_size", 100, "Most messages one dispatcher pick takes at once."),
     Setting("fair_direct_push", True,
             "When the broker is the store's own Redis, let the pick script push messages "
@@ -82,7 +81,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fair_on_store_error", "raise",
             "When the store cannot hold a fair task at publish time (Redis down or full): "
             "'raise' a StoreError naming the store, or 'publish' the task straight to the "
-            "broker (it runs, but outside fairness and caps)."),
+            "broker (it runs, but outside fairness and caps). 'publish' only when it was "
+            "certainly not held (no connection, or the store full); a lost reply raises "
+            "HoldOutcomeUnknown either way."),
     Setting("fair_store_socket_timeout", 5.0,
             "Seconds one store command may wait for Redis's answer before it fails (and "
             "is retried); bounds how long a task start, release or publish blocks on a "
@@ -106,7 +107,13 @@ def settings_table() -> str:
     rows = ["| setting | default | meaning |", "|---|---|---|"]
     rows += [f"| `{s.name}` | `{s.default!r}` | {s.doc} |" for s in SETTINGS]
     return "\n".join(rows)
-POLICIES = ("wfq",)
+#: Settings celery_fair does not read yet -> why; setting one is an error saying so (an
+#: ignored setting would look as if it worked).
+NOT_SUPPORTED_YET = {
+    "fair_policy": "celery_fair schedules by weighted start-time fair queueing only "
+                   "(fair_group_weights set the shares; equal weights give round robin); "
+                   "remove the setting",
+}
 ON_STORE_ERROR = ("raise", "publish")
 MAX_GROUP_LENGTH = 200
 
@@ -126,7 +133,6 @@ class FairConfig:
     interactive_reserve: int
     lease_seconds: float
     done_ttl: int
-    policy: str
     batch_size: int
     direct_push: bool
     tasks: TaskRules = field(default_factory=TaskRules)  # fair_tasks, for install()
@@ -162,7 +168,6 @@ class FairConfig:
                                      get("fair_interactive_reserve"), minimum=0),
             lease_seconds=_positive("fair_lease_seconds", get("fair_lease_seconds")),
             done_ttl=_count("fair_done_ttl", get("fair_done_ttl"), minimum=0),
-            policy=_choice("fair_policy", get("fair_policy"), POLICIES),
             batch_size=_count("fair_batch_size", get("fair_batch_size")),
             direct_push=_flag("fair_direct_push", get("fair_direct_push")),
             tasks=parse_rules(get("fair_tasks")),
@@ -204,6 +209,9 @@ def _reject_unknown(conf: Mapping[str, Any], namespace: str | None) -> None:
         if read_as is None or read_as[1] in _DEFAULTS:
             continue
         written_prefix, name = read_as
+        if name in NOT_SUPPORTED_YET:
+            raise ConfigurationError(f"setting {key}={conf[key]!r} is not supported yet: "
+                                     f"{NOT_SUPPORTED_YET[name]}")
         hint = ""
         for close in difflib.get_close_matches(name, list(_DEFAULTS), n=1):
             # spelled the way the user spells settings (CELERY_FAIR_... in Django)
@@ -241,9 +249,10 @@ def _store_url(url: Any, broker_url: Any) -> str:
             return broker.split(";")[0]
         raise ConfigurationError(
             "setting fair_store_url is required: the broker is not Redis "
-            f"({broker or 'unset'!s}), so celery_fair needs a Redis URL to hold tasks in")
+            f"({safe_url(broker) or 'unset'!s}), so celery_fair needs a Redis URL to hold "
+            "tasks in")
     if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-        raise _fail("fair_store_url", url, "a redis://, rediss:// or unix:// URL")
+        raise _fail("fair_store_url", safe_url(url), "a redis://, rediss:// or unix:// URL")
     return url
 
 

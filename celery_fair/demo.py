@@ -39,6 +39,7 @@ from kombu.asynchronous import set_event_loop
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .redact import safe_url
 from .task import FairTask
 
 FIFO, FAIR = "fifo", "fair"
@@ -141,7 +142,7 @@ def redis_url_for(url: str | None) -> Iterator[str]:
         try:
             redis.Redis.from_url(url, socket_connect_timeout=5).ping()
         except (redis.RedisError, ValueError) as exc:
-            raise DemoError(f"cannot reach Redis at {url}: {exc}") from None
+            raise DemoError(f"cannot reach Redis at {safe_url(url)}: {exc}") from None
         yield url
         return
     with _embedded_redis() as embedded:

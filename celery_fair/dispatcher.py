@@ -35,6 +35,7 @@ from .direct import direct_push
 from .envelope import Envelope, placement_of
 from .errors import CorruptMessage, FairError, StoreConnectionError
 from .outage import Backoff, Outage
+from .redact import safe_url
 from .schedule import PRUNE_SECONDS, StepSchedule
 from .store.base import DirectPush, Picked, Policy
 from .store.redis import RedisStore
@@ -475,7 +476,7 @@ class Dispatcher:
         Raises StoreConnectionError naming the store's URL (password masked) and what to
         do when it cannot be reached: a wrong URL fails at start, not in a retry loop.
         """
-        where = _redact(self.config.store_url)
+        where = safe_url(self.config.store_url)
         deadline = time.monotonic() + wait_seconds
         backoff, waited = Backoff(0.1, 1.0), False
         while True:
@@ -502,8 +503,8 @@ class Dispatcher:
         """Step until :meth:`stop` (or SIGTERM/SIGINT in the main thread)."""
         self._install_signal_handlers()
         logger.info("celery_fair dispatcher started (store %s, namespace %r)",
-                    _redact(self.config.store_url), self.config.key_prefix)
-        warn_unsafe_settings(self.store.client, _redact(self.config.store_url))
+                    safe_url(self.config.store_url), self.config.key_prefix)
+        warn_unsafe_settings(self.store.client, safe_url(self.config.store_url))
         while not self.stopping.is_set():
             try:
                 self.step(due_only=True)
@@ -587,9 +588,3 @@ def _epoch_ms(value: Any) -> int | None:
         when = when.replace(tzinfo=timezone.utc)
     return int(when.timestamp() * 1000)
 
-
-def _redact(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        rest = "***@" + rest.split("@", 1)[1]
-    return scheme + sep + rest

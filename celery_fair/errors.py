@@ -38,5 +38,17 @@ class StoreConnectionError(StoreError):
     """The celery_fair store cannot be reached."""
 
 
+class StoreUnreachable(StoreConnectionError):
+    """The celery_fair store cannot be reached: nothing was sent to it."""
+
+
+class StoreFull(StoreError):
+    """The celery_fair store is out of memory: nothing was written to it."""
+
+
+class HoldOutcomeUnknown(StoreConnectionError):
+    """The celery_fair store's reply to a hold was lost: the task may be held."""
+
+
 class CorruptMessage(StoreError):
     """A held message could not be decoded."""

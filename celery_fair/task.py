@@ -28,9 +28,10 @@ from celery.exceptions import Ignore
 from .brokers import check_app, real_destination
 from .config import FairConfig, get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
-from .errors import FairError, InvalidOption, StoreError
+from .errors import FairError, InvalidOption, StoreFull, StoreUnreachable
 from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
 from .host import identity, pid_alive
+from .options import TASK_OPTIONS, class_options, reject_misspelt
 from .outage import Outage
 from .spool import spool_for
 from .store.base import BeginResult
@@ -68,6 +69,12 @@ class FairTask(Task):
     fair_cost: float = 1
     _fair_resolver: GroupResolver | None = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # ``@app.task(base=FairTask, fair_grup=...)`` creates a subclass whose attributes
+        # are the task's options: a misspelt fair option raises here (options.py's rule).
+        super().__init_subclass__(**kwargs)
+        reject_misspelt(class_options(vars(cls)), TASK_OPTIONS, f"task class {cls.__name__}")
+
     @classmethod
     def on_bound(cls, app: Celery) -> None:
         """Bound to an app: install celery_fair there (``revoke`` cancels held tasks,
@@ -81,6 +88,7 @@ class FairTask(Task):
                     kwargs: Mapping[str, Any] | None = None, task_id: str | None = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,
                     shadow: str | None = None, **options: Any) -> Any:
+        reject_misspelt(options, TASK_OPTIONS, f"{self.name}.apply_async()")
         explicit = (options.pop("fair_group", None), options.pop("fair_interactive", None),
                     options.pop("fair_cost", None))
         app = self._get_app()
@@ -323,10 +331,12 @@ class HoldingProducer:
             self._hold(body, routing_key, delivery_mode, priority, content_type,
                        content_encoding, serializer, headers, compression, exchange,
                        declare, properties)
-        except StoreError as exc:
+        except (StoreUnreachable, StoreFull) as exc:
             if get_config(self._app).on_store_error != "publish":
                 raise
-            # fair_on_store_error = "publish": the task is kept, fairness is not.
+            # fair_on_store_error = "publish": the task is kept, fairness is not. Only when
+            # it was certainly not held: any other StoreError (a reply lost) may have held
+            # it, and publishing as well would run it twice; that one is raised.
             _publish_outage.failed(exc, "publishing fair tasks straight to the broker "
                                    "(fair_on_store_error='publish')")
             return send()
@@ -372,6 +382,10 @@ def _due_ms(eta: Any, app: Celery, now: int) -> int:
     return due if due > now else 0
 
 
+#: The celery_fair keywords of :func:`fair_task`.
+FAIR_TASK_OPTIONS = ("group", "interactive", "cost")
+
+
 def fair_task(*args: Any, group: GroupRule = None, interactive: bool | None = None,
               cost: float = 1, **options: Any) -> Any:
     """Declare a fair task: ``shared_task`` with ``base=FairTask``.
@@ -385,9 +399,12 @@ def fair_task(*args: Any, group: GroupRule = None, interactive: bool | None = No
         options: any ``shared_task`` option (``bind``, ``acks_late``, ``base``...).
 
     Raises:
+        InvalidOption: an option that looks like a misspelt ``group``, ``interactive`` or
+            ``cost``, or starts with ``fair_`` (the rule is in ``celery_fair.options``).
         InvalidGroup: ``group`` names no argument of the function.
         InvalidCost: ``cost`` is not a positive number.
     """
+    reject_misspelt(options, FAIR_TASK_OPTIONS, "fair_task()")
     validate_cost(cost)
     _klass(interactive)
     base = options.pop("base", None) or FairTask

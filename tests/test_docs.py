@@ -1,17 +1,41 @@
-"""The README and the docs state what the code does; the docs build without a warning."""
+"""The README and the docs state what the code does; the docs build without a warning.
+
+Each check runs or parses the thing the docs describe rather than looking for a string:
+CI's own extraction of the README's test command, tox's configuration as tox reads it
+(an INI file), the package's declared requirements, the commands' ``--help``, and the
+errors and log lines the docs show as samples, produced for real.
+"""
 
 from __future__ import annotations
 
+import configparser
+import importlib.metadata
+import logging
 import re
+import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.bin.base import CLIContext
+from click.testing import CliRunner
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 from celery_fair.cli import fair, main
-from celery_fair.config import SETTINGS, settings_table
+from celery_fair.config import SETTINGS, FairConfig, settings_table
+from celery_fair.dispatcher import Dispatcher
+from celery_fair.errors import ConfigurationError
+from celery_fair.task import store_for
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+CI = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+DOCS = {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md")}
 
 
 def _between(marker: str) -> str:
@@ -19,27 +43,139 @@ def _between(marker: str) -> str:
     return README[start:README.index(f"<!-- /{marker} -->")].strip()
 
 
+def _blocks(text: str, after: str) -> list[str]:
+    """The fenced code blocks of ``text`` that follow the first line containing ``after``."""
+    return re.findall(r"^```[^\n]*\n(.*?)^```", text[text.index(after):], re.M | re.S)
+
+
 def test_readme_settings_table_is_generated_from_the_code():
     assert _between("settings-table") == settings_table()
 
 
-def test_ci_runs_the_readme_test_command():
-    ci = (Path(__file__).parent.parent / ".ci" / "run").read_text(encoding="utf-8")
-    assert "test-command" in ci
-    assert "pytest" in _between("test-command")
+def test_ci_runs_the_readme_test_command_on_the_whole_suite():
+    # CI's own extraction, run as CI runs it: the line of .ci/run that sets `cmd`.
+    [extract] = [line for line in CI.splitlines() if line.startswith("cmd=$(")]
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", f'{extract}\nprintf %s "$cmd"'],
+                          cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    command = done.stdout.strip()
+    assert command == "\n".join(_blocks(_between("test-command"), "")).strip()
+    # ... and CI then runs exactly that, under bash.
+    assert any(shlex.split(line)[:2] == ["bash", "-euo"] and line.endswith('"$cmd"')
+               for line in CI.splitlines() if line.strip().startswith("bash "))
+    # The command makes a venv, installs the package with its test extra, and runs pytest
+    # in that venv with no selection: the whole suite (pyproject's testpaths).
+    steps = [shlex.split(step) for step in command.split("&&")]
+    assert steps[0][:3] == ["python3", "-m", "venv"]
+    venv = steps[0][3]
+    install = next(s for s in steps if "install" in s)
+    assert install[0] == f"{venv}/bin/pip" and "-e" in install and ".[test]" in install
+    assert steps[-1] == [f"{venv}/bin/python", "-m", "pytest"]
 
 
-def test_tox_covers_every_supported_celery_and_ci_runs_the_oldest():
-    root = Path(__file__).parent.parent
-    ci = (root / ".ci" / "run").read_text(encoding="utf-8")
-    assert '"celery[redis]>=5.3,<5.4" "kombu>=5.3.4,<5.4"' in ci
-    tox = (root / "tox.ini").read_text(encoding="utf-8")
-    envlist = next(line for line in tox.splitlines() if line.startswith("envlist"))
-    assert all(f"celery5{minor}" in envlist for minor in range(3, 8))
-    assert all(env in envlist for env in ("lint", "type", "docs"))
-    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
-    assert re.search(r'"celery(\[redis\])?>=5\.3,<6"', pyproject)
-    assert "celery53: celery[redis]>=5.3,<5.4" in tox and "celery53: kombu>=5.3.4,<5.4" in tox
+def _tox() -> configparser.ConfigParser:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini", encoding="utf-8")
+    return tox
+
+
+def _tox_deps(tox: configparser.ConfigParser) -> dict[str, list[Requirement]]:
+    """``deps`` of [testenv] by factor (``celery53: celery[redis]>=5.3,<5.4``), as tox
+    reads factor-conditional lines."""
+    deps: dict[str, list[Requirement]] = {}
+    for line in tox["testenv"]["deps"].strip().splitlines():
+        factor, _, requirement = line.strip().partition(":")
+        deps.setdefault(factor.strip(), []).append(Requirement(requirement.strip()))
+    return deps
+
+
+def _celery_minors(requirement: Requirement) -> list[int]:
+    return [m for m in range(0, 20) if Version(f"5.{m}.0") in requirement.specifier]
+
+
+def test_tox_has_an_env_per_supported_celery_minor_pinned_to_it():
+    tox = _tox()
+    envs = [e.strip() for e in tox["tox"]["envlist"].split(",")]
+    deps = _tox_deps(tox)
+    [declared] = [Requirement(r) for r in importlib.metadata.requires("celery-fair") or []
+                  if Requirement(r).name == "celery" and not Requirement(r).marker]
+    supported = _celery_minors(declared)
+    celery_envs = [e for e in envs if e.startswith("celery")]
+    pinned = {}
+    for env in celery_envs:
+        [celery] = [r for r in deps[env] if r.name == "celery"]
+        assert "redis" in celery.extras
+        [minor] = _celery_minors(celery)  # each env pins exactly one minor version
+        assert env == f"celery5{minor}"
+        pinned[minor] = env
+    # From the oldest supported minor to the one this suite runs on, none skipped.
+    running = Version(importlib.metadata.version("celery")).minor
+    assert sorted(pinned) == list(range(supported[0], running + 1))
+    assert set(pinned) <= set(supported)
+    for env in ("lint", "type", "docs"):
+        assert f"testenv:{env}" in tox and env in envs
+
+
+def test_ci_runs_the_oldest_supported_celery_with_tox_pins():
+    deps = _tox_deps(_tox())
+    oldest = min((e for e in deps if e.startswith("celery")), key=lambda e: int(e[6:]))
+    installs = [shlex.split(line.strip()) for line in CI.splitlines()
+                if "/bin/pip" in line and "install" in line and "celery" in line]
+    [args] = installs
+    installed = {str(Requirement(a)) for a in args if re.match(r"^[a-z]", a) and ">=" in a}
+    assert installed == {str(r) for r in deps[oldest]}
+
+
+#: ``celery -A proj fair COMMAND ARGS...`` as the docs write it (ARGS: words, options, [...]).
+DOCUMENTED = re.compile(r"celery -A \w+ fair (\w+)((?: [\[\]\w.,-]+)*)")
+
+
+def _documented_options() -> set[tuple[str, str]]:
+    found = set()
+    for text in (README, *DOCS.values()):
+        for command, rest in DOCUMENTED.findall(text):
+            found.update((command, opt) for opt in re.findall(r"--[\w-]+", rest))
+    return found
+
+
+def test_documented_cli_options_exist(app: Celery):
+    documented = _documented_options()
+    assert ("limit", "--concurrency") in documented and ("status", "--json") in documented
+    obj = CLIContext(app=app, no_color=True, workdir=None)
+    for command, option in sorted(documented):
+        result = CliRunner().invoke(fair, [command, "--help"], obj=obj)
+        assert result.exit_code == 0, (command, result.output)
+        assert re.search(rf"(^|[\s,]){re.escape(option)}\b", result.output), (command, option)
+    demo = CliRunner().invoke(main, ["demo", "--help"]).output
+    for option in set(re.findall(r"celery-fair demo((?: --[\w-]+(?: [\w.]+)?)*)",
+                                 "\n".join((README, *DOCS.values())))):
+        for name in re.findall(r"--[\w-]+", option):
+            assert name in demo, name
+
+
+def test_the_settings_page_sample_error_is_the_real_error(redis_server: Any):
+    code, shown = _blocks(DOCS["settings.md"], "an unknown `fair_*` key is an error")[:2]
+    app = Celery("sample", broker=redis_server.url, set_as_current=False)
+    exec(compile(code, "settings.md", "exec"), {"app": app})
+    with pytest.raises(ConfigurationError) as info:
+        FairConfig.from_app(app)
+    real = f"{type(info.value).__module__}.{type(info.value).__name__}: {info.value}"
+    assert " ".join(real.split()) == " ".join(shown.split())
+
+
+def test_the_tutorial_dispatcher_lines_are_what_the_dispatcher_logs(app: Celery, caplog):
+    # The tutorial's setting: one worker of 4 processes consumes the queue, a task is held.
+    sample = next(b for b in _blocks(DOCS["tutorial.md"], "it logs the queue and the capacity")
+                  if "celery_fair.dispatcher" in b)
+    lines = [line.split("] ", 1)[1] for line in sample.strip().splitlines()]
+    queue = app.conf.task_default_queue
+    store_for(app).register_worker(queue, "celery@host", 4, int((time.time() + 60) * 1000))
+    app.tasks["proj.work"].delay("acme", "x")
+    caplog.set_level(logging.INFO, logger="celery_fair.dispatcher")
+    Dispatcher(app).step()
+    logged = [r.getMessage() for r in caplog.records if r.name == "celery_fair.dispatcher"]
+    for line in lines[1:]:  # the first, "dispatcher started", is logged by run()
+        assert line.replace(" celery", f" {queue}") in logged, (line, logged)
 
 
 def test_docs_build_with_warnings_as_errors(tmp_path):

@@ -78,6 +78,11 @@ class Store(abc.ABC):
 
         Returns the hold id used: ``hold_id``, suffixed when a message with that id is
         already held (nothing is ever overwritten).
+
+        Raises:
+            StoreUnreachable: nothing was sent (so nothing is held).
+            StoreFull: nothing was written (so nothing is held).
+            StoreError: any other failure; the message may be held (a reply lost).
         """
 
     @abc.abstractmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -19,7 +20,13 @@ from redis.commands.core import Script
 from redis.retry import Retry
 
 from .. import limits
-from ..errors import StoreConnectionError, StoreError
+from ..errors import (
+    HoldOutcomeUnknown,
+    StoreConnectionError,
+    StoreError,
+    StoreFull,
+    StoreUnreachable,
+)
 from ..groups import validate_group
 from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
 from .keys import QueueKeys, queues_key
@@ -51,7 +58,7 @@ CHECK_BATCH = 500
 def _explained(operation: str, queue: str) -> Iterator[None]:
     try:
         yield
-    except StoreConnectionError:
+    except (StoreConnectionError, StoreFull):
         raise
     except StoreError as exc:
         # A script error is a damaged or foreign key: say where, and what finds it.
@@ -107,12 +114,17 @@ class Bounds:
 
 
 @contextmanager
-def _wrapped(where: str = "") -> Iterator[None]:
+def _wrapped(where: str = "",
+             unreachable: type[StoreConnectionError] = StoreConnectionError) -> Iterator[None]:
     at = f" ({where})" if where else ""
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise StoreConnectionError(f"celery_fair store unreachable{at}: {exc}") from exc
+        raise unreachable(f"celery_fair store unreachable{at}: {exc}") from exc
+    except redis.exceptions.OutOfMemoryError as exc:
+        # Redis refuses a script's first write when full, and only its first (a script
+        # is atomic): nothing was written.
+        raise StoreFull(f"celery_fair store full{at}: {exc}") from exc
     except redis.RedisError as exc:
         raise StoreError(f"celery_fair store failed{at}: {exc}") from exc
 
@@ -125,6 +137,13 @@ def describe(client: redis.Redis) -> str:
     scheme = "rediss" if "ssl" in str(client.connection_pool.connection_class).lower() \
         else "redis"
     return f"{scheme}://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+#: ``ConnectionPool.get_connection``'s arguments: a command name before redis-py 5.3 (it
+#: was required, and is deprecated since).
+_GET_CONNECTION_ARGS: tuple[str, ...] = () if inspect.signature(
+    redis.ConnectionPool.get_connection).parameters["command_name"].default is None \
+    else ("EVALSHA",)
 
 
 class RedisStore(Store):
@@ -158,14 +177,31 @@ class RedisStore(Store):
     # -- the atomic operations ---------------------------------------------------------
 
     def hold(self, queue: str, hold_id: str, value: bytes, due_ms: int, now_ms: int) -> str:
-        # The queue is registered on every hold, in the same round trip: should the set
-        # lose it (a partial flush, a failover), the next hold puts it back, and the
-        # dispatchers and `fair check` find the queue again.
-        with _explained("hold", queue):
-            [held] = self._pipelined(self.keys(queue).prefix,
-                                     [("hold", [hold_id, value, due_ms, now_ms])],
-                                     register=queue)
+        """See :meth:`Store.hold`; a lost reply raises :class:`HoldOutcomeUnknown`.
+
+        The queue is registered on every hold, in the same round trip: should the set
+        lose it (a partial flush, a failover), the next hold puts it back, and the
+        dispatchers and `fair check` find the queue again."""
+        with _wrapped(self.where, unreachable=StoreUnreachable):
+            self._connect()
+        try:
+            with _explained("hold", queue):
+                [held] = self._pipelined(self.keys(queue).prefix,
+                                         [("hold", [hold_id, value, due_ms, now_ms])],
+                                         register=queue)
+        except StoreConnectionError as exc:
+            raise HoldOutcomeUnknown(
+                f"{exc}; the hold's outcome is unknown: the task may be held (it then runs "
+                "when dispatched), so it was not published to the broker") from exc.__cause__
         return _text(held)
+
+    def _connect(self) -> None:
+        """Take a connected connection from the pool (connecting if need be) and put it
+        back, before sending anything. redis-py raises the same ConnectionError for a
+        server it cannot connect to and for a reply lost after the command was sent (and
+        resent: its retries end at connect); failing here is the only certain "not sent"."""
+        pool = self.client.connection_pool
+        pool.release(pool.get_connection(*_GET_CONNECTION_ARGS))
 
     def pick(self, queue: str, limit: int, capacity: int | None, now_ms: int,
              lease_ms: int, *, token: str | None = None) -> list[Picked]:

@@ -1,0 +1,26 @@
+"""URLs as they may be shown in errors, logs and CLI output: without their passwords."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu.utils.url import maybe_sanitize_url
+
+
+def safe_url(url: Any) -> Any:
+    """``url`` with its password masked, as Celery shows URLs (kombu's ``sanitize_url``:
+    ``redis://user:**@host:6379/0``). The query string, where redis-py also reads a
+    ``password=``, is dropped; each URL of a ``;``-separated failover list is masked.
+    Anything else (not a string, not a URL) is returned as it is."""
+    if not isinstance(url, str):
+        return url
+    return ";".join(_one(part) for part in url.split(";"))
+
+
+def _one(url: str) -> str:
+    if "://" not in url:
+        return url
+    try:
+        return str(maybe_sanitize_url(url))
+    except ValueError:  # not parseable (a bad port...): keep only what precedes any secret
+        return url.split("://", 1)[0] + "://<unparseable URL>"
