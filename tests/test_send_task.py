@@ -297,7 +297,7 @@ def test_starmap_and_chunks_held_without_rules(make_app):
     ({"proj.work": {"group": "value:" + "x" * 300}}, "at most 200"),
     ({"proj.work": {"group": []}}, "empty list"),
     ({"proj.work": {"interactive": "yes"}}, "expected True, False or None"),
-    ({"proj.work": {"cost": 0}}, "fair cost 0 is invalid"),
+    ({"proj.work": {"cost": 0}}, "fair cost must be a finite number in (0, 1e+09], got 0"),
     ({"": {}}, "task name or glob"),
 ])
 def test_bad_fair_tasks_are_rejected_clearly(make_app, value, message):
