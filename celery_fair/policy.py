@@ -1,0 +1,516 @@
+"""The fair-scheduling policy of one fair queue, as a pure state machine over plain data.
+
+The Lua scripts (``store/lua``) are the Redis implementation; this module is the other
+one, and the only one in Python: the memory store executes it under its lock, and a SQL
+store is meant to execute it inside a transaction over the rows it locked. It does no
+I/O and reads no clock: every time is passed in (milliseconds), and a wake-up is a flag
+(:attr:`FairQueue.woken`) for the store to act on. ``tests/test_store_model.py`` holds
+both implementations to the same decisions, step by step.
+
+The policy (DESIGN.md, "Scheduling"): start-time fair queueing per class (a group's tag
+advances by cost / weight per dispatch; a group entering a ready set starts at
+max(its tag, the class's virtual time); the pick is the lowest tag, ties by name),
+interactive before background, a per-group cap with an interactive reserve above it
+(cap 0 pauses a group in both classes), a per-queue capacity, idle groups forgotten, and
+dispatch leases that hold a message again at its group's head when they run out.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from .store.base import BeginResult, Picked
+
+INTERACTIVE, BACKGROUND = "i", "b"
+CLASSES = (INTERACTIVE, BACKGROUND)  # interactive first
+#: :meth:`FairQueue.limit` arguments: leave a value as it is, or clear the runtime limit.
+KEEP, RESET = "", "reset"
+#: Record states (DESIGN.md, "Dispatch state machine"); 'released' is a tombstone.
+PICKED, QUEUED, RUNNING, LOST, SUPERSEDED = "picked", "queued", "running", "lost", "superseded"
+_LIVE = (PICKED, QUEUED, RUNNING)
+N = TypeVar("N", int, float)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a stored value goes: its group and class, its cost, and whether it enters at
+    the head of its group (a retry) or at the tail."""
+
+    group: str
+    klass: str
+    cost: float
+    front: bool
+
+
+@dataclass
+class Held:
+    """A held or delayed message."""
+
+    value: bytes
+    placement: Placement
+
+
+@dataclass
+class Group:
+    """A group with held, delayed or in-flight work (an idle one is forgotten)."""
+
+    inflight: int = 0
+    delayed: int = 0
+    #: class -> virtual start tag; absent until first set (then read as 0)
+    tags: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Record:
+    """A dispatch: a message taken by ``pick`` until it is released."""
+
+    state: str
+    placement: Placement  # of the message it carries
+    hold_id: str
+    #: the stored value, kept until a worker begins it (and while an acks_late run runs)
+    value: bytes | None
+    kept: bool = False  # an acks_late run keeps the value with the record
+    runner: str = ""  # the run that began it
+    expires_ms: int | None = None  # when a superseded or lost record is forgotten
+
+    @property
+    def group(self) -> str:
+        return self.placement.group
+
+    @property
+    def klass(self) -> str:
+        return self.placement.klass
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What a fair queue's scheduling looks like now: the common inspection of every
+    store (what the model test compares). Only groups with something are listed."""
+
+    ready: dict[str, dict[str, float]]  # class -> {group: tag}
+    vt: dict[str, float]  # class -> virtual time (absent: never set)
+    tags: dict[tuple[str, str], float]  # (class, group) -> tag
+    inflight: dict[str, int]  # group -> dispatches in flight
+    delayed: dict[str, int]  # group -> delayed messages
+    held: dict[tuple[str, str], list[str]]  # (class, group) -> hold ids, head first
+    total_inflight: int
+
+
+@dataclass
+class FairQueue:
+    """The whole state of one fair queue, and the operations of the store contract."""
+
+    default_cap: int = -1  # -1: none
+    reserve: int = 0
+    default_weight: float = 1.0
+    #: caps and weights from the settings, runtime limits, and both laid over: in force
+    conf_caps: dict[str, int] = field(default_factory=dict)
+    conf_weights: dict[str, float] = field(default_factory=dict)
+    limit_caps: dict[str, int] = field(default_factory=dict)
+    limit_weights: dict[str, float] = field(default_factory=dict)
+    caps: dict[str, int] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    msgs: dict[str, Held] = field(default_factory=dict)
+    lists: dict[tuple[str, str], deque[str]] = field(default_factory=dict)
+    delayed: dict[str, int] = field(default_factory=dict)  # hold id -> due ms
+    groups: dict[str, Group] = field(default_factory=dict)
+    vt: dict[str, float] = field(default_factory=dict)
+    ready: dict[str, dict[str, float]] = field(
+        default_factory=lambda: {c: {} for c in CLASSES})
+    records: dict[str, Record] = field(default_factory=dict)
+    leases: dict[str, int] = field(default_factory=dict)  # dispatch id -> deadline ms
+    done: dict[str, int] = field(default_factory=dict)  # tombstones: id -> expires ms
+    #: task id -> the copies held under <task id>~<suffix> (so cancel finds them)
+    copies: dict[str, set[str]] = field(default_factory=dict)
+    #: cancel token -> (expires ms, what that call removed), for a resend
+    cancelled: dict[str, tuple[int, list[tuple[str, bytes]]]] = field(default_factory=dict)
+    quarantine: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # id -> why
+    quarantine_order: list[str] = field(default_factory=list)  # newest first
+    #: counters: inflight, held:i, held:b, released, skipped, dup, picks
+    stat: dict[str, int] = field(default_factory=dict)
+    woken: bool = False  # a dispatcher should look at this queue
+
+    # -- what every operation shares (common.lua) -------------------------------------
+
+    def _count(self, name: str, delta: int) -> None:
+        self.stat[name] = self.stat.get(name, 0) + delta
+
+    def _list(self, klass: str, g: str) -> deque[str]:
+        return self.lists.setdefault((klass, g), deque())
+
+    def _held(self, klass: str, g: str) -> int:
+        return len(self.lists.get((klass, g), ()))
+
+    def _drop_empty(self, klass: str, g: str) -> None:
+        if not self.lists.get((klass, g), True):
+            del self.lists[(klass, g)]
+
+    def cap_of(self, g: str) -> int:
+        """The group's cap in force (-1: none)."""
+        return self.caps.get(g, self.default_cap)
+
+    def weight_of(self, g: str) -> float:
+        return self.weights.get(g, self.default_weight)
+
+    def _eligible(self, klass: str, g: str, n: int) -> bool:
+        if not self._held(klass, g):
+            return False
+        cap = self.cap_of(g)
+        if cap < 0:
+            return True
+        if cap == 0:  # a pause: the reserve is room above a cap, not a way past it
+            return False
+        return n < cap + (self.reserve if klass == INTERACTIVE else 0)
+
+    def _refresh(self, g: str) -> bool:
+        """Make g's ready-set membership match its eligibility; a group entering starts
+        at the class's virtual time (no credit for being idle). True when it entered."""
+        group = self.groups.get(g)
+        n = group.inflight if group else 0
+        entered = False
+        for klass in CLASSES:
+            if group is not None and self._eligible(klass, g, n):
+                tag, vt = group.tags.get(klass, 0.0), self.vt.get(klass, 0.0)
+                if vt > tag:
+                    tag = group.tags[klass] = vt
+                entered = entered or g not in self.ready[klass]
+                self.ready[klass][g] = tag
+            else:
+                self.ready[klass].pop(g, None)
+        return entered
+
+    def _forget_if_idle(self, g: str) -> None:
+        group = self.groups.get(g)
+        if group is None or group.inflight > 0 or group.delayed > 0:
+            return
+        if any(self._held(klass, g) for klass in CLASSES):
+            return
+        del self.groups[g]
+
+    def _free_slot(self, g: str) -> None:
+        self.groups[g].inflight -= 1
+        self._count("inflight", -1)
+        self._refresh(g)
+        self._forget_if_idle(g)
+
+    def _index_copy(self, hold_id: str) -> None:
+        if "~" in hold_id:
+            self.copies.setdefault(hold_id.split("~", 1)[0], set()).add(hold_id)
+
+    def _unindex_copy(self, hold_id: str) -> None:
+        root = hold_id.split("~", 1)[0]
+        if "~" in hold_id and root in self.copies:
+            self.copies[root].discard(hold_id)
+            if not self.copies[root]:
+                del self.copies[root]
+
+    def _enqueue(self, hold_id: str, p: Placement) -> bool:
+        queue = self._list(p.klass, p.group)
+        queue.appendleft(hold_id) if p.front else queue.append(hold_id)
+        self._count("held:" + p.klass, 1)
+        return self._refresh(p.group)
+
+    def _hold_lease(self, did: str, deadline: int) -> str | None:
+        """A worker holds dispatch ``did``: extend its lease; a lost one takes a slot
+        again. Returns the state it was in (None: no record)."""
+        rec = self.records.get(did)
+        if rec is None or rec.state == SUPERSEDED:
+            return None if rec is None else rec.state
+        state = rec.state
+        if state == LOST:
+            self.groups.setdefault(rec.group, Group()).inflight += 1
+            self._count("inflight", 1)
+            rec.state, rec.expires_ms = RUNNING, None
+            self._refresh(rec.group)
+        self.leases[did] = deadline
+        return state
+
+    # -- the lifecycle -----------------------------------------------------------------
+
+    def hold(self, hold_id: str, value: bytes, p: Placement, due_ms: int, now_ms: int) -> str:
+        """Keep a message (delayed until ``due_ms``); see ``hold.lua``."""
+        held = self.msgs.get(hold_id)
+        if held is not None and held.value == value:
+            return hold_id  # the same publication, resent
+        if held is not None:
+            self._count("dup", 1)
+            hold_id = f"{hold_id}~{self.stat['dup']}"
+            self._index_copy(hold_id)
+        self.msgs[hold_id] = Held(value, p)
+        group = self.groups.setdefault(p.group, Group())
+        if due_ms > now_ms:
+            self.delayed[hold_id] = due_ms
+            group.delayed += 1
+            self.woken = self.woken or min(self._delayed_order())[2] == hold_id
+        elif self._enqueue(hold_id, p):
+            self.woken = True
+        return hold_id
+
+    def _delayed_order(self) -> list[tuple[int, bytes, str]]:
+        return sorted((due, i.encode(), i) for i, due in self.delayed.items())
+
+    def _head(self) -> tuple[str, str, float] | None:
+        for klass in CLASSES:
+            if self.ready[klass]:
+                g, tag = min(self.ready[klass].items(), key=lambda gt: (gt[1], gt[0].encode()))
+                return klass, g, tag
+        return None
+
+    def pick(self, want: int, capacity: int | None, now_ms: int, lease_ms: int,
+             token: str) -> list[Picked]:
+        """Take up to ``want`` messages in fair order; see ``pick.lua``."""
+        self._count("picks", 1)
+        prefix = f"{token}{self.stat['picks']}."
+        if capacity is not None:
+            want = min(want, capacity - self.stat.get("inflight", 0))
+        out: list[Picked] = []
+        while len(out) < want and (head := self._head()) is not None:
+            klass, g, tag = head
+            queue = self.lists[(klass, g)]
+            hold_id = queue.popleft()
+            held = self.msgs.pop(hold_id)
+            self._unindex_copy(hold_id)
+            self._count("held:" + klass, -1)
+            group = self.groups[g]
+            self.vt[klass] = tag
+            tag = group.tags[klass] = tag + held.placement.cost / self.weight_of(g)
+            group.inflight += 1
+            did = f"{prefix}{len(out) + 1}"
+            self.records[did] = Record(PICKED, held.placement, hold_id, held.value)
+            self.leases[did] = now_ms + lease_ms
+            out.append(Picked(did, hold_id, held.value))
+            if self.cap_of(g) < 0:  # no cap: only this class's membership can change
+                if queue:
+                    self.ready[klass][g] = tag
+                else:
+                    self.ready[klass].pop(g)
+            else:
+                self.ready[klass].pop(g, None)
+                self._refresh(g)
+            self._drop_empty(klass, g)
+        self._count("inflight", len(out))
+        return out
+
+    def confirm(self, dids: list[str], deadline_ms: int) -> list[str]:
+        """The broker took these; returns the stale ones. See ``confirm.lua``."""
+        stale = []
+        for did in dids:
+            rec = self.records.get(did)
+            if rec is not None and rec.state == PICKED:
+                rec.state = QUEUED
+                self.leases[did] = deadline_ms
+            elif rec is not None and rec.state == SUPERSEDED:
+                stale.append(did)
+        return stale
+
+    def begin(self, did: str, deadline_ms: int, now_ms: int, run: str, acks_late: bool,
+              host: str = "", taken_over: str = "") -> BeginResult | str:
+        """Whether a worker may run ``did``; see ``begin.lua``. A string is the token of
+        a run of ``host`` that holds it: the caller sees whether that run is gone and
+        calls again with it as ``taken_over``."""
+        rec = self.records.get(did)
+        if (rec is not None and rec.state == SUPERSEDED) or (rec is None and did in self.done):
+            self._count("skipped", 1)
+            return BeginResult.SKIP
+        if rec is not None and rec.state == RUNNING and rec.runner not in ("", run, taken_over) \
+                and rec.kept and rec.value is not None and self.leases.get(did, 0) > now_ms:
+            if host and rec.runner.startswith(host):
+                return rec.runner
+            self._count("skipped", 1)
+            return BeginResult.SKIP
+        state = self._hold_lease(did, deadline_ms)
+        if rec is None or state is None:
+            return BeginResult.RUN_UNKNOWN
+        rec.state, rec.runner = RUNNING, run
+        if acks_late:
+            rec.kept = True
+        else:
+            rec.kept, rec.value = False, None
+        return BeginResult.RUN_REACQUIRED if state == LOST else BeginResult.RUN
+
+    def renew(self, dids: list[str], deadline_ms: int) -> int:
+        """Extend the leases of dispatches a worker holds; see ``renew.lua``."""
+        return sum(1 for did in dids
+                   if self._hold_lease(did, deadline_ms) not in (None, SUPERSEDED))
+
+    def release(self, did: str, done_until_ms: int | None = None, run: str = "") -> bool:
+        """Free a dispatch's slot; with ``done_until_ms`` a tombstone lasts until then (a
+        redelivered copy is skipped). See ``release.lua``."""
+        rec = self.records.get(did)
+        if rec is None or rec.state == SUPERSEDED:
+            return False
+        if run and rec.runner and rec.runner != run:
+            return False  # another run took it over
+        del self.records[did]
+        if done_until_ms is not None:
+            self.done[did] = max(self.done.get(did, 0), done_until_ms)
+        self.leases.pop(did, None)
+        self._count("released", 1)
+        if rec.state == LOST:
+            return False
+        self._free_slot(rec.group)
+        self.woken = True
+        return True
+
+    def reclaim(self, now_ms: int, limit: int, tombstone_until_ms: int) -> tuple[int, int]:
+        """Take back slots whose lease ran out; see ``reclaim.lua``."""
+        due = sorted((t, d.encode(), d) for d, t in self.leases.items() if t <= now_ms)
+        requeued = lost = 0
+        for _, _, did in due[:limit]:
+            del self.leases[did]
+            rec = self.records.get(did)
+            if rec is None or rec.state not in _LIVE:
+                continue
+            if rec.value is not None and (rec.state != RUNNING or rec.kept):
+                self._hold_again(did, rec)
+                rec.state, rec.value, rec.kept = SUPERSEDED, None, False
+                requeued += 1
+            else:
+                rec.state = LOST
+                lost += 1
+            rec.expires_ms = tombstone_until_ms
+            self._free_slot(rec.group)
+        self.woken = self.woken or requeued + lost > 0
+        return requeued, lost
+
+    def _hold_again(self, did: str, rec: Record) -> None:
+        assert rec.value is not None
+        hold_id = rec.hold_id
+        if hold_id in self.msgs:
+            hold_id = f"{hold_id}~{did}"
+        self._index_copy(hold_id)
+        self.msgs[hold_id] = Held(rec.value, rec.placement)
+        self._list(rec.klass, rec.group).appendleft(hold_id)
+        self._count("held:" + rec.klass, 1)
+
+    def promote(self, now_ms: int, limit: int) -> tuple[int, int | None]:
+        """Move due delayed messages into their groups; see ``promote.lua``."""
+        order = self._delayed_order()
+        moved = [hold_id for due, _, hold_id in order if due <= now_ms][:limit]
+        for hold_id in moved:
+            del self.delayed[hold_id]
+            p = self.msgs[hold_id].placement
+            self.groups[p.group].delayed -= 1
+            self._enqueue(hold_id, p)
+        nxt = order[len(moved)][0] if len(order) > len(moved) else None
+        return len(moved), nxt
+
+    def cancel(self, task_ids: list[str], token: str,
+               keep_until_ms: int) -> list[tuple[str, bytes]]:
+        """Remove held or delayed messages of ``task_ids`` with their copies; the same
+        ``token`` again gets the same answer. See ``cancel.lua``."""
+        if token in self.cancelled:
+            return list(self.cancelled[token][1])
+        out: list[tuple[str, bytes]] = []
+        seen: set[str] = set()
+        for task_id in task_ids:
+            for hold_id in [task_id, *self._copies_of(task_id)]:
+                value = None if hold_id in seen else self._remove(hold_id)
+                seen.add(hold_id)
+                if value is not None:
+                    out.append((hold_id, value))
+        if out:
+            self.cancelled[token] = (keep_until_ms, out)
+        return list(out)
+
+    def _copies_of(self, task_id: str) -> list[str]:
+        head = task_id + "~"
+        return sorted(c for c in self.copies.get(task_id.split("~", 1)[0], ())
+                      if c.startswith(head))
+
+    def _remove(self, hold_id: str) -> bytes | None:
+        held = self.msgs.pop(hold_id, None)
+        self._unindex_copy(hold_id)
+        if held is None:
+            return None
+        p = held.placement
+        if self.delayed.pop(hold_id, None) is not None:
+            self.groups[p.group].delayed -= 1
+        elif hold_id in self.lists.get((p.klass, p.group), ()):
+            self.lists[(p.klass, p.group)].remove(hold_id)
+            self._count("held:" + p.klass, -1)
+            self._drop_empty(p.klass, p.group)
+        self._refresh(p.group)
+        self._forget_if_idle(p.group)
+        return held.value
+
+    def set_aside(self, hold_id: str, value: bytes, why: str) -> None:
+        """Quarantine ``value`` (never dropped; a human looks at it)."""
+        self.quarantine[hold_id] = (value, why)
+        if hold_id in self.quarantine_order:
+            self.quarantine_order.remove(hold_id)
+        self.quarantine_order.insert(0, hold_id)
+
+    # -- the policy settings ----------------------------------------------------------
+
+    def configure(self, default_cap: int | None, reserve: int, default_weight: float,
+                  caps: dict[str, int], weights: dict[str, float]) -> int:
+        """Set the settings (numbers already checked: ``limits.check_policy``), lay the
+        runtime limits over them and re-rank every group. See ``configure.lua``."""
+        self.default_cap = -1 if default_cap is None else default_cap
+        self.reserve, self.default_weight = reserve, default_weight
+        self.conf_caps, self.conf_weights = dict(caps), dict(weights)
+        self.caps = {**self.conf_caps, **self.limit_caps}
+        self.weights = {**self.conf_weights, **self.limit_weights}
+        for g in list(self.groups):
+            self._refresh(g)
+        self.woken = True
+        return len(self.groups)
+
+    def limit(self, g: str, cap: int | str = KEEP,
+              weight: float | str = KEEP) -> tuple[int, float]:
+        """Set (a checked number), keep (:data:`KEEP`) or clear (:data:`RESET`) g's runtime
+        cap (-1: none) and weight; returns both in force. See ``limit.lua``."""
+        if cap != KEEP:
+            _lay(g, None if cap == RESET else int(cap), self.limit_caps, self.caps,
+                 self.conf_caps)
+        if weight != KEEP:
+            _lay(g, None if weight == RESET else float(weight), self.limit_weights,
+                 self.weights, self.conf_weights)
+        if self._refresh(g):
+            self.woken = True
+        return self.cap_of(g), self.weight_of(g)
+
+    # -- reads and housekeeping -------------------------------------------------------
+
+    def expire(self, now_ms: int) -> None:
+        """Forget the tombstones and cancel answers whose time is over (Redis: TTLs)."""
+        self.done = {d: t for d, t in self.done.items() if t > now_ms}
+        self.cancelled = {k: v for k, v in self.cancelled.items() if v[0] > now_ms}
+        for did in [d for d, r in self.records.items()
+                    if r.expires_ms is not None and r.expires_ms <= now_ms]:
+            del self.records[did]
+
+    def dispatch_state(self, did: str) -> str | None:
+        rec = self.records.get(did)
+        if rec is not None:
+            return rec.state
+        return "released" if did in self.done else None
+
+    def inspect(self) -> QueueState:
+        return QueueState(
+            ready={k: dict(v) for k, v in self.ready.items()}, vt=dict(self.vt),
+            tags={(k, g): t for g, grp in self.groups.items() for k, t in grp.tags.items()},
+            inflight={g: grp.inflight for g, grp in self.groups.items() if grp.inflight},
+            delayed={g: grp.delayed for g, grp in self.groups.items() if grp.delayed},
+            held={key: list(ids) for key, ids in self.lists.items() if ids},
+            total_inflight=self.stat.get("inflight", 0))
+
+    def empty(self) -> bool:
+        """Nothing held, delayed, in flight or quarantined (the queue may be forgotten)."""
+        return not (self.msgs or self.leases or self.quarantine
+                    or self.stat.get("inflight", 0))
+
+
+def _lay(g: str, value: N | None, limits: dict[str, N], in_force: dict[str, N],
+         settings: dict[str, N]) -> None:
+    """Set g's runtime limit to ``value`` (None: clear it, the setting is in force)."""
+    if value is not None:
+        limits[g] = in_force[g] = value
+        return
+    limits.pop(g, None)
+    in_force.pop(g, None)
+    if g in settings:
+        in_force[g] = settings[g]
