@@ -102,6 +102,7 @@ class StoreMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         report = check(self.redis, queues=[Q])
         assert report.ok, str(report)
+        assert self.memory.check(Q, False, self.now, LEASE) == []
         keys = list(self.client.scan_iter(match=f"{self.redis.namespace}:*", count=1000))
         if keys:
             self.client.delete(*keys)

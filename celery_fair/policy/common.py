@@ -114,6 +114,7 @@ class QueueData:
     #: counters: inflight, held:i, held:b, released, skipped, dup, picks
     stat: dict[str, int] = field(default_factory=dict)
     woken: bool = False  # a dispatcher should look at this queue
+    expired_at: int = 0  # when expire() last looked (ms)
     # -- what every operation shares ----------------------------------------------------
 
     def _count(self, name: str, delta: int) -> None:
@@ -208,10 +209,15 @@ class QueueData:
             self._refresh(rec.group)
         self.leases[did] = deadline
         return state
+
     # -- reads and housekeeping -------------------------------------------------------
 
     def expire(self, now_ms: int) -> None:
-        """Forget the tombstones and cancel answers whose time is over (Redis: TTLs)."""
+        """Forget the tombstones and cancel answers whose time is over (Redis: TTLs);
+        at most once a second (it reads them all)."""
+        if now_ms - self.expired_at < 1000:
+            return
+        self.expired_at = now_ms
         self.done = {d: t for d, t in self.done.items() if t > now_ms}
         self.cancelled = {k: v for k, v in self.cancelled.items() if v[0] > now_ms}
         for did in [d for d, r in self.records.items()
@@ -237,3 +243,30 @@ class QueueData:
         """Nothing held, delayed, in flight or quarantined (the queue may be forgotten)."""
         return not (self.msgs or self.leases or self.quarantine
                     or self.stat.get("inflight", 0))
+
+    def problems(self) -> list[tuple[str, str, str]]:
+        """``(kind, subject, detail)`` of every invariant that does not hold (``check.lua``
+        checks the same ones in Redis); none ever should, as only the operations write."""
+        counted = self.stat.get("inflight", 0)
+        in_groups = sum(g.inflight for g in self.groups.values())
+        live = sum(1 for r in self.records.values() if r.state in _LIVE)
+        out = []
+        if not counted == in_groups == live:
+            out.append(("inflight", "queue",
+                        f"counted {counted}, in groups {in_groups}, live dispatches {live}"))
+        for klass in CLASSES:
+            held = sum(len(ids) for (k, _), ids in self.lists.items() if k == klass)
+            if held != self.stat.get("held:" + klass, 0):
+                out.append(("held", klass, f"counted {self.stat.get('held:' + klass, 0)}, "
+                            f"listed {held}"))
+        if len(self.msgs) != sum(map(len, self.lists.values())) + len(self.delayed):
+            out.append(("messages", "queue", "a message neither held nor delayed"))
+        if set(self.leases) != {d for d, r in self.records.items() if r.state in _LIVE}:
+            out.append(("leases", "queue", "a lease without a live dispatch, or the reverse"))
+        for g in set(self.groups).union(*self.ready.values()):
+            group = self.groups.get(g)
+            for klass in CLASSES:
+                eligible = group is not None and self._eligible(klass, g, group.inflight)
+                if eligible != (g in self.ready[klass]):
+                    out.append(("ready", f"{klass}:{g}", "ready set and eligibility differ"))
+        return out

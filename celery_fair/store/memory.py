@@ -320,9 +320,10 @@ class MemoryStore(Store):
     def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,
               batch: int = 0, reads: list[int] | None = None
               ) -> list[tuple[str, str, str, str]]:
-        """Nothing to find: only the policy writes the state, one operation at a time
-        under the lock (damaged data is Redis's concern: ``check.lua``)."""
-        return []
+        """The invariants of ``queue`` that do not hold (none should: only the policy
+        writes, one operation at a time); nothing to repair, so ``action`` is empty."""
+        with self._queue(queue) as fq:
+            return [(kind, subject, detail, "") for kind, subject, detail in fq.problems()]
 
     # -- the worker registry (the caller's clock) ----------------------------------
 
