@@ -93,6 +93,15 @@ def test_a_limit_out_of_range_is_refused_before_anything_changes(
     assert store.group_figures(Q, ["acme"])[0]["limited"] == []
 
 
+def test_a_policy_out_of_range_is_refused_before_anything_changes(
+        store: MemoryStore) -> None:
+    store.configure(Q, Policy(None, 1, 1.0, {}, {"acme": 2.0}))
+    with pytest.raises(InvalidLimit, match="weight for group 'acme'"):
+        store.configure(Q, Policy(3, 1, 1.0, {}, {"acme": float("nan")}))
+    [figures] = store.group_figures(Q, ["acme"])
+    assert (figures["cap"], figures["weight"]) == (None, 2.0)
+
+
 def test_interactive_work_is_picked_before_background(store: MemoryStore) -> None:
     hold(store, "b1", "acme")
     hold(store, "b2", "other")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from ..store.base import BeginResult, Picked
+from .. import limits
+from ..store.base import BeginResult, Picked, Policy
 from .common import (
     _LIVE,
     CLASSES,
@@ -32,7 +33,17 @@ class FairQueue(QueueData):
     # -- the lifecycle -----------------------------------------------------------------
 
     def hold(self, hold_id: str, value: bytes, p: Placement, due_ms: int, now_ms: int) -> str:
-        """Keep a message (delayed until ``due_ms``); see ``hold.lua``."""
+        """Keep a message (delayed until ``due_ms``); returns the hold id used. See
+        ``hold.lua``.
+
+        Raises:
+            InvalidCost: naming the hold, when the cost is out of range; nothing written.
+            ValueError: naming the hold, when the class or the group is not one.
+        """
+        limits.cost(p.cost, f"cost of hold {hold_id}")
+        if p.klass not in CLASSES or not p.group:
+            raise ValueError(f"hold {hold_id}: class must be one of {CLASSES} and the group "
+                             f"a name, got {p.klass!r} and {p.group!r}")
         held = self.msgs.get(hold_id)
         if held is not None and held.value == value:
             return hold_id  # the same publication, resent
@@ -247,13 +258,18 @@ class FairQueue(QueueData):
 
     # -- the policy settings ----------------------------------------------------------
 
-    def configure(self, default_cap: int | None, reserve: int, default_weight: float,
-                  caps: dict[str, int], weights: dict[str, float]) -> int:
-        """Set the settings (numbers already checked: ``limits.check_policy``), lay the
-        runtime limits over them and re-rank every group. See ``configure.lua``."""
-        self.default_cap = -1 if default_cap is None else default_cap
-        self.reserve, self.default_weight = reserve, default_weight
-        self.conf_caps, self.conf_weights = dict(caps), dict(weights)
+    def configure(self, policy: Policy) -> int:
+        """Set the settings, lay the runtime limits over them and re-rank every group;
+        returns how many groups. See ``configure.lua``.
+
+        Raises:
+            InvalidLimit: a number of ``policy`` out of range (``limits.check_policy``);
+                nothing was changed.
+        """
+        limits.check_policy(policy)
+        self.default_cap = -1 if policy.default_cap is None else policy.default_cap
+        self.reserve, self.default_weight = policy.interactive_reserve, policy.default_weight
+        self.conf_caps, self.conf_weights = dict(policy.caps), dict(policy.weights)
         self.caps = {**self.conf_caps, **self.limit_caps}
         self.weights = {**self.conf_weights, **self.limit_weights}
         for g in list(self.groups):
@@ -263,8 +279,17 @@ class FairQueue(QueueData):
 
     def limit(self, g: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int, float]:
-        """Set (a checked number), keep (:data:`KEEP`) or clear (:data:`RESET`) g's runtime
-        cap (-1: none) and weight; returns both in force. See ``limit.lua``."""
+        """Set, keep (:data:`KEEP`) or clear (:data:`RESET`) g's runtime cap (-1: none,
+        0: paused) and weight; returns both in force. See ``limit.lua``.
+
+        Raises:
+            InvalidLimit: naming the group, when a number is out of range (``limits``);
+                nothing was changed.
+        """
+        if cap not in (KEEP, RESET):
+            cap = limits.cap(cap, f"concurrency for group {g!r}", minimum=-1)
+        if weight not in (KEEP, RESET):
+            weight = limits.weight(weight, f"weight for group {g!r}")
         if cap != KEEP:
             _lay(g, None if cap == RESET else int(cap), self.limit_caps, self.caps,
                  self.conf_caps)

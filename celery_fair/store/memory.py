@@ -23,7 +23,7 @@ from typing import Any
 from .. import limits
 from ..errors import StoreError
 from ..groups import validate_group
-from ..policy import CLASSES, KEEP, RESET, FairQueue, Placement, QueueState
+from ..policy import CLASSES, KEEP, FairQueue, Placement, QueueState
 from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
 from .redis import (
     CANCELLED_SECONDS,
@@ -157,10 +157,8 @@ class MemoryStore(Store):
     def configure(self, queue: str, policy: Policy) -> None:
         """Raises :class:`~celery_fair.errors.InvalidLimit` (nothing written) when a
         number of ``policy`` is out of range (:mod:`celery_fair.limits`)."""
-        limits.check_policy(policy)
         with self._queue(queue) as fq:
-            fq.configure(policy.default_cap, policy.interactive_reserve,
-                         policy.default_weight, dict(policy.caps), dict(policy.weights))
+            fq.configure(policy)
 
     def cancel(self, queue: str, task_ids: Iterable[str], *,
                token: str | None = None) -> list[tuple[str, bytes]]:
@@ -176,10 +174,6 @@ class MemoryStore(Store):
               weight: float | str = KEEP) -> tuple[int | None, float]:
         """See :meth:`RedisStore.limit`."""
         group = validate_group(group)
-        if cap not in (KEEP, RESET, -1) or isinstance(cap, bool):
-            cap = limits.cap(cap, f"concurrency for group {group!r}")
-        if weight not in (KEEP, RESET):
-            weight = limits.weight(weight, f"weight for group {group!r}")
         with self._queue(queue) as fq:
             cap_now, weight_now = fq.limit(group, cap, weight)
         return (None if cap_now < 0 else cap_now), weight_now
