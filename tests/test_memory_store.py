@@ -12,6 +12,7 @@ from celery_fair.config import SETTINGS
 from celery_fair.envelope import Envelope
 from celery_fair.errors import InvalidLimit, StoreError
 from celery_fair.store.base import BeginResult, Policy
+from celery_fair.store.memory import wall_ms
 from celery_fair.testing import MemoryStore
 
 Q = "q"
@@ -175,3 +176,24 @@ def test_wait_returns_the_queue_a_hold_wakes(store: MemoryStore) -> None:
     waiting.join(10)
     assert woken == [{Q}]
     assert store.wait([Q], 0) == set()  # taken
+
+
+def test_summaries_show_each_class_head_and_when_it_became_due(store: MemoryStore) -> None:
+    envelope = Envelope(body=b"{}", content_type="application/json",
+                        content_encoding="utf-8", headers={"id": "t1", "task": "t"},
+                        exchange="", routing_key=Q, queue=Q, due_at=1_700_000_000.5)
+    store.hold(Q, "t1", envelope.encode("acme", "i", 1.0, False), 0, NOW)
+    hold(store, "t2", "acme", due_ms=NOW + 1_000)
+    [figures] = store.summarize(Q, ["acme"])
+    assert (figures.held_interactive, figures.held_background, figures.delayed) == (1, 0, 1)
+    assert (figures.due_interactive, figures.due_background) == (1_700_000_000.5, None)
+
+
+def test_only_live_workers_count_towards_capacity(store: MemoryStore) -> None:
+    now = wall_ms()  # registering prunes by the store's clock, as RedisStore does
+    store.register_worker(Q, "w1", 4, now + 10_000)
+    store.register_worker(Q, "w2", 2, now - 1)  # its registration expired
+    assert store.worker_pools(Q, now) == {"w1": 4}
+    assert store.worker_capacity(Q, now) == 4
+    store.unregister_worker(Q, "w1")
+    assert store.worker_capacity(Q, now) == 0
