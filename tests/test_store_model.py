@@ -32,9 +32,9 @@ from hypothesis.stateful import (
 
 from celery_fair.check import check
 from celery_fair.envelope import Envelope
-from celery_fair.policy import CLASSES, QueueState
+from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store.base import Policy
-from celery_fair.store.redis import KEEP, RESET, RedisStore
+from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore
 
 Q = "modelq"
