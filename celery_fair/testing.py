@@ -102,3 +102,8 @@ class RedisServer:
             self.halt()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+
+
+
+# The memory store (fast unit tests of logic without a server; see its module).
+from celery_fair.store.memory import MemoryStore as MemoryStore  # noqa: E402

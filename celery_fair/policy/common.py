@@ -1,0 +1,272 @@
+"""The state of one fair queue and what every operation shares: ``common.lua``'s
+counterpart (eligibility, ready sets, forgetting idle groups, slots, leases, the copies
+index), plus the reads of that state."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+INTERACTIVE, BACKGROUND = "i", "b"
+CLASSES = (INTERACTIVE, BACKGROUND)  # interactive first
+#: :meth:`FairQueue.limit` arguments: leave a value as it is, or clear the runtime limit.
+KEEP, RESET = "", "reset"
+#: Record states (DESIGN.md, "Dispatch state machine"); 'released' is a tombstone.
+PICKED, QUEUED, RUNNING, LOST, SUPERSEDED = "picked", "queued", "running", "lost", "superseded"
+_LIVE = (PICKED, QUEUED, RUNNING)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a stored value goes: its group and class, its cost, and whether it enters at
+    the head of its group (a retry) or at the tail."""
+
+    group: str
+    klass: str
+    cost: float
+    front: bool
+
+
+@dataclass
+class Held:
+    """A held or delayed message."""
+
+    value: bytes
+    placement: Placement
+
+
+@dataclass
+class Group:
+    """A group with held, delayed or in-flight work (an idle one is forgotten)."""
+
+    inflight: int = 0
+    delayed: int = 0
+    #: class -> virtual start tag; absent until first set (then read as 0)
+    tags: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Record:
+    """A dispatch: a message taken by ``pick`` until it is released."""
+
+    state: str
+    placement: Placement  # of the message it carries
+    hold_id: str
+    #: the stored value, kept until a worker begins it (and while an acks_late run runs)
+    value: bytes | None
+    kept: bool = False  # an acks_late run keeps the value with the record
+    runner: str = ""  # the run that began it
+    expires_ms: int | None = None  # when a superseded or lost record is forgotten
+
+    @property
+    def group(self) -> str:
+        return self.placement.group
+
+    @property
+    def klass(self) -> str:
+        return self.placement.klass
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What a fair queue's scheduling looks like now: the common inspection of every
+    store (what the model test compares). Only groups with something are listed."""
+
+    ready: dict[str, dict[str, float]]  # class -> {group: tag}
+    vt: dict[str, float]  # class -> virtual time (absent: never set)
+    tags: dict[tuple[str, str], float]  # (class, group) -> tag
+    inflight: dict[str, int]  # group -> dispatches in flight
+    delayed: dict[str, int]  # group -> delayed messages
+    held: dict[tuple[str, str], list[str]]  # (class, group) -> hold ids, head first
+    total_inflight: int
+
+@dataclass
+class QueueData:
+    """The whole state of one fair queue, as plain data (:class:`FairQueue` adds the
+    operations)."""
+
+    default_cap: int = -1  # -1: none
+    reserve: int = 0
+    default_weight: float = 1.0
+    #: caps and weights from the settings, runtime limits, and both laid over: in force
+    conf_caps: dict[str, int] = field(default_factory=dict)
+    conf_weights: dict[str, float] = field(default_factory=dict)
+    limit_caps: dict[str, int] = field(default_factory=dict)
+    limit_weights: dict[str, float] = field(default_factory=dict)
+    caps: dict[str, int] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    msgs: dict[str, Held] = field(default_factory=dict)
+    lists: dict[tuple[str, str], deque[str]] = field(default_factory=dict)
+    delayed: dict[str, int] = field(default_factory=dict)  # hold id -> due ms
+    groups: dict[str, Group] = field(default_factory=dict)
+    vt: dict[str, float] = field(default_factory=dict)
+    ready: dict[str, dict[str, float]] = field(
+        default_factory=lambda: {c: {} for c in CLASSES})
+    records: dict[str, Record] = field(default_factory=dict)
+    leases: dict[str, int] = field(default_factory=dict)  # dispatch id -> deadline ms
+    done: dict[str, int] = field(default_factory=dict)  # tombstones: id -> expires ms
+    #: task id -> the copies held under <task id>~<suffix> (so cancel finds them)
+    copies: dict[str, set[str]] = field(default_factory=dict)
+    #: cancel token -> (expires ms, what that call removed), for a resend
+    cancelled: dict[str, tuple[int, list[tuple[str, bytes]]]] = field(default_factory=dict)
+    quarantine: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # id -> why
+    quarantine_order: list[str] = field(default_factory=list)  # newest first
+    #: counters: inflight, held:i, held:b, released, skipped, dup, picks
+    stat: dict[str, int] = field(default_factory=dict)
+    woken: bool = False  # a dispatcher should look at this queue
+    expired_at: int = 0  # when expire() last looked (ms)
+    # -- what every operation shares ----------------------------------------------------
+
+    def _count(self, name: str, delta: int) -> None:
+        self.stat[name] = self.stat.get(name, 0) + delta
+
+    def _list(self, klass: str, g: str) -> deque[str]:
+        return self.lists.setdefault((klass, g), deque())
+
+    def _held(self, klass: str, g: str) -> int:
+        return len(self.lists.get((klass, g), ()))
+
+    def _drop_empty(self, klass: str, g: str) -> None:
+        if not self.lists.get((klass, g), True):
+            del self.lists[(klass, g)]
+
+    def cap_of(self, g: str) -> int:
+        """The group's cap in force (-1: none)."""
+        return self.caps.get(g, self.default_cap)
+
+    def weight_of(self, g: str) -> float:
+        return self.weights.get(g, self.default_weight)
+
+    def _eligible(self, klass: str, g: str, n: int) -> bool:
+        if not self._held(klass, g):
+            return False
+        cap = self.cap_of(g)
+        if cap < 0:
+            return True
+        if cap == 0:  # a pause: the reserve is room above a cap, not a way past it
+            return False
+        return n < cap + (self.reserve if klass == INTERACTIVE else 0)
+
+    def _refresh(self, g: str) -> bool:
+        """Make g's ready-set membership match its eligibility; a group entering starts
+        at the class's virtual time (no credit for being idle). True when it entered."""
+        group = self.groups.get(g)
+        n = group.inflight if group else 0
+        entered = False
+        for klass in CLASSES:
+            if group is not None and self._eligible(klass, g, n):
+                tag, vt = group.tags.get(klass, 0.0), self.vt.get(klass, 0.0)
+                if vt > tag:
+                    tag = group.tags[klass] = vt
+                entered = entered or g not in self.ready[klass]
+                self.ready[klass][g] = tag
+            else:
+                self.ready[klass].pop(g, None)
+        return entered
+
+    def _forget_if_idle(self, g: str) -> None:
+        group = self.groups.get(g)
+        if group is None or group.inflight > 0 or group.delayed > 0:
+            return
+        if any(self._held(klass, g) for klass in CLASSES):
+            return
+        del self.groups[g]
+
+    def _free_slot(self, g: str) -> None:
+        self.groups[g].inflight -= 1
+        self._count("inflight", -1)
+        self._refresh(g)
+        self._forget_if_idle(g)
+
+    def _index_copy(self, hold_id: str) -> None:
+        if "~" in hold_id:
+            self.copies.setdefault(hold_id.split("~", 1)[0], set()).add(hold_id)
+
+    def _unindex_copy(self, hold_id: str) -> None:
+        root = hold_id.split("~", 1)[0]
+        if "~" in hold_id and root in self.copies:
+            self.copies[root].discard(hold_id)
+            if not self.copies[root]:
+                del self.copies[root]
+
+    def _enqueue(self, hold_id: str, p: Placement) -> bool:
+        queue = self._list(p.klass, p.group)
+        queue.appendleft(hold_id) if p.front else queue.append(hold_id)
+        self._count("held:" + p.klass, 1)
+        return self._refresh(p.group)
+
+    def _hold_lease(self, did: str, deadline: int) -> str | None:
+        """A worker holds dispatch ``did``: extend its lease; a lost one takes a slot
+        again. Returns the state it was in (None: no record)."""
+        rec = self.records.get(did)
+        if rec is None or rec.state == SUPERSEDED:
+            return None if rec is None else rec.state
+        state = rec.state
+        if state == LOST:
+            self.groups.setdefault(rec.group, Group()).inflight += 1
+            self._count("inflight", 1)
+            rec.state, rec.expires_ms = RUNNING, None
+            self._refresh(rec.group)
+        self.leases[did] = deadline
+        return state
+
+    # -- reads and housekeeping -------------------------------------------------------
+
+    def expire(self, now_ms: int) -> None:
+        """Forget the tombstones and cancel answers whose time is over (Redis: TTLs);
+        at most once a second (it reads them all)."""
+        if now_ms - self.expired_at < 1000:
+            return
+        self.expired_at = now_ms
+        self.done = {d: t for d, t in self.done.items() if t > now_ms}
+        self.cancelled = {k: v for k, v in self.cancelled.items() if v[0] > now_ms}
+        for did in [d for d, r in self.records.items()
+                    if r.expires_ms is not None and r.expires_ms <= now_ms]:
+            del self.records[did]
+
+    def dispatch_state(self, did: str) -> str | None:
+        rec = self.records.get(did)
+        if rec is not None:
+            return rec.state
+        return "released" if did in self.done else None
+
+    def inspect(self) -> QueueState:
+        return QueueState(
+            ready={k: dict(v) for k, v in self.ready.items()}, vt=dict(self.vt),
+            tags={(k, g): t for g, grp in self.groups.items() for k, t in grp.tags.items()},
+            inflight={g: grp.inflight for g, grp in self.groups.items() if grp.inflight},
+            delayed={g: grp.delayed for g, grp in self.groups.items() if grp.delayed},
+            held={key: list(ids) for key, ids in self.lists.items() if ids},
+            total_inflight=self.stat.get("inflight", 0))
+
+    def empty(self) -> bool:
+        """Nothing held, delayed, in flight or quarantined (the queue may be forgotten)."""
+        return not (self.msgs or self.leases or self.quarantine
+                    or self.stat.get("inflight", 0))
+
+    def problems(self) -> list[tuple[str, str, str]]:
+        """``(kind, subject, detail)`` of every invariant that does not hold (``check.lua``
+        checks the same ones in Redis); none ever should, as only the operations write."""
+        counted = self.stat.get("inflight", 0)
+        in_groups = sum(g.inflight for g in self.groups.values())
+        live = sum(1 for r in self.records.values() if r.state in _LIVE)
+        out = []
+        if not counted == in_groups == live:
+            out.append(("inflight", "queue",
+                        f"counted {counted}, in groups {in_groups}, live dispatches {live}"))
+        for klass in CLASSES:
+            held = sum(len(ids) for (k, _), ids in self.lists.items() if k == klass)
+            if held != self.stat.get("held:" + klass, 0):
+                out.append(("held", klass, f"counted {self.stat.get('held:' + klass, 0)}, "
+                            f"listed {held}"))
+        if len(self.msgs) != sum(map(len, self.lists.values())) + len(self.delayed):
+            out.append(("messages", "queue", "a message neither held nor delayed"))
+        if set(self.leases) != {d for d, r in self.records.items() if r.state in _LIVE}:
+            out.append(("leases", "queue", "a lease without a live dispatch, or the reverse"))
+        for g in set(self.groups).union(*self.ready.values()):
+            group = self.groups.get(g)
+            for klass in CLASSES:
+                eligible = group is not None and self._eligible(klass, g, group.inflight)
+                if eligible != (g in self.ready[klass]):
+                    out.append(("ready", f"{klass}:{g}", "ready set and eligibility differ"))
+        return out

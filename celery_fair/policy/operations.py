@@ -1,0 +1,313 @@
+"""The operations of the store contract over a fair queue's state: one method per Lua
+script of the same name (``store/lua/<operation>.lua``), making the same decisions."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from .. import limits
+from ..store.base import BeginResult, Picked, Policy
+from .common import (
+    _LIVE,
+    CLASSES,
+    KEEP,
+    LOST,
+    PICKED,
+    QUEUED,
+    RESET,
+    RUNNING,
+    SUPERSEDED,
+    Group,
+    Held,
+    Placement,
+    QueueData,
+    Record,
+)
+
+N = TypeVar("N", int, float)
+
+
+class FairQueue(QueueData):
+    """One fair queue: its state and the operations of the store contract."""
+
+    # -- the lifecycle -----------------------------------------------------------------
+
+    def hold(self, hold_id: str, value: bytes, p: Placement, due_ms: int, now_ms: int) -> str:
+        """Keep a message (delayed until ``due_ms``); returns the hold id used. See
+        ``hold.lua``.
+
+        Raises:
+            InvalidCost: naming the hold, when the cost is out of range; nothing written.
+            ValueError: naming the hold, when the class or the group is not one.
+        """
+        limits.cost(p.cost, f"cost of hold {hold_id}")
+        if p.klass not in CLASSES or not p.group:
+            raise ValueError(f"hold {hold_id}: class must be one of {CLASSES} and the group "
+                             f"a name, got {p.klass!r} and {p.group!r}")
+        held = self.msgs.get(hold_id)
+        if held is not None and held.value == value:
+            return hold_id  # the same publication, resent
+        if held is not None:
+            self._count("dup", 1)
+            hold_id = f"{hold_id}~{self.stat['dup']}"
+            self._index_copy(hold_id)
+        self.msgs[hold_id] = Held(value, p)
+        group = self.groups.setdefault(p.group, Group())
+        if due_ms > now_ms:
+            self.delayed[hold_id] = due_ms
+            group.delayed += 1
+            self.woken = self.woken or min(self._delayed_order())[2] == hold_id
+        elif self._enqueue(hold_id, p):
+            self.woken = True
+        return hold_id
+
+    def _delayed_order(self) -> list[tuple[int, bytes, str]]:
+        return sorted((due, i.encode(), i) for i, due in self.delayed.items())
+
+    def _head(self) -> tuple[str, str, float] | None:
+        for klass in CLASSES:
+            if self.ready[klass]:
+                g, tag = min(self.ready[klass].items(), key=lambda gt: (gt[1], gt[0].encode()))
+                return klass, g, tag
+        return None
+
+    def pick(self, want: int, capacity: int | None, now_ms: int, lease_ms: int,
+             token: str) -> list[Picked]:
+        """Take up to ``want`` messages in fair order; see ``pick.lua``."""
+        self._count("picks", 1)
+        prefix = f"{token}{self.stat['picks']}."
+        if capacity is not None:
+            want = min(want, capacity - self.stat.get("inflight", 0))
+        out: list[Picked] = []
+        while len(out) < want and (head := self._head()) is not None:
+            klass, g, tag = head
+            queue = self.lists[(klass, g)]
+            hold_id = queue.popleft()
+            held = self.msgs.pop(hold_id)
+            self._unindex_copy(hold_id)
+            self._count("held:" + klass, -1)
+            group = self.groups[g]
+            self.vt[klass] = tag
+            tag = group.tags[klass] = tag + held.placement.cost / self.weight_of(g)
+            group.inflight += 1
+            did = f"{prefix}{len(out) + 1}"
+            self.records[did] = Record(PICKED, held.placement, hold_id, held.value)
+            self.leases[did] = now_ms + lease_ms
+            out.append(Picked(did, hold_id, held.value))
+            if self.cap_of(g) < 0:  # no cap: only this class's membership can change
+                if queue:
+                    self.ready[klass][g] = tag
+                else:
+                    self.ready[klass].pop(g)
+            else:
+                self.ready[klass].pop(g, None)
+                self._refresh(g)
+            self._drop_empty(klass, g)
+        self._count("inflight", len(out))
+        return out
+
+    def confirm(self, dids: list[str], deadline_ms: int) -> list[str]:
+        """The broker took these; returns the stale ones. See ``confirm.lua``."""
+        stale = []
+        for did in dids:
+            rec = self.records.get(did)
+            if rec is not None and rec.state == PICKED:
+                rec.state = QUEUED
+                self.leases[did] = deadline_ms
+            elif rec is not None and rec.state == SUPERSEDED:
+                stale.append(did)
+        return stale
+
+    def begin(self, did: str, deadline_ms: int, now_ms: int, run: str, acks_late: bool,
+              host: str = "", taken_over: str = "") -> BeginResult | str:
+        """Whether a worker may run ``did``; see ``begin.lua``. A string is the token of
+        a run of ``host`` that holds it: the caller sees whether that run is gone and
+        calls again with it as ``taken_over``."""
+        rec = self.records.get(did)
+        if (rec is not None and rec.state == SUPERSEDED) or (rec is None and did in self.done):
+            self._count("skipped", 1)
+            return BeginResult.SKIP
+        if rec is not None and rec.state == RUNNING and rec.runner not in ("", run, taken_over) \
+                and rec.kept and rec.value is not None and self.leases.get(did, 0) > now_ms:
+            if host and rec.runner.startswith(host):
+                return rec.runner
+            self._count("skipped", 1)
+            return BeginResult.SKIP
+        state = self._hold_lease(did, deadline_ms)
+        if rec is None or state is None:
+            return BeginResult.RUN_UNKNOWN
+        rec.state, rec.runner = RUNNING, run
+        if acks_late:
+            rec.kept = True
+        else:
+            rec.kept, rec.value = False, None
+        return BeginResult.RUN_REACQUIRED if state == LOST else BeginResult.RUN
+
+    def renew(self, dids: list[str], deadline_ms: int) -> int:
+        """Extend the leases of dispatches a worker holds; see ``renew.lua``."""
+        return sum(1 for did in dids
+                   if self._hold_lease(did, deadline_ms) not in (None, SUPERSEDED))
+
+    def release(self, did: str, done_until_ms: int | None = None, run: str = "") -> bool:
+        """Free a dispatch's slot; with ``done_until_ms`` a tombstone lasts until then (a
+        redelivered copy is skipped). See ``release.lua``."""
+        rec = self.records.get(did)
+        if rec is None or rec.state == SUPERSEDED:
+            return False
+        if run and rec.runner and rec.runner != run:
+            return False  # another run took it over
+        del self.records[did]
+        if done_until_ms is not None:
+            self.done[did] = max(self.done.get(did, 0), done_until_ms)
+        self.leases.pop(did, None)
+        self._count("released", 1)
+        if rec.state == LOST:
+            return False
+        self._free_slot(rec.group)
+        self.woken = True
+        return True
+
+    def reclaim(self, now_ms: int, limit: int, tombstone_until_ms: int) -> tuple[int, int]:
+        """Take back slots whose lease ran out; see ``reclaim.lua``."""
+        due = sorted((t, d.encode(), d) for d, t in self.leases.items() if t <= now_ms)
+        requeued = lost = 0
+        for _, _, did in due[:limit]:
+            del self.leases[did]
+            rec = self.records.get(did)
+            if rec is None or rec.state not in _LIVE:
+                continue
+            if rec.value is not None and (rec.state != RUNNING or rec.kept):
+                self._hold_again(did, rec)
+                rec.state, rec.value, rec.kept = SUPERSEDED, None, False
+                requeued += 1
+            else:
+                rec.state = LOST
+                lost += 1
+            rec.expires_ms = tombstone_until_ms
+            self._free_slot(rec.group)
+        self.woken = self.woken or requeued + lost > 0
+        return requeued, lost
+
+    def _hold_again(self, did: str, rec: Record) -> None:
+        assert rec.value is not None
+        hold_id = rec.hold_id
+        if hold_id in self.msgs:
+            hold_id = f"{hold_id}~{did}"
+        self._index_copy(hold_id)
+        self.msgs[hold_id] = Held(rec.value, rec.placement)
+        self._list(rec.klass, rec.group).appendleft(hold_id)
+        self._count("held:" + rec.klass, 1)
+
+    def promote(self, now_ms: int, limit: int) -> tuple[int, int | None]:
+        """Move due delayed messages into their groups; see ``promote.lua``."""
+        order = self._delayed_order()
+        moved = [hold_id for due, _, hold_id in order if due <= now_ms][:limit]
+        for hold_id in moved:
+            del self.delayed[hold_id]
+            p = self.msgs[hold_id].placement
+            self.groups[p.group].delayed -= 1
+            self._enqueue(hold_id, p)
+        nxt = order[len(moved)][0] if len(order) > len(moved) else None
+        return len(moved), nxt
+
+    def cancel(self, task_ids: list[str], token: str,
+               keep_until_ms: int) -> list[tuple[str, bytes]]:
+        """Remove held or delayed messages of ``task_ids`` with their copies; the same
+        ``token`` again gets the same answer. See ``cancel.lua``."""
+        if token in self.cancelled:
+            return list(self.cancelled[token][1])
+        out: list[tuple[str, bytes]] = []
+        seen: set[str] = set()
+        for task_id in task_ids:
+            for hold_id in [task_id, *self._copies_of(task_id)]:
+                value = None if hold_id in seen else self._remove(hold_id)
+                seen.add(hold_id)
+                if value is not None:
+                    out.append((hold_id, value))
+        if out:
+            self.cancelled[token] = (keep_until_ms, out)
+        return list(out)
+
+    def _copies_of(self, task_id: str) -> list[str]:
+        head = task_id + "~"
+        return sorted(c for c in self.copies.get(task_id.split("~", 1)[0], ())
+                      if c.startswith(head))
+
+    def _remove(self, hold_id: str) -> bytes | None:
+        held = self.msgs.pop(hold_id, None)
+        self._unindex_copy(hold_id)
+        if held is None:
+            return None
+        p = held.placement
+        if self.delayed.pop(hold_id, None) is not None:
+            self.groups[p.group].delayed -= 1
+        elif hold_id in self.lists.get((p.klass, p.group), ()):
+            self.lists[(p.klass, p.group)].remove(hold_id)
+            self._count("held:" + p.klass, -1)
+            self._drop_empty(p.klass, p.group)
+        self._refresh(p.group)
+        self._forget_if_idle(p.group)
+        return held.value
+
+    def set_aside(self, hold_id: str, value: bytes, why: str) -> None:
+        """Quarantine ``value`` (never dropped; a human looks at it)."""
+        self.quarantine[hold_id] = (value, why)
+        if hold_id in self.quarantine_order:
+            self.quarantine_order.remove(hold_id)
+        self.quarantine_order.insert(0, hold_id)
+
+    # -- the policy settings ----------------------------------------------------------
+
+    def configure(self, policy: Policy) -> int:
+        """Set the settings, lay the runtime limits over them and re-rank every group;
+        returns how many groups. See ``configure.lua``.
+
+        Raises:
+            InvalidLimit: a number of ``policy`` out of range (``limits.check_policy``);
+                nothing was changed.
+        """
+        limits.check_policy(policy)
+        self.default_cap = -1 if policy.default_cap is None else policy.default_cap
+        self.reserve, self.default_weight = policy.interactive_reserve, policy.default_weight
+        self.conf_caps, self.conf_weights = dict(policy.caps), dict(policy.weights)
+        self.caps = {**self.conf_caps, **self.limit_caps}
+        self.weights = {**self.conf_weights, **self.limit_weights}
+        for g in list(self.groups):
+            self._refresh(g)
+        self.woken = True
+        return len(self.groups)
+
+    def limit(self, g: str, cap: int | str = KEEP,
+              weight: float | str = KEEP) -> tuple[int, float]:
+        """Set, keep (:data:`KEEP`) or clear (:data:`RESET`) g's runtime cap (-1: none,
+        0: paused) and weight; returns both in force. See ``limit.lua``.
+
+        Raises:
+            InvalidLimit: naming the group, when a number is out of range (``limits``);
+                nothing was changed.
+        """
+        if cap not in (KEEP, RESET):
+            cap = limits.cap(cap, f"concurrency for group {g!r}", minimum=-1)
+        if weight not in (KEEP, RESET):
+            weight = limits.weight(weight, f"weight for group {g!r}")
+        if cap != KEEP:
+            _lay(g, None if cap == RESET else int(cap), self.limit_caps, self.caps,
+                 self.conf_caps)
+        if weight != KEEP:
+            _lay(g, None if weight == RESET else float(weight), self.limit_weights,
+                 self.weights, self.conf_weights)
+        if self._refresh(g):
+            self.woken = True
+        return self.cap_of(g), self.weight_of(g)
+
+
+def _lay(g: str, value: N | None, limits: dict[str, N], in_force: dict[str, N],
+         settings: dict[str, N]) -> None:
+    """Set g's runtime limit to ``value`` (None: clear it, the setting is in force)."""
+    if value is not None:
+        limits[g] = in_force[g] = value
+        return
+    limits.pop(g, None)
+    in_force.pop(g, None)
+    if g in settings:
+        in_force[g] = settings[g]

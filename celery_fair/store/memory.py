@@ -1,0 +1,369 @@
+"""The memory store: fair queues in this process, for fast unit tests of the dispatcher,
+worker and CLI logic without a server.
+
+It executes the shared policy (:mod:`celery_fair.policy`) under one lock, so each
+operation is atomic as the Redis scripts are, and offers the public methods of
+:class:`~celery_fair.store.redis.RedisStore` that the dispatcher, worker, CLI and
+``check`` use, with the same return types. Direct push is a Redis-only capability: the
+memory store never pushes (everything comes back as :class:`Picked`). Wake-ups are a
+:class:`threading.Condition`. Nothing survives the process: never a stand-in for an
+end-to-end claim.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from .. import limits
+from ..errors import StoreError
+from ..groups import validate_group
+from ..policy import CLASSES, KEEP, FairQueue, Placement, QueueState
+from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
+from .redis import (
+    CANCELLED_SECONDS,
+    PRUNE_GRACE_MS,
+    QUARANTINE_MAX,
+    TOMBSTONE_SECONDS,
+    GroupFigures,
+)
+
+#: The stored value's prefix (envelope.py): <class><front><cost>:<group length>:<group>.
+_PREFIX = re.compile(rb"([ib])([01])([^:]+):(\d+):")
+#: The due time (meta ``t``), first in the meta JSON (envelope.py).
+_DUE = re.compile(rb'\{"t": ?([\d.eE+-]+)')
+
+
+def placement(hold_id: str, value: bytes) -> Placement:
+    """Where ``value`` goes, read from its prefix as ``common.lua``'s ``decode`` does.
+
+    Raises:
+        StoreError: naming ``hold_id``, when the value is not one celery_fair wrote.
+    """
+    match = _PREFIX.match(value)
+    try:
+        size = int(match.group(4)) if match else -1
+        group = value[match.end():match.end() + size].decode() if match else ""
+        cost = limits.cost(float(match.group(3))) if match else 0.0
+    except (ValueError, UnicodeDecodeError):
+        match = None
+    if match is None or not group or len(group.encode()) != size:
+        raise StoreError(f"hold {hold_id}: the stored value does not decode (expected "
+                         "envelope.py's layout: class, front, cost in range, group)")
+    return Placement(group, match.group(1).decode(), cost, match.group(2) == b"1")
+
+
+def wall_ms() -> int:
+    """The store's own clock, for what Redis times out by itself (tombstones' TTLs)."""
+    return int(time.time() * 1000)
+
+
+class MemoryStore(Store):
+    """Fair queues of one namespace in this process (thread-safe: one lock)."""
+
+    def __init__(self, namespace: str = "fair") -> None:
+        self.namespace = namespace
+        self.where = "memory"
+        self._cond = threading.Condition(threading.Lock())
+        self._queues: dict[str, FairQueue] = {}
+        self._registered: set[str] = set()  # fair queues that have held a message
+        self._workers: dict[str, dict[str, tuple[int, int]]] = {}  # queue -> worker
+
+    @contextmanager
+    def _queue(self, queue: str) -> Iterator[FairQueue]:
+        """The queue's state under the lock; a wake-up it asks for is signalled."""
+        with self._cond:
+            fq = self._queues.setdefault(queue, FairQueue())
+            fq.expire(wall_ms())
+            yield fq
+            if fq.woken:
+                self._cond.notify_all()
+
+    # -- the atomic operations ---------------------------------------------------------
+
+    def hold(self, queue: str, hold_id: str, value: bytes, due_ms: int, now_ms: int) -> str:
+        where = placement(hold_id, value)  # before anything is written
+        with self._queue(queue) as fq:
+            self._registered.add(queue)
+            return fq.hold(hold_id, value, where, due_ms, now_ms)
+
+    def pick(self, queue: str, limit: int, capacity: int | None, now_ms: int,
+             lease_ms: int, *, token: str | None = None) -> list[Picked]:
+        with self._queue(queue) as fq:
+            return fq.pick(limit, capacity, now_ms, lease_ms, token or _token())
+
+    def pick_and_push(self, queue: str, limit: int, capacity: int | None, now_ms: int,
+                      lease_ms: int, push: DirectPush | None, queued_deadline_ms: int,
+                      *, token: str | None = None) -> tuple[list[Pushed], list[Picked]]:
+        """``pick``: the memory store never pushes (direct push is Redis's)."""
+        return [], self.pick(queue, limit, capacity, now_ms, lease_ms, token=token)
+
+    def promote_reclaim_pick(self, queue: str, now_ms: int, limit: int,
+                             capacity: int | None, lease_ms: int, push: DirectPush | None,
+                             queued_deadline_ms: int, reclaim: bool = True
+                             ) -> tuple[tuple[int, int | None], tuple[int, int],
+                                        tuple[list[Pushed], list[Picked]]]:
+        """``promote``, ``reclaim`` (when ``reclaim``) and ``pick``, in this order."""
+        moved = self.promote(queue, now_ms, 1000)
+        taken = self.reclaim(queue, now_ms, 1000) if reclaim else (0, 0)
+        return moved, taken, self.pick_and_push(queue, limit, capacity, now_ms, lease_ms,
+                                                push, queued_deadline_ms)
+
+    def confirm(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> list[str]:
+        with self._queue(queue) as fq:
+            return fq.confirm(list(dispatch_ids), deadline_ms)
+
+    def begin(self, queue: str, dispatch_id: str, deadline_ms: int, *,
+              now_ms: int | None = None, run: str | None = None, acks_late: bool = False,
+              host: str = "", gone: Callable[[str], bool] | None = None) -> BeginResult:
+        """See :meth:`Store.begin`. ``gone`` is called between two atomic steps, outside
+        the lock, as :class:`RedisStore` calls it between two scripts."""
+        now = wall_ms() if now_ms is None else now_ms
+        args = (dispatch_id, deadline_ms, now, run or uuid.uuid4().hex, acks_late)
+        with self._queue(queue) as fq:
+            reply = fq.begin(*args, host if gone else "")
+        if isinstance(reply, str) and gone is not None and gone(reply):
+            with self._queue(queue) as fq:  # that run's process is gone: take over
+                reply = fq.begin(*args, host, reply)
+        if isinstance(reply, str):  # a live run holds it (or another took over): a copy
+            with self._queue(queue) as fq:
+                reply = fq.begin(*args)
+        assert not isinstance(reply, str)  # no host given: never a token
+        return reply
+
+    def renew(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> int:
+        with self._queue(queue) as fq:
+            return fq.renew(list(dispatch_ids), deadline_ms)
+
+    def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
+                run: str | None = None) -> bool:
+        until = wall_ms() + done_seconds * 1000 if done_seconds > 0 else None
+        with self._queue(queue) as fq:
+            return fq.release(dispatch_id, until, run or "")
+
+    def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
+        with self._queue(queue) as fq:
+            return fq.reclaim(now_ms, limit, wall_ms() + TOMBSTONE_SECONDS * 1000)
+
+    def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int | None]:
+        with self._queue(queue) as fq:
+            return fq.promote(now_ms, limit)
+
+    def configure(self, queue: str, policy: Policy) -> None:
+        """Raises :class:`~celery_fair.errors.InvalidLimit` (nothing written) when a
+        number of ``policy`` is out of range (:mod:`celery_fair.limits`)."""
+        with self._queue(queue) as fq:
+            fq.configure(policy)
+
+    def cancel(self, queue: str, task_ids: Iterable[str], *,
+               token: str | None = None) -> list[tuple[str, bytes]]:
+        """See :meth:`RedisStore.cancel`: the same ``token`` again gets the same answer."""
+        ids = list(dict.fromkeys(task_ids))
+        if not ids:
+            return []
+        with self._queue(queue) as fq:
+            return fq.cancel(ids, token or uuid.uuid4().hex,
+                             wall_ms() + CANCELLED_SECONDS * 1000)
+
+    def limit(self, queue: str, group: str, cap: int | str = KEEP,
+              weight: float | str = KEEP) -> tuple[int | None, float]:
+        """See :meth:`RedisStore.limit`."""
+        group = validate_group(group)
+        with self._queue(queue) as fq:
+            cap_now, weight_now = fq.limit(group, cap, weight)
+        return (None if cap_now < 0 else cap_now), weight_now
+
+    def quarantine(self, queue: str, dispatch_id: str, value: bytes, reason: str) -> None:
+        """Keep an undecodable message aside (never dropped) and free its slot."""
+        with self._queue(queue) as fq:
+            fq.set_aside(dispatch_id, value, reason)
+        self.release(queue, dispatch_id)
+        self.trim_quarantine(queue)
+
+    def trim_quarantine(self, queue: str, keep: int = QUARANTINE_MAX) -> list[str]:
+        """Keep the newest ``keep`` quarantined entries; returns the ids dropped."""
+        with self._queue(queue) as fq:
+            dropped = fq.quarantine_order[keep:][::-1]
+            del fq.quarantine_order[keep:]
+            for hold_id in dropped:
+                del fq.quarantine[hold_id]
+        return dropped
+
+    # -- wake-ups -------------------------------------------------------------------
+
+    def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
+        """Block until one of ``queues`` is woken or ``timeout`` passes; returns (and
+        takes) every woken queue of them, empty on timeout. Timeout 0 only looks."""
+        names = list(queues)
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                woken = {q for q in names if q in self._queues and self._queues[q].woken}
+                left = deadline - time.monotonic()
+                if woken or left <= 0:
+                    break
+                self._cond.wait(left)
+            for q in woken:
+                self._queues[q].woken = False
+        return woken
+
+    # -- reads --------------------------------------------------------------------
+
+    def inspect(self, queue: str) -> QueueState:
+        """The queue's scheduling state (:class:`~celery_fair.policy.QueueState`)."""
+        with self._queue(queue) as fq:
+            return fq.inspect()
+
+    def dispatch_state(self, queue: str, dispatch_id: str) -> str | None:
+        with self._queue(queue) as fq:
+            return fq.dispatch_state(dispatch_id)
+
+    def queues(self) -> list[str]:
+        with self._cond:
+            return sorted(self._registered)
+
+    def forget_queue(self, queue: str) -> bool:
+        with self._queue(queue) as fq:
+            if not fq.empty() or queue not in self._registered:
+                return False
+            self._registered.discard(queue)
+            return True
+
+    def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """{queue: (in flight, held)} of ``queues``."""
+        out = {}
+        for queue in queues:
+            figures = self.queue_figures(queue)
+            out[queue] = (figures["inflight"],
+                          figures["held_interactive"] + figures["held_background"])
+        return out
+
+    def queue_figures(self, queue: str) -> dict[str, Any]:
+        """See :meth:`RedisStore.queue_figures`."""
+        with self._queue(queue) as fq:
+            stat = fq.stat
+            return {"queue": queue, "inflight": stat.get("inflight", 0),
+                    "delayed": len(fq.delayed), "held_interactive": stat.get("held:i", 0),
+                    "held_background": stat.get("held:b", 0),
+                    "released": stat.get("released", 0), "skipped": stat.get("skipped", 0),
+                    "group_count": len(fq.groups), "ready_interactive": len(fq.ready["i"]),
+                    "ready_background": len(fq.ready["b"])}
+
+    def snapshot(self, queue: str) -> dict[str, Any]:
+        with self._queue(queue) as fq:
+            groups = sorted(fq.groups)
+        return {**self.queue_figures(queue), "groups": self.group_figures(queue, groups)}
+
+    def top_groups(self, queue: str, limit: int) -> list[tuple[str, int]]:
+        """The ``limit`` groups holding the most messages, most first (ties: the name,
+        last first, as Redis's ZREVRANGE)."""
+        with self._queue(queue) as fq:
+            backlog: dict[str, int] = {}
+            for (_, g), ids in fq.lists.items():
+                backlog[g] = backlog.get(g, 0) + len(ids)
+        ranked = sorted(((n, g) for g, n in backlog.items() if n > 0), reverse=True)
+        return [(g, n) for n, g in ranked[:max(limit, 0)]]
+
+    def busiest_groups(self, queue: str, limit: int) -> list[dict[str, Any]]:
+        """See :meth:`RedisStore.busiest_groups`."""
+        names = [g for g, _ in self.top_groups(queue, limit)]
+        with self._queue(queue) as fq:
+            names += sorted(g for g in fq.groups if g not in names)[:max(limit - len(names), 0)]
+        rows = self.group_figures(queue, names)
+        rows.sort(key=lambda r: (-(r["held_interactive"] + r["held_background"]),
+                                 -r["inflight"], r["group"]))
+        return rows
+
+    def group_figures(self, queue: str, groups: list[str]) -> list[dict[str, Any]]:
+        """See :meth:`RedisStore.group_figures`."""
+        with self._queue(queue) as fq:
+            out = []
+            for g in groups:
+                group = fq.groups.get(g)
+                cap = fq.cap_of(g)
+                out.append({
+                    "group": g, "held_interactive": len(fq.lists.get(("i", g), ())),
+                    "held_background": len(fq.lists.get(("b", g), ())),
+                    "delayed": group.delayed if group else 0,
+                    "inflight": group.inflight if group else 0,
+                    "cap": None if cap < 0 else cap, "weight": fq.weight_of(g),
+                    "limited": [name for name, on in (("cap", g in fq.limit_caps),
+                                                      ("weight", g in fq.limit_weights))
+                                if on],
+                })
+        return out
+
+    def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
+        """Counts and head due times of ``groups`` (see :meth:`RedisStore.summarize`)."""
+        out = []
+        with self._queue(queue) as fq:
+            for g in groups:
+                group = fq.groups.get(g)
+                heads = [fq.lists.get((k, g)) for k in CLASSES]
+                due = [_due(fq.msgs[h[0]].value) if h else None for h in heads]
+                out.append(GroupFigures(g, len(heads[0] or ()), len(heads[1] or ()),
+                                        group.inflight if group else 0,
+                                        group.delayed if group else 0, due[0], due[1]))
+        return out
+
+    def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,
+              batch: int = 0, reads: list[int] | None = None
+              ) -> list[tuple[str, str, str, str]]:
+        """The invariants of ``queue`` that do not hold (none should: only the policy
+        writes, one operation at a time); nothing to repair, so ``action`` is empty."""
+        with self._queue(queue) as fq:
+            return [(kind, subject, detail, "") for kind, subject, detail in fq.problems()]
+
+    # -- the worker registry (the caller's clock) ----------------------------------
+
+    def register_worker(self, queue: str, worker: str, concurrency: int,
+                        expires_ms: int) -> None:
+        with self._queue(queue) as fq:
+            workers = self._workers.setdefault(queue, {})
+            if worker not in workers:
+                fq.woken = True  # a new worker brings capacity
+            workers[worker] = (expires_ms, concurrency)
+        self.prune_workers(queue, wall_ms() - PRUNE_GRACE_MS)
+
+    def unregister_worker(self, queue: str, worker: str) -> None:
+        with self._cond:
+            self._workers.get(queue, {}).pop(worker, None)
+
+    def prune_workers(self, queue: str, before_ms: int) -> int:
+        with self._cond:
+            workers = self._workers.get(queue, {})
+            dead = [w for w, (expires, _) in workers.items() if expires < before_ms]
+            for worker in dead:
+                del workers[worker]
+        return len(dead)
+
+    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
+        with self._cond:
+            return {w: n for w, (expires, n) in self._workers.get(queue, {}).items()
+                    if expires >= now_ms}
+
+    def worker_capacity(self, queue: str, now_ms: int) -> int:
+        return sum(self.worker_pools(queue, now_ms).values())
+
+    def ping(self) -> None:
+        """Always answers."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def _token() -> str:
+    return uuid.uuid4().hex[:12] + "."
+
+
+def _due(value: bytes) -> float | None:
+    match = _PREFIX.match(value)
+    if match is None:
+        return None
+    due = _DUE.match(value, match.end() + int(match.group(4)))
+    return float(due.group(1)) if due else None

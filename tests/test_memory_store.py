@@ -1,0 +1,199 @@
+"""The memory store through its public API (what a unit test of the dispatcher, worker
+or CLI sees): the lifecycle, the policy's decisions and the wake-ups. That its decisions
+are the Lua scripts' is test_store_model.py's claim; these are readable examples."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from celery_fair.config import SETTINGS
+from celery_fair.envelope import Envelope
+from celery_fair.errors import InvalidLimit, StoreError
+from celery_fair.store.base import BeginResult, Policy
+from celery_fair.store.memory import wall_ms
+from celery_fair.testing import MemoryStore
+
+Q = "q"
+NOW = 1_700_000_000_000
+DEFAULTS = {s.name: s.default for s in SETTINGS}
+LEASE_MS = int(DEFAULTS["fair_lease_seconds"] * 1000)
+DONE_SECONDS = DEFAULTS["fair_done_ttl"]
+
+
+def value(task_id: str, group: str, klass: str = "b", cost: float = 1.0,
+          front: bool = False) -> bytes:
+    envelope = Envelope(body=b"{}", content_type="application/json",
+                        content_encoding="utf-8", headers={"id": task_id, "task": "t"},
+                        exchange="", routing_key=Q, queue=Q)
+    return envelope.encode(group, klass, cost, front)
+
+
+def hold(store: MemoryStore, task_id: str, group: str, klass: str = "b",
+         cost: float = 1.0, due_ms: int = 0) -> str:
+    return store.hold(Q, task_id, value(task_id, group, klass, cost), due_ms, NOW)
+
+
+def picked_ids(store: MemoryStore, limit: int = 100, capacity: int | None = None,
+               now_ms: int = NOW) -> list[str]:
+    return [p.hold_id for p in store.pick(Q, limit, capacity, now_ms, LEASE_MS)]
+
+
+@pytest.fixture
+def store() -> MemoryStore:
+    store = MemoryStore()
+    store.configure(Q, Policy(None, DEFAULTS["fair_interactive_reserve"], 1.0, {}, {}))
+    return store
+
+
+def test_a_held_message_is_picked_begun_and_released_once(store: MemoryStore) -> None:
+    hold(store, "t1", "acme")
+    [p] = store.pick(Q, 10, None, NOW, LEASE_MS)
+    assert (p.hold_id, p.value) == ("t1", value("t1", "acme"))
+    assert store.confirm(Q, [p.dispatch_id], NOW + LEASE_MS) == []
+    assert store.begin(Q, p.dispatch_id, NOW + LEASE_MS, now_ms=NOW) == BeginResult.RUN
+    assert store.queue_figures(Q)["inflight"] == 1
+    assert store.release(Q, p.dispatch_id, DONE_SECONDS) is True
+    assert store.release(Q, p.dispatch_id, DONE_SECONDS) is False  # idempotent
+    assert store.queue_figures(Q)["inflight"] == 0
+    # the broker redelivers the finished task: its tombstone skips it
+    assert store.begin(Q, p.dispatch_id, NOW + LEASE_MS, now_ms=NOW) == BeginResult.SKIP
+    assert store.pick(Q, 10, None, NOW, LEASE_MS) == []
+
+
+def test_a_group_at_its_cap_waits_while_others_are_picked(store: MemoryStore) -> None:
+    store.configure(Q, Policy(1, 0, 1.0, {}, {}))
+    for i in range(3):
+        hold(store, f"a{i}", "big")
+    hold(store, "s0", "small")
+    assert picked_ids(store) == ["a0", "s0"]
+    assert store.queue_figures(Q)["held_background"] == 2
+
+
+def test_the_queue_capacity_bounds_every_pick(store: MemoryStore) -> None:
+    for i in range(5):
+        hold(store, f"t{i}", f"g{i}")
+    assert len(picked_ids(store, capacity=3)) == 3
+    assert picked_ids(store, capacity=3) == []
+
+
+def test_cap_zero_pauses_a_group_in_both_classes(store: MemoryStore) -> None:
+    assert store.limit(Q, "acme", 0) == (0, 1.0)
+    hold(store, "i1", "acme", klass="i")
+    hold(store, "b1", "acme")
+    assert picked_ids(store) == []  # the interactive reserve is no way past a pause
+    assert store.limit(Q, "acme", "reset") == (None, 1.0)
+    assert picked_ids(store) == ["i1", "b1"]
+
+
+def test_a_limit_out_of_range_is_refused_before_anything_changes(
+        store: MemoryStore) -> None:
+    with pytest.raises(InvalidLimit, match="concurrency for group 'acme'"):
+        store.limit(Q, "acme", 2_000_000)
+    assert store.group_figures(Q, ["acme"])[0]["limited"] == []
+
+
+def test_a_policy_out_of_range_is_refused_before_anything_changes(
+        store: MemoryStore) -> None:
+    store.configure(Q, Policy(None, 1, 1.0, {}, {"acme": 2.0}))
+    with pytest.raises(InvalidLimit, match="weight for group 'acme'"):
+        store.configure(Q, Policy(3, 1, 1.0, {}, {"acme": float("nan")}))
+    [figures] = store.group_figures(Q, ["acme"])
+    assert (figures["cap"], figures["weight"]) == (None, 2.0)
+
+
+def test_interactive_work_is_picked_before_background(store: MemoryStore) -> None:
+    hold(store, "b1", "acme")
+    hold(store, "b2", "other")
+    hold(store, "i1", "other", klass="i")
+    assert picked_ids(store, limit=1) == ["i1"]
+
+
+def test_the_interactive_reserve_is_room_above_the_cap(store: MemoryStore) -> None:
+    store.configure(Q, Policy(1, 1, 1.0, {}, {}))
+    hold(store, "b1", "acme")
+    hold(store, "b2", "acme")
+    assert picked_ids(store) == ["b1"]  # at its cap of 1
+    hold(store, "i1", "acme", klass="i")
+    assert picked_ids(store) == ["i1"]  # the reserve of 1 above it; b2 still waits
+    assert picked_ids(store) == []
+
+
+def test_a_group_weighing_twice_as_much_is_picked_twice_as_often(
+        store: MemoryStore) -> None:
+    store.configure(Q, Policy(None, 0, 1.0, {}, {"heavy": 2.0}))
+    for i in range(6):
+        hold(store, f"h{i}", "heavy")
+        hold(store, f"l{i}", "light")
+    first = picked_ids(store, limit=6)
+    assert sum(i.startswith("h") for i in first) == 4
+
+
+def test_a_delayed_message_is_held_when_it_becomes_due(store: MemoryStore) -> None:
+    hold(store, "later", "acme", due_ms=NOW + 5_000)
+    assert picked_ids(store) == []
+    assert store.promote(Q, NOW + 4_999, 100) == (0, NOW + 5_000)
+    assert store.promote(Q, NOW + 5_000, 100) == (1, None)
+    assert picked_ids(store, now_ms=NOW + 5_000) == ["later"]
+
+
+def test_a_dispatch_whose_lease_runs_out_is_held_again_at_its_groups_head(
+        store: MemoryStore) -> None:
+    hold(store, "t1", "acme")
+    hold(store, "t2", "acme")
+    [p] = store.pick(Q, 1, None, NOW, LEASE_MS)  # the dispatcher dies before publishing
+    assert store.reclaim(Q, NOW + LEASE_MS, 100) == (1, 0)
+    assert store.dispatch_state(Q, p.dispatch_id) == "superseded"
+    assert store.begin(Q, p.dispatch_id, NOW + 2 * LEASE_MS,
+                       now_ms=NOW + LEASE_MS) == BeginResult.SKIP  # a stale copy
+    assert picked_ids(store, now_ms=NOW + LEASE_MS) == ["t1", "t2"]
+
+
+def test_a_cancel_resent_with_its_token_gets_the_same_answer(store: MemoryStore) -> None:
+    hold(store, "t1", "acme")
+    hold(store, "t1", "acme", cost=2.0)  # the same id held twice: a copy, t1~1
+    first = store.cancel(Q, ["t1"], token="call-1")
+    assert sorted(h for h, _ in first) == ["t1", "t1~1"]
+    assert store.cancel(Q, ["t1"], token="call-1") == first  # its reply was lost
+    assert store.cancel(Q, ["t1"], token="call-2") == []
+    assert picked_ids(store) == []
+
+
+def test_a_value_that_does_not_decode_is_refused_naming_the_hold(
+        store: MemoryStore) -> None:
+    with pytest.raises(StoreError, match="hold t1: the stored value does not decode"):
+        store.hold(Q, "t1", b"not ours", 0, NOW)
+    assert store.queue_figures(Q)["group_count"] == 0
+
+
+def test_wait_returns_the_queue_a_hold_wakes(store: MemoryStore) -> None:
+    assert store.wait([Q], 0) == {Q}  # configure woke it
+    woken: list[set[str]] = []
+    waiting = threading.Thread(target=lambda: woken.append(store.wait([Q], 10)))
+    waiting.start()
+    hold(store, "t1", "acme")
+    waiting.join(10)
+    assert woken == [{Q}]
+    assert store.wait([Q], 0) == set()  # taken
+
+
+def test_summaries_show_each_class_head_and_when_it_became_due(store: MemoryStore) -> None:
+    envelope = Envelope(body=b"{}", content_type="application/json",
+                        content_encoding="utf-8", headers={"id": "t1", "task": "t"},
+                        exchange="", routing_key=Q, queue=Q, due_at=1_700_000_000.5)
+    store.hold(Q, "t1", envelope.encode("acme", "i", 1.0, False), 0, NOW)
+    hold(store, "t2", "acme", due_ms=NOW + 1_000)
+    [figures] = store.summarize(Q, ["acme"])
+    assert (figures.held_interactive, figures.held_background, figures.delayed) == (1, 0, 1)
+    assert (figures.due_interactive, figures.due_background) == (1_700_000_000.5, None)
+
+
+def test_only_live_workers_count_towards_capacity(store: MemoryStore) -> None:
+    now = wall_ms()  # registering prunes by the store's clock, as RedisStore does
+    store.register_worker(Q, "w1", 4, now + 10_000)
+    store.register_worker(Q, "w2", 2, now - 1)  # its registration expired
+    assert store.worker_pools(Q, now) == {"w1": 4}
+    assert store.worker_capacity(Q, now) == 4
+    store.unregister_worker(Q, "w1")
+    assert store.worker_capacity(Q, now) == 0
