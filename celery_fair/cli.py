@@ -205,7 +205,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
     Stored in Redis, they take precedence over fair_group_concurrency and
     fair_group_weights and survive dispatcher restarts. Without options: show them.
     """
-    from .groups import validate_group
+    from .names import validate_group
     from .store.redis import KEEP, RESET
     from .task import store_for
 

@@ -29,8 +29,9 @@ from .brokers import check_app, real_destination
 from .config import FairConfig, get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
 from .errors import FairError, InvalidOption, StoreFull, StoreUnreachable
-from .groups import GroupResolver, GroupRule, current_scope, validate_cost, validate_group
+from .groups import GroupResolver, GroupRule, current_scope
 from .host import identity, pid_alive
+from .names import validate_cost, validate_group
 from .options import TASK_OPTIONS, class_options, reject_misspelt
 from .outage import Outage
 from .spool import spool_for

@@ -27,7 +27,7 @@ from ..errors import (
     StoreFull,
     StoreUnreachable,
 )
-from ..groups import validate_group
+from ..names import validate_group
 from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
 from .keys import QueueKeys, queues_key
 from .scripts import OPERATIONS, source
