@@ -145,7 +145,7 @@ def _serve_metrics(dispatcher: Any, port: int | None, address: str | None) -> An
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, watch: float | None, top: int) -> None:
     """Show held, delayed and in-flight tasks per fair queue and its busiest groups."""
-    from .task import store_for
+    from .store import store_for
 
     app = _app(ctx)
     with _errors():
@@ -170,7 +170,7 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, top: int) -> 
 @click.pass_context
 def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List groups with held, in-flight, cap and weight; most held first."""
-    from .task import store_for
+    from .store import store_for
 
     with _errors():
         store = store_for(_app(ctx))
@@ -206,8 +206,8 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
     fair_group_weights and survive dispatcher restarts. Without options: show them.
     """
     from .names import validate_group
+    from .store import store_for
     from .store.redis import KEEP, RESET
-    from .task import store_for
 
     try:
         group = validate_group(group)
@@ -236,7 +236,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
 def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Where a task stands: held (its place and what is ahead of it), or dispatched."""
     from .locate import describe, locate
-    from .task import store_for
+    from .store import store_for
 
     app = _app(ctx)
     with _errors():
@@ -419,8 +419,8 @@ def cancel(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
 def check(ctx: click.Context, repair: bool, as_json: bool, queues: str) -> None:
     """Check the store's invariants (exit 1 when something is wrong and left so)."""
     from .check import check as run_check
+    from .store import store_for
     from .store.safety import unsafe_settings
-    from .task import store_for
 
     names = [q.strip() for q in queues.split(",") if q.strip()] or None
     try:

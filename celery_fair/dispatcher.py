@@ -34,15 +34,16 @@ from .config import FairConfig, get_config
 from .direct import direct_push
 from .envelope import Envelope, placement_of
 from .errors import CorruptMessage, FairError, StoreConnectionError
+from .headers import DISPATCH_HEADER, QUEUE_HEADER
 from .outage import Backoff, Outage
 from .redact import safe_url
 from .schedule import PRUNE_SECONDS, StepSchedule
+from .store import store_for
 from .store.base import DirectPush, Picked, Policy
 from .store.redis import RedisStore
 from .store.redis import now_ms as _now_ms
 from .store.safety import warn_unsafe_settings
 from .summary import SummaryWriter
-from .task import DISPATCH_HEADER, QUEUE_HEADER, store_for
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -710,18 +709,6 @@ class GroupFigures:
     delayed: int
     due_interactive: float | None
     due_background: float | None
-
-
-_stores: dict[tuple[int, str, str, Bounds], RedisStore] = {}
-
-
-def store_for_url(url: str, namespace: str, bounds: Bounds | None = None) -> RedisStore:
-    """One store per process, URL, namespace and bounds (a new one after fork)."""
-    key = (os.getpid(), url, namespace, bounds or Bounds())
-    store = _stores.get(key)
-    if store is None:
-        store = _stores[key] = RedisStore.from_url(url, namespace, bounds)
-    return store
 
 
 def now_ms() -> int:
