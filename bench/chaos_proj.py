@@ -66,22 +66,22 @@ def environment(broker: str, store: str, namespace: str, queue: str, ledger: Led
 
 
 def _install_crash_hook(probability: float) -> None:
-    from celery_fair.dispatcher import Dispatcher
+    from celery_fair.publisher import KombuPublisher
 
-    publish_one = Dispatcher._publish_one
+    publish_one = KombuPublisher.publish_one
 
     def maybe_die() -> None:
         if random.random() < probability:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def crashing_publish_one(self: Dispatcher, *args: Any) -> bool:
+    def crashing_publish_one(self: KombuPublisher, *args: Any) -> bool:
         maybe_die()  # picked, not published: the pick lease brings it back
         accepted = publish_one(self, *args)
         if accepted:
             maybe_die()  # published, not confirmed: a stale copy the worker must skip
         return accepted
 
-    Dispatcher._publish_one = crashing_publish_one  # type: ignore[method-assign]
+    KombuPublisher.publish_one = crashing_publish_one  # type: ignore[method-assign]
 
 
 def _from_env() -> Celery | None:

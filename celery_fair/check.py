@@ -121,6 +121,6 @@ def _store_and_lease(target: Celery | RedisStore) -> tuple[RedisStore, float]:
     if isinstance(target, RedisStore):
         return target, DEFAULT_LEASE_SECONDS
     from .config import get_config
-    from .task import store_for
+    from .store import store_for
 
     return store_for(target), get_config(target).lease_seconds

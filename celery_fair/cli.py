@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any
 
 import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
 from . import limits
+from .cli_render import render_groups, render_status, show
 from .errors import FairError, InvalidLimit
 
 
@@ -145,7 +145,7 @@ def _serve_metrics(dispatcher: Any, port: int | None, address: str | None) -> An
 @click.pass_context
 def status(ctx: click.Context, as_json: bool, watch: float | None, top: int) -> None:
     """Show held, delayed and in-flight tasks per fair queue and its busiest groups."""
-    from .task import store_for
+    from .store import store_for
 
     app = _app(ctx)
     with _errors():
@@ -155,7 +155,7 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, top: int) -> 
         with _errors():
             return [_queue_status(app, store, q, top) for q in store.queues()]
 
-    _show(ctx, read, as_json, watch, render_status)
+    show(ctx, read, as_json, watch, render_status)
 
 
 @fair.command(cls=CeleryCommand)
@@ -170,7 +170,7 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, top: int) -> 
 @click.pass_context
 def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List groups with held, in-flight, cap and weight; most held first."""
-    from .task import store_for
+    from .store import store_for
 
     with _errors():
         store = store_for(_app(ctx))
@@ -179,7 +179,7 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
         data = [{"queue": q, "groups": store.busiest_groups(q, limit),
                  "group_count": store.queue_figures(q)["group_count"]}
                 for q in (queues or known)]
-    _show(ctx, lambda: data, as_json, None, render_groups)
+    show(ctx, lambda: data, as_json, None, render_groups)
 
 
 @fair.command(cls=CeleryCommand)
@@ -205,9 +205,9 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
     Stored in Redis, they take precedence over fair_group_concurrency and
     fair_group_weights and survive dispatcher restarts. Without options: show them.
     """
-    from .groups import validate_group
+    from .names import validate_group
+    from .store import store_for
     from .store.redis import KEEP, RESET
-    from .task import store_for
 
     try:
         group = validate_group(group)
@@ -236,7 +236,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
 def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Where a task stands: held (its place and what is ahead of it), or dispatched."""
     from .locate import describe, locate
-    from .task import store_for
+    from .store import store_for
 
     app = _app(ctx)
     with _errors():
@@ -288,103 +288,6 @@ def _queue_status(app: Any, store: Any, queue: str, top: int) -> dict[str, Any]:
             "more_groups": max(figures["group_count"] - len(rows), 0)}
 
 
-def _show(ctx: click.Context, read: Callable[[], list[dict[str, Any]]], as_json: bool,
-          watch: float | None, render: Callable[[list[dict[str, Any]]], Any]) -> None:
-    """Print once, or every ``watch`` seconds until Ctrl-C (a live view on a terminal,
-    one JSON document per line with --json)."""
-    from rich.console import Console
-    from rich.live import Live
-
-    console = Console(no_color=bool(getattr(ctx.obj, "no_color", False)),
-                      highlight=False, soft_wrap=as_json)
-    if not console.is_terminal:  # piped: no wrapping at 80 columns
-        console.width = 240
-
-    def view() -> Any:
-        data = read()
-        if as_json:
-            return json.dumps({"queues": data}, indent=None if watch else 2)
-        return render(data)
-
-    if watch is None:
-        console.print(view())
-        return
-    try:
-        if console.is_terminal and not as_json:  # redraw in place
-            with Live(view(), console=console, auto_refresh=False) as live:
-                while True:
-                    time.sleep(watch)
-                    live.update(view(), refresh=True)
-        else:  # piped: one view after another
-            while True:
-                console.print(view())
-                time.sleep(watch)
-    except KeyboardInterrupt:
-        pass
-
-
-def render_status(queues: list[dict[str, Any]]) -> Any:
-    """The ``status`` view: per queue, its totals and its busiest groups."""
-    from rich.console import Group
-    from rich.text import Text
-
-    if not queues:
-        return Text("no fair queues yet (nothing has been held)")
-    parts: list[Any] = []
-    for q in queues:
-        held = q["held_interactive"] + q["held_background"]
-        parts.append(Text(
-            f"queue {q['queue']}: {held} held ({q['held_interactive']} interactive), "
-            f"{q['delayed']} delayed, {_inflight(q)} in flight, "
-            f"{q['group_count']} groups with work, {q['released']} released"))
-        if q["groups"]:
-            parts.append(_group_table(q["groups"]))
-        if q["more_groups"]:
-            parts.append(Text(f"... and {q['more_groups']} more groups "
-                              f"(celery fair groups --queue {q['queue']})"))
-    return Group(*parts)
-
-
-def _inflight(q: dict[str, Any]) -> str:
-    """In flight against the workers' slots, with the dispatch-ahead allowance apart:
-    "6 / 4 (+2 ahead)" is within the limit, not a broken cap."""
-    ahead = f" (+{q['dispatch_ahead']} ahead)" if q["dispatch_ahead"] else ""
-    return f"{q['inflight']} / {q['capacity']}{ahead}"
-
-
-def render_groups(queues: list[dict[str, Any]]) -> Any:
-    """The ``groups`` view: one table per queue."""
-    from rich.console import Group
-    from rich.text import Text
-
-    parts: list[Any] = []
-    for q in queues:
-        parts.append(Text(f"queue {q['queue']}: {q['group_count']} groups with work"))
-        if q["groups"]:
-            parts.append(_group_table(q["groups"]))
-    return Group(*parts) if parts else Text("no fair queues yet (nothing has been held)")
-
-
-def _group_table(rows: list[dict[str, Any]]) -> Any:
-    from rich import box
-    from rich.table import Table
-
-    limited = any(g["limited"] for g in rows)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
-                  caption="* runtime limit (celery fair limit)" if limited else None,
-                  caption_justify="left")
-    for name in ("group", "held", "interactive", "delayed", "in flight", "cap", "weight"):
-        table.add_column(name, justify="left" if name == "group" else "right")
-    for g in rows:
-        cap_mark = " *" if "cap" in g["limited"] else ""
-        weight_mark = " *" if "weight" in g["limited"] else ""
-        table.add_row(g["group"], str(g["held_background"]), str(g["held_interactive"]),
-                      str(g["delayed"]), str(g["inflight"]),
-                      ("-" if g["cap"] is None else str(g["cap"])) + cap_mark,
-                      f"{g['weight']:g}{weight_mark}")
-    return table
-
-
 @fair.command(cls=CeleryCommand)
 @click.argument("task_ids", nargs=-1, required=True)
 @click.pass_context
@@ -419,8 +322,8 @@ def cancel(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
 def check(ctx: click.Context, repair: bool, as_json: bool, queues: str) -> None:
     """Check the store's invariants (exit 1 when something is wrong and left so)."""
     from .check import check as run_check
+    from .store import store_for
     from .store.safety import unsafe_settings
-    from .task import store_for
 
     names = [q.strip() for q in queues.split(",") if q.strip()] or None
     try:

@@ -18,6 +18,7 @@ from celery import Celery
 
 from . import limits
 from .errors import ConfigurationError, InvalidLimit
+from .names import validate_group
 from .redact import safe_url
 from .rules import TaskRules, parse_rules
 
@@ -115,7 +116,6 @@ NOT_SUPPORTED_YET = {
                    "remove the setting",
 }
 ON_STORE_ERROR = ("raise", "publish")
-MAX_GROUP_LENGTH = 200
 
 
 @dataclass(frozen=True)
@@ -263,8 +263,6 @@ def _nonempty_str(name: str, value: Any) -> str:
 
 
 def _default_group(value: Any) -> str:
-    from .groups import validate_group
-
     try:
         return validate_group(value)
     except ValueError as exc:
@@ -325,8 +323,6 @@ def _weight(name: str, value: Any) -> float:
 
 
 def _group_map(name: str, value: Any, check: Callable[[str, Any], Any]) -> dict[str, Any]:
-    from .groups import validate_group
-
     if not isinstance(value, Mapping):
         raise _fail(name, value, "a dict of {group: value}")
     out = {}

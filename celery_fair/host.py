@@ -1,6 +1,6 @@
 """Which processes this process can judge: its host, boot and PID namespace.
 
-A run (``task.new_run``) and a spool file (``spool.py``) name their process by pid, and
+A run (``lifecycle.new_run``) and a spool file (``spool.py``) name their process by pid, and
 "its process is gone" is concluded with ``kill(pid, 0)``. A pid means something only in
 the PID namespace it was given in, during one boot: containers that share a hostname but
 not a PID namespace (``network_mode: host``, compose ``hostname:``, Kubernetes

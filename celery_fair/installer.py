@@ -3,7 +3,7 @@
 Every task message Celery publishes — ``send_task("name")``, beat, canvas, retries —
 passes through ``app.amqp.send_task_message``. :func:`install` wraps it: a message whose
 task name matches the ``fair_tasks`` setting gets the fair headers (group, class, cost)
-and goes to a :class:`~celery_fair.task.HoldingProducer`, exactly as a
+and goes to a :class:`~celery_fair.holding.HoldingProducer`, exactly as a
 :class:`~celery_fair.FairTask`'s does. Any other message is published untouched.
 """
 
@@ -18,16 +18,11 @@ from celery.app.amqp import AMQP
 from celery.utils.imports import symbol_by_name
 
 from .config import get_config
+from .headers import DISPATCH_HEADER, QUEUE_HEADER
+from .holding import HoldingProducer, placement
 from .revoke import FairControlMixin
 from .rules import TaskRules
-from .task import (
-    DISPATCH_HEADER,
-    QUEUE_HEADER,
-    FairTask,
-    HoldingProducer,
-    placement,
-    store_for,
-)
+from .store import store_for
 
 #: ``send_task`` options naming the placement of one message (like ``apply_async``'s).
 FAIR_OPTIONS = ("fair_group", "fair_interactive", "fair_cost")
@@ -149,7 +144,7 @@ def _map_spec(app: Celery, name: str, kwargs: Mapping[str, Any]) -> _Spec | None
     first_args = tuple(first) if isinstance(first, (list, tuple)) else (first,)
     task = app.tasks.get(inner_name)
     spec: _Spec | None = None
-    if isinstance(task, FairTask):
+    if getattr(task, "is_fair_task", False) is True:  # a FairTask (task.py imports us)
         resolver = task._resolver()
         spec = _Spec(lambda _: resolver(first_args, {}), task.fair_interactive,
                      task.fair_cost, {})

@@ -24,7 +24,7 @@ from kombu import compression, serialization
 from .envelope import Envelope
 from .errors import CorruptMessage, FairError
 from .groups import fair_context
-from .task import store_for
+from .store import store_for
 
 logger = logging.getLogger(__name__)
 

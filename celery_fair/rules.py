@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from .errors import ConfigurationError, InvalidCost
+from .names import validate_cost, validate_group
 
 #: Where one message's group comes from: (kind, name) or a callable (args, kwargs) -> group.
 GroupSource = Union[tuple[str, str], Callable[[Sequence[Any], Mapping[str, Any]], Any]]
@@ -157,8 +158,6 @@ def _parse_source(where: str, item: Any) -> GroupSource:
 
 
 def _valid_group(where: str, name: str) -> None:
-    from .groups import validate_group
-
     try:
         validate_group(name)
     except ValueError as exc:
@@ -173,8 +172,6 @@ def _parse_interactive(where: str, value: Any) -> bool | None:
 
 
 def _parse_cost(where: str, value: Any) -> float:
-    from .groups import validate_cost
-
     try:
         return validate_cost(value)
     except InvalidCost as exc:

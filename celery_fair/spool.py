@@ -6,7 +6,7 @@ the store is down as a task ends, the release waits in its process and is retrie
 outage takes its pool with it — the retry dies too and the copy would run the task again.
 So a release that fails is also appended here, one file per process, and whoever meets
 the dead process's dispatch replays its file: the copy about to take the run over
-(``task.run_gone``) and every worker's lease keeper on this host.
+(``lifecycle.run_gone``) and every worker's lease keeper on this host.
 
 A line is written to the page cache only (no fsync): it outlives the process, which is
 what it is for; a machine that dies takes its runs with it anyway.

@@ -20,133 +20,26 @@ from celery.worker import state as worker_state
 
 from .config import get_config
 from .errors import FairError
+from .headers import DISPATCH_HEADER, QUEUE_HEADER, request_headers
+from .lifecycle import (
+    PendingReleases,
+    begin_dispatch,
+    pending_releases,
+    release_dispatch,
+    retry_pending_releases,
+)
 from .outage import Backoff, Outage
-from .spool import Spool, spool_for
+from .spool import spool_for
+from .store import store_for
 from .store.base import BeginResult
-from .store.redis import RedisStore
-from .task import DISPATCH_HEADER, QUEUE_HEADER, request_headers, store_for
 
 logger = logging.getLogger(__name__)
 
-
-class PendingReleases:
-    """Releases that failed while the store was unreachable, kept to retry on reconnect:
-    by a thread of the process that kept them, with backoff, and before the next release
-    in the process. Soon, because a release marks the task done: until it lands, a copy
-    the broker redelivers would run it again. Should the process end first, the
-    dispatch's lease, no longer renewed, returns the slot after ``fair_lease_seconds``.
-    Bounded: past ``limit`` the oldest are left to their leases."""
-
-    def __init__(self, limit: int = 10_000, backoff: tuple[float, float] = (0.05, 0.25)) -> None:
-        self.limit = limit
-        self.backoff = backoff
-        self._lock = threading.Lock()
-        # (queue, dispatch id) -> (seconds to keep its 'released' tombstone (0: none), run)
-        self._items: dict[RedisStore, dict[tuple[str, str], tuple[int, str]]] = {}
-        # Releases a flush took out of _items and has not settled yet: the spool file
-        # holds them until then, so nobody may clear it meanwhile.
-        self._in_flight: dict[RedisStore, int] = {}
-        self._spools: dict[RedisStore, Spool] = {}
-        self._retrier: threading.Thread | None = None
-        self._retrier_pid = 0
-
-    def add(self, store: RedisStore, queue: str, did: str, done_seconds: int = 0,
-            run: str = "", spool: Spool | None = None) -> None:
-        spool = spool or spool_for(store)
-        with self._lock:
-            self._spools[store] = spool
-            items = self._items.setdefault(store, {})
-            done_seconds = max(done_seconds, items.get((queue, did), (0, ""))[0])
-            items[(queue, did)] = (done_seconds, run)
-            while len(items) > self.limit:
-                del items[next(iter(items))]
-            self._start_retrier()
-        spool.add(queue, did, done_seconds, run)  # should this process die
-
-    def _start_retrier(self) -> None:
-        # With the lock held. One thread per process: a forked pool process has a copy of
-        # the parent's object but none of its threads.
-        alive = self._retrier is not None and self._retrier.is_alive()
-        if alive and self._retrier_pid == os.getpid():
-            return
-        self._retrier_pid = os.getpid()
-        self._retrier = threading.Thread(target=self._retry_until_done, daemon=True,
-                                         name="celery-fair-releases")
-        self._retrier.start()
-
-    def _retry_until_done(self) -> None:
-        backoff, wait = Backoff(*self.backoff), threading.Event()
-        while True:
-            wait.wait(backoff.next())
-            for store in list(self._items):
-                try:
-                    retry_pending_releases(store)
-                except FairError:
-                    pass  # still down (the first failure was logged)
-            with self._lock:
-                if not any(self._items.values()):
-                    self._retrier = None
-                    return
-
-    def __len__(self) -> int:
-        return sum(len(items) for items in self._items.values())
-
-    def flush(self, store: RedisStore) -> int:
-        """Retry every pending release of ``store``; raises FairError (keeping the rest)
-        when the store still fails. Returns how many were retried."""
-        with self._lock:
-            items = self._items.pop(store, {})
-            self._in_flight[store] = self._in_flight.get(store, 0) + len(items)
-        taken, done = len(items), 0
-        try:
-            for (queue, did), (done_seconds, run) in list(items.items()):
-                store.release(queue, did, done_seconds, run=run or None)
-                del items[(queue, did)]
-                done += 1
-        finally:
-            with self._lock:
-                self._in_flight[store] -= taken
-                if items:
-                    self._items.setdefault(store, {}).update(items)
-                elif not self._items.get(store) and not self._in_flight[store] \
-                        and store in self._spools:
-                    # Only now is nothing of this process's file still needed.
-                    self._spools[store].clear()
-        return done
-
-
-pending_releases = PendingReleases()
-_release_outage = Outage(logger, "celery_fair: releasing slots", expected=(FairError,))
-
-
-def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
-                     done: bool = False, run: str | None = None) -> None:
-    """Free the slot of the dispatch named in ``headers`` (idempotent). ``done``: the task
-    ran to its end in the pool, so its record stays ``fair_done_ttl`` seconds as a
-    tombstone and a copy the broker redelivers later is skipped. When the store is
-    unreachable the release is kept and retried on reconnect (:class:`PendingReleases`)."""
-    did, queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
-    if not did or not queue:
-        return
-    store = store_for(app)
-    done_seconds = get_config(app).done_ttl if done else 0
-    try:
-        retry_pending_releases(store)
-        store.release(queue, did, done_seconds, run=run)
-    except FairError as exc:
-        pending_releases.add(store, queue, did, done_seconds, run or "",
-                             spool_for(store, get_config(app).spool_dir))
-        _release_outage.failed(exc, "keeping them to retry when the store is back (or "
-                               "their leases return the slots)")
-        return
-    _release_outage.ok()
-
-
-def retry_pending_releases(store: RedisStore) -> None:
-    """Retry the releases that failed in this process; FairError if the store still fails."""
-    if len(pending_releases):
-        flushed = pending_releases.flush(store)
-        _release_outage.ok(f"; {flushed} pending releases done")
+# Signal receivers, the hub's releases and the lease keeper are this module's; begin and
+# release moved to lifecycle.py and stay importable from here.
+__all__ = ["HUB_DRAIN_SECONDS", "HubReleases", "LeaseKeeper", "LeaseStep", "PendingReleases",
+           "begin_dispatch", "hub_releases", "pending_releases", "release_dispatch",
+           "retry_pending_releases"]
 
 
 class HubReleases:
@@ -243,11 +136,10 @@ def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
     # FairTask checks its dispatch itself (and can skip a stale duplicate); a plain task
     # that carries a dispatch header (published through install()) only marks it running:
     # a signal receiver cannot stop the task, so such a duplicate runs (and is logged).
-    from .task import FairTask, begin_dispatch
-
     if task_id is not None:
         _running.add(str(task_id))
-    if task is not None and not isinstance(task, FairTask) and not task.request.is_eager:
+    if task is not None and getattr(task, "is_fair_task", False) is not True \
+            and not task.request.is_eager:
         headers = request_headers(task.request)
         if headers.get(DISPATCH_HEADER):
             try:

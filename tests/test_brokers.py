@@ -52,7 +52,7 @@ def test_dispatcher_publishes_in_confirm_mode(make_app, worker):
     result = fair.delay("confirmed")
     stepper = Dispatcher(app)
     assert stepper.step().dispatched == 1
-    producer = stepper._producer
+    producer = stepper.publisher._producer
     assert producer is not None
     assert producer.connection.transport_options["confirm_publish"] is True
     assert producer.channel._confirm_selected  # py-amqp put the channel in confirm mode

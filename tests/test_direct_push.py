@@ -31,13 +31,13 @@ PER_MESSAGE = {"id", "root_id", "fair_dispatch_id", "correlation_id", "delivery_
 def _counting(dispatcher: Dispatcher) -> list[str]:
     """Hold ids the dispatcher publishes through kombu (not pushed by the script)."""
     published: list[str] = []
-    original = dispatcher._publish_one
+    original = dispatcher.publisher.publish_one
 
     def counting(producer: Any, queue: str, item: Any) -> bool:
         published.append(item.hold_id)
         return bool(original(producer, queue, item))
 
-    dispatcher._publish_one = counting  # type: ignore[method-assign]
+    dispatcher.publisher.publish_one = counting  # type: ignore[method-assign]
     return published
 
 

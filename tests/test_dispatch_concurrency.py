@@ -90,14 +90,14 @@ def test_two_dispatcher_threads_run_every_task_once(app, worker, ledger, direct)
     lock = threading.Lock()
     threads = [DispatcherThread(app), DispatcherThread(app)]
     for t in threads:  # count what each dispatcher published, per dispatch
-        original = t.dispatcher._publish_one
+        original = t.dispatcher.publisher.publish_one
 
         def counting(producer: Any, queue: str, item: Any, _orig: Any = original) -> bool:
             with lock:
                 picked[item.hold_id] += 1
             return bool(_orig(producer, queue, item))
 
-        t.dispatcher._publish_one = counting  # type: ignore[method-assign]
+        t.dispatcher.publisher.publish_one = counting  # type: ignore[method-assign]
     with worker(concurrency=8), threads[0], threads[1]:
         wait_for(lambda: ledger.ends() >= n, timeout=150, interval=0.1,
                  what=f"{n} tasks to run")

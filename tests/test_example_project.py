@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("django")
 
-from celery_fair.store.redis import store_for_url  # noqa: E402
+from celery_fair.store import store_for_url  # noqa: E402
 from celery_fair.testing import RedisServer, free_port  # noqa: E402
 
 from .conftest import wait_for  # noqa: E402

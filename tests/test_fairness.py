@@ -189,7 +189,7 @@ def test_a_queue_dropped_from_the_queue_set_is_served_again_after_the_next_hold(
     with worker(concurrency=1), dispatcher() as running:
         assert work.delay("acme", "before").get(timeout=TIMEOUT) == "before"
         store.client.srem(queues_key(store.namespace), queue)
-        wait_for(lambda: queue not in running._queues,  # what it serves, re-read each second
+        wait_for(lambda: queue not in running.directory.queues,  # re-read each second
                  what="the dispatcher to stop serving the queue gone from the set")
         assert work.delay("acme", "after").get(timeout=TIMEOUT) == "after"
     assert queue in store.queues()

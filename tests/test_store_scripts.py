@@ -898,8 +898,8 @@ def test_run_gone_knows_dead_processes_and_its_own_thread() -> None:
     import sys
     import threading
 
-    from celery_fair.task import _HOST as h
-    from celery_fair.task import run_gone
+    from celery_fair.lifecycle import _HOST as h
+    from celery_fair.lifecycle import run_gone
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()

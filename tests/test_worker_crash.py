@@ -238,12 +238,12 @@ def test_stale_duplicate_is_skipped(app, worker, ledger, postruns, order):
     assert snap["inflight"] == 0
     assert [(g["group"], g["held_background"]) for g in snap["groups"]] == [("acme", 1)]
 
-    publisher = Dispatcher(app)
+    publisher = Dispatcher(app).publisher
     deadline = now_ms() + 60_000
 
     def publish(item: Any) -> None:
         with app.producer_or_acquire() as producer:
-            assert publisher._publish_one(producer, queue, item)
+            assert publisher.publish_one(producer, queue, item)
 
     def ran(did: str) -> list[str]:
         return [state for tid, state, d in postruns if tid == result.id and d == did]
@@ -308,11 +308,11 @@ def test_copy_redelivered_after_the_task_ran_is_skipped(app, worker, ledger, pos
     store, queue = store_for(app), _queue(app)
     result = work.delay("acme", "once")
     (item,) = store.pick(queue, 10, None, now_ms(), 60_000)
-    publisher = Dispatcher(app)
+    publisher = Dispatcher(app).publisher
 
     def publish() -> None:  # the same message, dispatch id and all
         with app.producer_or_acquire() as producer:
-            assert publisher._publish_one(producer, queue, item)
+            assert publisher.publish_one(producer, queue, item)
 
     def ran() -> list[str]:
         return [state for tid, state, d in postruns if tid == result.id]

@@ -33,9 +33,9 @@ from celery import Celery
 
 from ..dispatcher import Dispatcher
 from ..errors import ConfigurationError
+from ..store import store_for
 from ..store.keys import queues_key
 from ..store.redis import RedisStore
-from ..task import store_for
 from ..testing import RedisServer
 
 

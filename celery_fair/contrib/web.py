@@ -16,7 +16,8 @@ from celery.utils.imports import symbol_by_name
 
 from ..config import _resolver_ref
 from ..errors import ConfigurationError, InvalidGroup
-from ..groups import fair_context, validate_group
+from ..groups import fair_context
+from ..names import validate_group
 
 #: A request's group: a callable of the framework's request object.
 Resolver = Callable[[Any], Any]

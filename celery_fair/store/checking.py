@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from .redis import _glob_escape, _text, _wrapped
+from .connection import _glob_escape, _text, _wrapped
 
 if TYPE_CHECKING:
     from .redis import RedisStore

@@ -1,46 +1,48 @@
-"""The Redis store: each operation is one Lua script (``lua/<operation>.lua``)."""
+"""The Redis store: each operation is one Lua script (``lua/<operation>.lua``).
+
+Its plain reads and worker registry are in redis_reads.py, the client plumbing (timeouts,
+retries, errors) in connection.py."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
-import os
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import redis
-from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
-from redis.retry import Retry
 
 from .. import limits
-from ..errors import (
-    HoldOutcomeUnknown,
-    StoreConnectionError,
-    StoreError,
-    StoreFull,
-    StoreUnreachable,
-)
-from ..groups import validate_group
+from ..errors import HoldOutcomeUnknown, StoreConnectionError, StoreUnreachable
+from ..names import validate_group
 from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
+from .connection import (
+    _GET_CONNECTION_ARGS,
+    Bounds,
+    _explained,
+    _text,
+    _wrapped,
+    describe,
+    now_ms,
+)
 from .keys import QueueKeys, queues_key
+from .redis_reads import PRUNE_GRACE_MS, GroupFigures, RedisReads
 from .scripts import OPERATIONS, source
+
+# Kept importable from here, where they were defined before connection.py and
+# redis_reads.py took them.
+__all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PRUNE_GRACE_MS", "QUARANTINE_MAX",
+           "RESET", "TOMBSTONE_SECONDS", "Bounds", "GroupFigures", "RedisStore", "as_policy",
+           "describe", "now_ms"]
 
 logger = logging.getLogger(__name__)
 
 #: How long the record of a superseded or lost dispatch is kept (seconds). A stale copy
 #: delivered later than this runs as an unknown dispatch.
 TOMBSTONE_SECONDS = 86_400
-#: How long after its registration expired a worker's entry is dropped (ms). Expired
-#: workers never count; the margin only keeps a registering worker whose clock runs ahead
-#: from dropping entries another host's clock still sees as live.
-PRUNE_GRACE_MS = 60_000
 #: How long what a cancel call removed is kept to answer that call again (seconds):
 #: redis-py resends a call whose reply a dropped connection lost (10 retries by default),
 #: and the resend must still see the messages, or their tasks are never marked REVOKED.
@@ -54,99 +56,7 @@ KEEP, RESET = "", "reset"
 CHECK_BATCH = 500
 
 
-@contextmanager
-def _explained(operation: str, queue: str) -> Iterator[None]:
-    try:
-        yield
-    except (StoreConnectionError, StoreFull):
-        raise
-    except StoreError as exc:
-        # A script error is a damaged or foreign key: say where, and what finds it.
-        raise StoreError(f"{exc} (operation {operation}, fair queue {queue!r}; "
-                         "`celery -A <app> fair check` finds what is damaged, "
-                         "`--repair` fixes it)") from exc.__cause__
-
-
-class OuterRetry(Retry):
-    """A redis-py ``Retry`` that retries a command, not again everything inside it:
-    redis-py runs a connection's connect and handshake under the same policy from within
-    each try of the command, so a store that never answers would cost about
-    2 × (retries + 1)² waits instead of retries + 1."""
-
-    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(_retrying, "now", False):
-            return do()  # within a try of the command: its failure fails that try
-        _retrying.now = True
-        try:
-            return super().call_with_retry(do, fail, *args, **kwargs)
-        finally:
-            _retrying.now = False
-
-
-#: Whether this thread is inside an OuterRetry (module-wide: redis-py deep-copies the
-#: Retry of a client into each of its connections, and a thread-local cannot be copied).
-_retrying = threading.local()
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """How long one store command may block: settings ``fair_store_socket_timeout``,
-    ``fair_store_connect_timeout`` and ``fair_store_retries``. Set explicitly rather than
-    left to the installed redis-py, whose older releases wait forever on a store that
-    stopped answering (and whose newer ones retry ten times)."""
-
-    socket_timeout: float = 5.0
-    connect_timeout: float = 5.0
-    retries: int = 3
-
-    def client_options(self) -> dict[str, Any]:
-        # A fresh Retry per client: redis-py keeps per-client state in it.
-        return {"socket_timeout": self.socket_timeout,
-                "socket_connect_timeout": self.connect_timeout,
-                "retry": OuterRetry(ExponentialBackoff(cap=1.0, base=0.05), self.retries),
-                "retry_on_timeout": self.retries > 0}
-
-    def longest_wait(self) -> float:
-        """Upper bound of one failing command's time (seconds): every try waiting out
-        the connect and the socket timeout, plus backoff between tries (at most 1 s)."""
-        tries = self.retries + 1
-        return tries * (self.connect_timeout + self.socket_timeout) + self.retries * 1.0
-
-
-@contextmanager
-def _wrapped(where: str = "",
-             unreachable: type[StoreConnectionError] = StoreConnectionError) -> Iterator[None]:
-    at = f" ({where})" if where else ""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise unreachable(f"celery_fair store unreachable{at}: {exc}") from exc
-    except redis.exceptions.OutOfMemoryError as exc:
-        # Redis refuses a script's first write when full, and only its first (a script
-        # is atomic): nothing was written.
-        raise StoreFull(f"celery_fair store full{at}: {exc}") from exc
-    except redis.RedisError as exc:
-        raise StoreError(f"celery_fair store failed{at}: {exc}") from exc
-
-
-def describe(client: redis.Redis) -> str:
-    """Where ``client`` connects, as a URL without credentials (for error messages)."""
-    kw = client.connection_pool.connection_kwargs
-    if kw.get("path"):
-        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
-    scheme = "rediss" if "ssl" in str(client.connection_pool.connection_class).lower() \
-        else "redis"
-    return f"{scheme}://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
-
-
-#: ``ConnectionPool.get_connection``'s arguments: a command name before redis-py 5.3 (it
-#: was required, and is deprecated since).
-_GET_CONNECTION_ARGS: tuple[str, ...] = () if inspect.signature(
-    redis.ConnectionPool.get_connection).parameters["command_name"].default is None \
-    else ("EVALSHA",)
-
-
-class RedisStore(Store):
+class RedisStore(RedisReads, Store):
     """Fair queues of one namespace in one Redis database."""
 
     def __init__(self, client: redis.Redis, namespace: str = "fair") -> None:
@@ -166,9 +76,6 @@ class RedisStore(Store):
         for name, value in (bounds or Bounds()).client_options().items():
             options.setdefault(name, value)
         return cls(redis.Redis.from_url(url, **options), namespace)
-
-    def keys(self, queue: str) -> QueueKeys:
-        return QueueKeys(self.namespace, queue)
 
     def _run(self, name: str, queue: str, *args: Any) -> Any:
         with _explained(name, queue), _wrapped(self.where):
@@ -356,201 +263,7 @@ class RedisStore(Store):
             self.trim_quarantine(queue)  # the repair may have quarantined messages
         return checker.findings
 
-    # -- reads and bookkeeping outside the hot path -----------------------------------
-
-    def dispatch_state(self, queue: str, dispatch_id: str) -> str | None:
-        """State of a dispatch: its record's (picked, queued, running, lost,
-        superseded), 'released' while its tombstone lasts, None when the store does not
-        know it (never dispatched, or forgotten)."""
-        k = self.keys(queue)
-        with _wrapped(self.where):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hget(k.dispatch(dispatch_id), "s")
-            pipe.hexists(k.done(dispatch_id), dispatch_id)
-            state, done = pipe.execute()
-        if state is not None:
-            return _text(state)
-        return "released" if done else None
-
-    def queues(self) -> list[str]:
-        """Every fair queue that has held a message, sorted."""
-        with _wrapped(self.where):
-            return sorted(_text(q) for q in self.client.smembers(queues_key(self.namespace)))
-
-    def ping(self) -> None:
-        """Raise StoreConnectionError unless the store answers."""
-        with _wrapped(self.where):
-            self.client.ping()
-
-    def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
-        """Block until a wake marker appears on one of ``queues`` or ``timeout`` passes.
-
-        Returns the queue whose marker was taken (empty on timeout): one per call, so with
-        several woken the next call returns the next one at once. With ``timeout`` 0 it
-        only looks, without blocking, and takes and returns every woken queue.
-        """
-        by_key = {self.keys(q).wake: q for q in queues}
-        if not by_key:
-            time.sleep(timeout)
-            return set()
-        with _wrapped(self.where):
-            if timeout <= 0:
-                keys = list(by_key)
-                return {by_key[keys[i - 1]] for i in self._scripts["poll"](keys=keys)}
-            popped = self.client.blpop(list(by_key), timeout=timeout)
-        return set() if popped is None else {by_key[_text(popped[0])]}
-
-    def forget_queue(self, queue: str) -> bool:
-        """Drop ``queue`` from the set of fair queues if nothing is held, delayed, in
-        flight or quarantined in it (atomic: ``forget.lua``); True when dropped. A later
-        hold adds it again."""
-        with _wrapped(self.where):
-            forgotten = bool(self._scripts["forget"](
-                keys=[self.keys(queue).prefix, queues_key(self.namespace)], args=[queue]))
-        return forgotten  # a later hold from any process adds it again
-
-    def register_worker(self, queue: str, worker: str, concurrency: int,
-                        expires_ms: int) -> None:
-        """A worker consuming ``queue`` with ``concurrency`` slots is alive until then.
-
-        A worker seen for the first time wakes the dispatchers: it brings capacity. The
-        entries of workers long dead are dropped here (:meth:`prune_workers`), so the
-        hash stays as small as the set of live workers while reads stay reads.
-        """
-        k = self.keys(queue)
-        with _wrapped(self.where):
-            if self.client.hset(k.workers, worker, f"{expires_ms}:{concurrency}"):
-                pipe = self.client.pipeline(transaction=False)
-                pipe.lpush(k.wake, "1")
-                pipe.ltrim(k.wake, 0, 0)
-                pipe.execute()
-        self.prune_workers(queue, now_ms() - PRUNE_GRACE_MS)
-
-    def unregister_worker(self, queue: str, worker: str) -> None:
-        with _wrapped(self.where):
-            self.client.hdel(self.keys(queue).workers, worker)
-
-    def prune_workers(self, queue: str, before_ms: int) -> int:
-        """Forget the workers of ``queue`` whose registration expired before
-        ``before_ms``; returns how many. (A worker that registers again is back.)"""
-        key = self.keys(queue).workers
-        with _wrapped(self.where):
-            dead = [worker for worker, (expires, _) in _workers(self.client.hgetall(key))
-                    if expires < before_ms]
-            return int(self.client.hdel(key, *dead)) if dead else 0
-
-    def worker_capacity(self, queue: str, now_ms: int) -> int:
-        """Sum of the pool sizes of live workers consuming ``queue`` (reads only: expired
-        entries are skipped here and dropped by :meth:`register_worker`)."""
-        return sum(self.worker_pools(queue, now_ms).values())
-
-    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
-        """The live workers consuming ``queue``: {worker: pool size} (reads only)."""
-        with _wrapped(self.where):
-            entries = self.client.hgetall(self.keys(queue).workers)
-        return {worker: concurrency for worker, (expires, concurrency) in _workers(entries)
-                if expires >= now_ms}
-
-    def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """{queue: (in flight, held)} of ``queues``, in one round trip (reads only)."""
-        with _wrapped(self.where):
-            pipe = self.client.pipeline(transaction=False)
-            for queue in queues:
-                pipe.hmget(self.keys(queue).stat, "inflight", "held:i", "held:b")
-            rows = pipe.execute()
-        return {q: (int(n or 0), int(hi or 0) + int(hb or 0))
-                for q, (n, hi, hb) in zip(queues, rows)}
-
-    def snapshot(self, queue: str) -> dict[str, Any]:
-        """Totals and the figures of every group of ``queue`` (reads, not atomic).
-
-        Reads every group: O(groups), for tests and tools that need them all. Status
-        displays read :meth:`queue_figures` and :meth:`busiest_groups` instead.
-        """
-        with _wrapped(self.where):
-            groups = sorted(_text(g) for g in self.client.smembers(self.keys(queue).groups))
-        return {**self.queue_figures(queue), "groups": self.group_figures(queue, groups)}
-
-    def queue_figures(self, queue: str) -> dict[str, Any]:
-        """Totals of ``queue`` in O(1): held per class, delayed, in flight, groups with
-        work, ready groups per class, releases and skipped copies so far (``stat``
-        counters)."""
-        k = self.keys(queue)
-        with _wrapped(self.where):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(k.stat, "inflight", "held:i", "held:b", "released", "skipped")
-            pipe.zcard(k.delayed)
-            pipe.scard(k.groups)
-            pipe.zcard(k.ready("i"))
-            pipe.zcard(k.ready("b"))
-            stat, delayed, groups, ready_i, ready_b = pipe.execute()
-        inflight, held_i, held_b, released, skipped = (int(v or 0) for v in stat)
-        return {"queue": queue, "inflight": inflight, "delayed": delayed,
-                "held_interactive": held_i, "held_background": held_b, "released": released,
-                "skipped": skipped,
-                "group_count": groups, "ready_interactive": ready_i, "ready_background": ready_b}
-
-    def top_groups(self, queue: str, limit: int) -> list[tuple[str, int]]:
-        """The ``limit`` groups holding the most messages, most first, with their count
-        (the ``backlog`` ranking: O(log G + limit))."""
-        if limit <= 0:
-            return []
-        with _wrapped(self.where):
-            rows: list[Any] = self.client.zrevrange(self.keys(queue).backlog, 0, limit - 1,
-                                                    withscores=True)
-        return [(_text(g), int(n)) for g, n in rows]
-
-    def busiest_groups(self, queue: str, limit: int) -> list[dict[str, Any]]:
-        """Figures (:meth:`group_figures`) of at most ``limit`` groups with work, most held
-        first, then most in flight, then by name. Reads O(limit) keys: the ``backlog``
-        ranking, then, if it has fewer, other groups with work (in flight or delayed)."""
-        names = [g for g, _ in self.top_groups(queue, limit)]
-        if len(names) < limit:
-            seen = set(names)
-            with _wrapped(self.where):
-                for member in self.client.sscan_iter(self.keys(queue).groups, count=200):
-                    name = _text(member)
-                    if name not in seen:
-                        names.append(name)
-                        seen.add(name)
-                        if len(names) >= limit:
-                            break
-        rows = self.group_figures(queue, names)
-        rows.sort(key=lambda r: (-(r["held_interactive"] + r["held_background"]),
-                                 -r["inflight"], r["group"]))
-        return rows
-
-    def group_figures(self, queue: str, groups: list[str]) -> list[dict[str, Any]]:
-        """Held, delayed, in flight, cap and weight in force of each of ``groups``;
-        ``limited`` lists what a runtime limit sets ("cap", "weight"). One round trip."""
-        k = self.keys(queue)
-        with _wrapped(self.where):
-            pipe = self.client.pipeline(transaction=False)
-            for g in groups:
-                pipe.llen(k.held("i", g))
-                pipe.llen(k.held("b", g))
-                pipe.hmget(k.group(g), "n", "d")
-                pipe.hget(k.caps, g)
-                pipe.hget(k.weights, g)
-                pipe.hexists(k.limit_caps, g)
-                pipe.hexists(k.limit_weights, g)
-            pipe.hgetall(k.conf)
-            *rows, conf = pipe.execute()
-        conf = {_text(a): _text(b) for a, b in conf.items()}
-        out = []
-        for i, g in enumerate(groups):
-            held_i, held_b, (n, d), cap, weight, cap_limited, weight_limited = \
-                rows[i * 7:i * 7 + 7]
-            cap_value = int(_first(cap, conf.get("cap"), -1))
-            out.append({
-                "group": g, "held_interactive": held_i, "held_background": held_b,
-                "delayed": int(d or 0), "inflight": int(n or 0),
-                "cap": None if cap_value < 0 else cap_value,
-                "weight": float(_first(weight, conf.get("weight"), 1)),
-                "limited": [name for name, on in (("cap", cap_limited),
-                                                  ("weight", weight_limited)) if on],
-            })
-        return out
+    # -- runtime limits and the quarantine (reads: redis_reads.py) -----------------
 
     def limit(self, queue: str, group: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int | None, float]:
@@ -569,15 +282,6 @@ class RedisStore(Store):
                                         _weight_arg(group, weight))
         value = int(_text(cap_now))
         return (None if value < 0 else value), float(_text(weight_now))
-
-    def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
-        """Counts and head due times of ``groups`` (one short script; reads only)."""
-        if not groups:
-            return []
-        flat = self._run("summarize", queue, *groups)
-        rows = (flat[i:i + 6] for i in range(0, len(flat), 6))
-        return [GroupFigures(g, int(hi), int(hb), int(n), int(d), _seconds(ti), _seconds(tb))
-                for g, (hi, hb, n, d, ti, tb) in zip(groups, rows)]
 
     def quarantine(self, queue: str, dispatch_id: str, value: bytes, reason: str) -> None:
         """Keep an undecodable message aside (never dropped) and free its slot."""
@@ -628,22 +332,6 @@ def _log_quarantined(keys: QueueKeys, hold_ids: list[Any]) -> None:
                  "affected", keys.queue, ", ".join(_text(h) for h in hold_ids), keys.quarantine)
 
 
-def _workers(entries: Mapping[Any, Any]) -> Iterator[tuple[str, tuple[int, int]]]:
-    """The ``workers`` hash as ``(worker, (expires_ms, concurrency))``."""
-    for worker, value in entries.items():
-        expires, _, concurrency = _text(value).partition(":")
-        yield _text(worker), (int(expires), int(concurrency))
-
-
-def _glob_escape(text: str) -> str:
-    """``text`` as a literal in a SCAN MATCH pattern."""
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
-
-
-def _first(*values: Any) -> Any:
-    return next(v for v in values if v is not None)
-
-
 def _cap_arg(group: str, cap: int | str) -> str:
     """limit.lua's ARGV for ``cap``: KEEP, RESET, -1 (no cap) or a checked cap."""
     if cap in (KEEP, RESET) or (cap == -1 and not isinstance(cap, bool)):
@@ -687,45 +375,6 @@ def _picked(flat: list[Any], push: DirectPush | None
         else:
             quarantined.append(flat[i + 1])
     return pushed, picked, quarantined
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _seconds(value: Any) -> float | None:
-    text = _text(value)
-    return float(text) if text else None
-
-
-@dataclass(frozen=True)
-class GroupFigures:
-    """One group as ``summarize`` sees it; ``due_*``: when its oldest held message of
-    that class became due (epoch seconds), None when it holds none (or an old message)."""
-
-    group: str
-    held_interactive: int
-    held_background: int
-    inflight: int
-    delayed: int
-    due_interactive: float | None
-    due_background: float | None
-
-
-_stores: dict[tuple[int, str, str, Bounds], RedisStore] = {}
-
-
-def store_for_url(url: str, namespace: str, bounds: Bounds | None = None) -> RedisStore:
-    """One store per process, URL, namespace and bounds (a new one after fork)."""
-    key = (os.getpid(), url, namespace, bounds or Bounds())
-    store = _stores.get(key)
-    if store is None:
-        store = _stores[key] = RedisStore.from_url(url, namespace, bounds)
-    return store
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def as_policy(caps: Mapping[str, int], weights: Mapping[str, float], default_cap: int | None,

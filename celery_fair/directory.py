@@ -1,0 +1,135 @@
+"""The dispatcher's directory of fair queues: which it serves, and how much each may take.
+
+:class:`QueueDirectory` re-reads the set of fair queues and their live workers' pools every
+``REFRESH_SECONDS``, configures a queue's policy the first time it serves it, stops serving
+a queue idle past the prune horizon, and says how many tasks a queue may have in flight
+in a step (``capacity.py`` when workers share their pools across queues).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from .capacity import room, sharing
+from .config import FairConfig
+from .schedule import PRUNE_SECONDS, StepSchedule
+from .store.base import Policy
+from .store.redis import RedisStore
+from .store.redis import now_ms as _now_ms
+
+# The name this log has always had (the directory lived in dispatcher.py): users filter on it.
+logger = logging.getLogger("celery_fair.dispatcher")
+
+#: How often the set of fair queues and the live workers' capacity are re-read.
+REFRESH_SECONDS = 1.0
+
+
+class QueueDirectory:
+    """The fair queues one dispatcher serves (all of them, or ``fixed_queues``).
+
+    ``clock``: the dispatcher's monotonic clock; ``schedule``: its step schedule, told
+    which queues exist and when one is due at once; ``forget``: called with a queue no
+    longer served.
+    """
+
+    def __init__(self, store: RedisStore, config: FairConfig, fixed_queues: list[str] | None,
+                 schedule: StepSchedule, clock: Callable[[], float],
+                 forget: Callable[[str], None]) -> None:
+        self.store = store
+        self.config = config
+        self.fixed_queues = fixed_queues
+        self.queues: list[str] = []
+        self._schedule = schedule
+        self._clock = clock
+        self._forget = forget
+        self._configured: set[str] = set()
+        self._capacity: dict[str, int | None] = {}
+        self._pools: dict[str, dict[str, int]] = {}  # queue -> {live worker: pool size}
+        self._refreshed = 0.0
+
+    def refresh(self) -> bool:
+        """Re-read the set of fair queues and their capacity if REFRESH_SECONDS passed;
+        True when it did."""
+        if self._clock() - self._refreshed < REFRESH_SECONDS:
+            return False
+        self.queues = self.fixed_queues or self.store.queues()
+        self._schedule.track(self.queues)
+        for queue in self.queues:
+            if queue not in self._configured:
+                self.store.configure(queue, self._policy())
+                self._configured.add(queue)
+                logger.info("serving fair queue %s", queue)
+            self.set_capacity(queue)
+        self._prune()
+        # Only a refresh that worked counts: otherwise, with no queue known yet, the steps
+        # in between would do nothing, "work" and end the outage every second.
+        self._refreshed = self._clock()
+        return True
+
+    def recheck_empty(self, queues: list[str]) -> None:
+        """Between full refreshes only a queue without capacity is re-read: a worker
+        that just came up wakes us and should get work at once."""
+        for queue in queues:
+            if self._capacity.get(queue) == 0:
+                self.set_capacity(queue)
+
+    def _prune(self) -> None:
+        """Stop serving the queues in which nothing happened for PRUNE_SECONDS, if the
+        store finds nothing left in them (atomically; a later hold adds one back): each
+        known queue costs a step per sweep and a key in every wait."""
+        if self.fixed_queues:
+            return
+        for queue in self._schedule.idle():
+            if not self.store.forget_queue(queue):
+                self._schedule.touch(queue)  # not empty: look again a horizon later
+                continue
+            logger.info("queue %s: nothing held, delayed or in flight for %.0fs; no longer "
+                        "served (a new hold brings it back)", queue, PRUNE_SECONDS)
+            self.queues.remove(queue)
+            self._schedule.drop(queue)
+            self._configured.discard(queue)
+            self._capacity.pop(queue, None)
+            self._forget(queue)
+
+    def _policy(self) -> Policy:
+        c = self.config
+        return Policy(c.default_concurrency, c.interactive_reserve, 1.0,
+                      c.group_concurrency, c.group_weights)
+
+    def capacity(self, queue: str) -> int | None:
+        """Tasks in flight ``queue`` may have, as last read (None: not read yet)."""
+        return self._capacity.get(queue)
+
+    def capacities(self) -> dict[str, int | None]:
+        """Every served queue's capacity, as last read."""
+        return self._capacity
+
+    def room(self, queue: str) -> int | None:
+        """What ``queue`` may have in flight in this step. When its workers consume other
+        fair queues too, their pools are shared (capacity.py): what those queues hold
+        now is read first (one round trip), so together they stay within the pools."""
+        capacity = self._capacity.get(queue, 0)
+        others = sharing(queue, self._pools) if capacity else []
+        if not others:
+            return capacity
+        loads = self.store.loads(others)
+        return room(queue, self._pools, loads, self.config.dispatch_ahead)
+
+    def set_capacity(self, queue: str) -> None:
+        if self.config.max_inflight is not None:
+            capacity: int | None = self.config.max_inflight
+        else:
+            self._pools[queue] = self.store.worker_pools(queue, _now_ms())
+            capacity = sum(self._pools[queue].values())
+            if capacity:  # a few ready in the real queue: no slot idles until we step
+                capacity += self.config.dispatch_ahead
+        previous = self._capacity.get(queue, -1)
+        if capacity != previous:
+            if capacity == 0:
+                logger.warning("queue %s: no live worker consumes it; holding its tasks",
+                               queue)
+            else:
+                logger.info("queue %s: capacity %s tasks in flight", queue, capacity)
+            self._capacity[queue] = capacity
+            self._schedule.due_now(queue)

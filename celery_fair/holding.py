@@ -1,0 +1,170 @@
+"""The holding producer: where a fair task's message is kept instead of sent.
+
+``FairTask.apply_async`` (task.py) and ``send_task``/``fair_tasks`` of an installed app
+(installer.py) work out the group, class and cost of a publication (:func:`placement`) and
+hand Celery a :class:`HoldingProducer`. Celery builds the message as usual; the holding
+producer keeps it in the store, and the dispatcher later publishes it verbatim.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from celery import Celery
+
+from .brokers import check_app, real_destination
+from .config import get_config
+from .envelope import BACKGROUND, INTERACTIVE, Envelope
+from .errors import FairError, InvalidOption, StoreFull, StoreUnreachable
+from .groups import current_scope
+from .headers import CLASS_HEADER, COST_HEADER, GROUP_HEADER, request_headers
+from .names import validate_cost, validate_group
+from .outage import Outage
+from .store.redis import RedisStore
+
+# The name this log has always had (the code lived in task.py): users filter on it.
+logger = logging.getLogger("celery_fair.task")
+
+
+def placement(app: Celery, headers: Mapping[str, Any], explicit: tuple[Any, Any, Any],
+              rule_group: Callable[[], Any], rule_interactive: bool | None,
+              rule_cost: float, default_group: str) -> dict[str, Any]:
+    """Group, class and cost of one publication, as message headers.
+
+    Precedence, most specific first: the call's ``fair_*`` options (``explicit``), the
+    message's own fair headers (a retry), the task's rule, :func:`fair_context`, the
+    parent task's headers (a continuation published by a worker), the default group.
+    """
+    group, interactive, cost = explicit
+    scope = current_scope()
+    parent = _parent_headers(app)
+    if group is None:
+        group = headers.get(GROUP_HEADER)
+    if group is None:
+        group = rule_group()
+    if group is None and scope is not None:
+        group = scope.group
+    if group is None:
+        group = parent.get(GROUP_HEADER)
+    klass = klass_of(interactive, headers.get(CLASS_HEADER), rule_interactive,
+                   scope.interactive if scope else None, parent.get(CLASS_HEADER))
+    return {
+        GROUP_HEADER: validate_group(default_group if group is None else group),
+        CLASS_HEADER: klass,
+        COST_HEADER: validate_cost(rule_cost if cost is None else cost),
+    }
+
+
+def klass_of(*choices: Any) -> str:
+    """The first class stated, from the most to the least specific source."""
+    for choice in choices:
+        if choice is None:
+            continue
+        if choice in (INTERACTIVE, BACKGROUND):
+            return str(choice)
+        if not isinstance(choice, bool):
+            raise InvalidOption(
+                f"fair_interactive={choice!r} is invalid: expected True, False or None")
+        return INTERACTIVE if choice else BACKGROUND
+    return BACKGROUND
+
+
+def _parent_headers(app: Celery) -> Mapping[str, Any]:
+    """Fair headers of the task this worker is running, so continuations inherit them."""
+    parent = app.current_worker_task
+    if parent is None:
+        return {}
+    return request_headers(parent.request)
+
+
+class HoldingProducer:
+    """Stands in for a kombu Producer inside ``send_task``; holds task messages.
+
+    Anything that is not a task message (the ``task-sent`` event) goes to the real producer.
+    """
+
+    def __init__(self, producer: Any, store: RedisStore, front: bool, app: Celery) -> None:
+        check_app(app)
+        self._producer = producer
+        self._store = store
+        self._front = front
+        self._app = app
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._producer, name)
+
+    def publish(self, body: Any, routing_key: str | None = None, delivery_mode: Any = None,
+                mandatory: bool = False, immediate: bool = False, priority: int | None = 0,
+                content_type: str | None = None, content_encoding: str | None = None,
+                serializer: str | None = None, headers: dict[str, Any] | None = None,
+                compression: str | None = None, exchange: Any = None, retry: bool = False,
+                retry_policy: Any = None, declare: Any = None, expiration: Any = None,
+                timeout: Any = None, confirm_timeout: Any = None, **properties: Any) -> None:
+        def send() -> None:
+            self._producer.publish(
+                body, routing_key=routing_key, delivery_mode=delivery_mode,
+                mandatory=mandatory, immediate=immediate, priority=priority,
+                content_type=content_type, content_encoding=content_encoding,
+                serializer=serializer, headers=headers, compression=compression,
+                exchange=exchange, retry=retry, retry_policy=retry_policy, declare=declare,
+                expiration=expiration, timeout=timeout, confirm_timeout=confirm_timeout,
+                **properties)
+
+        if not headers or "task" not in headers or GROUP_HEADER not in headers:
+            return send()
+        try:
+            self._hold(body, routing_key, delivery_mode, priority, content_type,
+                       content_encoding, serializer, headers, compression, exchange,
+                       declare, properties)
+        except (StoreUnreachable, StoreFull) as exc:
+            if get_config(self._app).on_store_error != "publish":
+                raise
+            # fair_on_store_error = "publish": the task is kept, fairness is not. Only when
+            # it was certainly not held: any other StoreError (a reply lost) may have held
+            # it, and publishing as well would run it twice; that one is raised.
+            _publish_outage.failed(exc, "publishing fair tasks straight to the broker "
+                                   "(fair_on_store_error='publish')")
+            return send()
+        _publish_outage.ok()
+        return None
+
+    def _hold(self, body: Any, routing_key: str | None, delivery_mode: Any,
+              priority: int | None, content_type: str | None, content_encoding: str | None,
+              serializer: str | None, headers: dict[str, Any], compression: str | None,
+              exchange: Any, declare: Any, properties: dict[str, Any]) -> None:
+        raw, ctype, cenc = self._producer._prepare(
+            body, serializer, content_type, content_encoding, compression, headers)
+        if isinstance(raw, str):
+            raw = raw.encode(cenc or "utf-8")
+        exchange, routing_key, queue = real_destination(
+            self._app, getattr(exchange, "name", exchange) or "", routing_key or "",
+            list(declare or ()))
+        now = int(time.time() * 1000)
+        due = _due_ms(headers.get("eta"), self._app, now)
+        envelope = Envelope(
+            body=raw, content_type=ctype, content_encoding=cenc, headers=headers,
+            exchange=exchange, routing_key=routing_key, queue=queue,
+            delivery_mode=delivery_mode, priority=priority, properties=properties,
+            due_at=max(now, due) / 1000)
+        group = headers[GROUP_HEADER]
+        value = envelope.encode(group, headers[CLASS_HEADER], headers[COST_HEADER], self._front)
+        self._store.hold(envelope.queue, envelope.task_id, value, due, now)
+
+
+_publish_outage = Outage(logger, "celery_fair: holding fair tasks", expected=(FairError,))
+
+
+def _due_ms(eta: Any, app: Celery, now: int) -> int:
+    if not eta:
+        return 0
+    when = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
+    if when.tzinfo is None:
+        # Celery's worker reads a naive ETA as UTC whatever the app's timezone
+        # (celery.utils.time.maybe_make_aware); the delayed set must agree with it.
+        when = when.replace(tzinfo=timezone.utc)
+    due = int(when.timestamp() * 1000)
+    return due if due > now else 0

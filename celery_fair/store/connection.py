@@ -1,0 +1,133 @@
+"""The Redis client side of the store: timeouts and retries, and store errors for
+redis-py's. Shared by the store's scripts (redis.py), its reads (redis_reads.py) and the
+check (checking.py)."""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from ..errors import StoreConnectionError, StoreError, StoreFull
+
+
+@contextmanager
+def _explained(operation: str, queue: str) -> Iterator[None]:
+    try:
+        yield
+    except (StoreConnectionError, StoreFull):
+        raise
+    except StoreError as exc:
+        # A script error is a damaged or foreign key: say where, and what finds it.
+        raise StoreError(f"{exc} (operation {operation}, fair queue {queue!r}; "
+                         "`celery -A <app> fair check` finds what is damaged, "
+                         "`--repair` fixes it)") from exc.__cause__
+
+
+class OuterRetry(Retry):
+    """A redis-py ``Retry`` that retries a command, not again everything inside it:
+    redis-py runs a connection's connect and handshake under the same policy from within
+    each try of the command, so a store that never answers would cost about
+    2 × (retries + 1)² waits instead of retries + 1."""
+
+    def call_with_retry(self, do: Any, fail: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(_retrying, "now", False):
+            return do()  # within a try of the command: its failure fails that try
+        _retrying.now = True
+        try:
+            return super().call_with_retry(do, fail, *args, **kwargs)
+        finally:
+            _retrying.now = False
+
+
+#: Whether this thread is inside an OuterRetry (module-wide: redis-py deep-copies the
+#: Retry of a client into each of its connections, and a thread-local cannot be copied).
+_retrying = threading.local()
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """How long one store command may block: settings ``fair_store_socket_timeout``,
+    ``fair_store_connect_timeout`` and ``fair_store_retries``. Set explicitly rather than
+    left to the installed redis-py, whose older releases wait forever on a store that
+    stopped answering (and whose newer ones retry ten times)."""
+
+    socket_timeout: float = 5.0
+    connect_timeout: float = 5.0
+    retries: int = 3
+
+    def client_options(self) -> dict[str, Any]:
+        # A fresh Retry per client: redis-py keeps per-client state in it.
+        return {"socket_timeout": self.socket_timeout,
+                "socket_connect_timeout": self.connect_timeout,
+                "retry": OuterRetry(ExponentialBackoff(cap=1.0, base=0.05), self.retries),
+                "retry_on_timeout": self.retries > 0}
+
+    def longest_wait(self) -> float:
+        """Upper bound of one failing command's time (seconds): every try waiting out
+        the connect and the socket timeout, plus backoff between tries (at most 1 s)."""
+        tries = self.retries + 1
+        return tries * (self.connect_timeout + self.socket_timeout) + self.retries * 1.0
+
+
+@contextmanager
+def _wrapped(where: str = "",
+             unreachable: type[StoreConnectionError] = StoreConnectionError) -> Iterator[None]:
+    at = f" ({where})" if where else ""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise unreachable(f"celery_fair store unreachable{at}: {exc}") from exc
+    except redis.exceptions.OutOfMemoryError as exc:
+        # Redis refuses a script's first write when full, and only its first (a script
+        # is atomic): nothing was written.
+        raise StoreFull(f"celery_fair store full{at}: {exc}") from exc
+    except redis.RedisError as exc:
+        raise StoreError(f"celery_fair store failed{at}: {exc}") from exc
+
+
+def describe(client: redis.Redis) -> str:
+    """Where ``client`` connects, as a URL without credentials (for error messages)."""
+    kw = client.connection_pool.connection_kwargs
+    if kw.get("path"):
+        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
+    scheme = "rediss" if "ssl" in str(client.connection_pool.connection_class).lower() \
+        else "redis"
+    return f"{scheme}://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+#: ``ConnectionPool.get_connection``'s arguments: a command name before redis-py 5.3 (it
+#: was required, and is deprecated since).
+_GET_CONNECTION_ARGS: tuple[str, ...] = () if inspect.signature(
+    redis.ConnectionPool.get_connection).parameters["command_name"].default is None \
+    else ("EVALSHA",)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal in a SCAN MATCH pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def _first(*values: Any) -> Any:
+    return next(v for v in values if v is not None)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _seconds(value: Any) -> float | None:
+    text = _text(value)
+    return float(text) if text else None
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
