@@ -142,3 +142,35 @@ class Store(abc.ABC):
         (``<task id>~<n>``: the same id held twice). The removal is atomic; a message
         already picked, queued or running is left alone. Returns ``(hold id, stored
         value)`` of every message removed."""
+
+
+# -- lifetimes and bounds every backend keeps, and the summary read model ---------------
+
+#: How long the record of a superseded or lost dispatch is kept (seconds). A stale copy
+#: delivered later than this runs as an unknown dispatch.
+TOMBSTONE_SECONDS = 86_400
+#: How long what a cancel call removed is kept to answer that call again (seconds):
+#: redis-py resends a call whose reply a dropped connection lost (10 retries by default),
+#: and the resend must still see the messages, or their tasks are never marked REVOKED.
+CANCELLED_SECONDS = 300
+#: Most entries the quarantine of one fair queue keeps (the newest): it holds damaged data
+#: for a human to look at, and must not grow without end. Each one dropped is logged.
+QUARANTINE_MAX = 1_000
+#: How long after its registration expired a worker's entry is dropped (ms). Expired
+#: workers never count; the margin only keeps a registering worker whose clock runs ahead
+#: from dropping entries another host's clock still sees as live.
+PRUNE_GRACE_MS = 60_000
+
+
+@dataclass(frozen=True)
+class GroupFigures:
+    """One group as ``summarize`` sees it; ``due_*``: when its oldest held message of
+    that class became due (epoch seconds), None when it holds none (or an old message)."""
+
+    group: str
+    held_interactive: int
+    held_background: int
+    inflight: int
+    delayed: int
+    due_interactive: float | None
+    due_background: float | None

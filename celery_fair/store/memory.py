@@ -22,15 +22,20 @@ from typing import Any
 
 from .. import limits
 from ..errors import StoreError
-from ..groups import validate_group
+from ..names import validate_group
 from ..policy import CLASSES, KEEP, FairQueue, Placement, QueueState
-from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
-from .redis import (
+from .base import (
     CANCELLED_SECONDS,
     PRUNE_GRACE_MS,
     QUARANTINE_MAX,
     TOMBSTONE_SECONDS,
+    BeginResult,
+    DirectPush,
     GroupFigures,
+    Picked,
+    Policy,
+    Pushed,
+    Store,
 )
 
 #: The stored value's prefix (envelope.py): <class><front><cost>:<group length>:<group>.

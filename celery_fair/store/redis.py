@@ -18,7 +18,19 @@ from redis.commands.core import Script
 from .. import limits
 from ..errors import HoldOutcomeUnknown, StoreConnectionError, StoreUnreachable
 from ..names import validate_group
-from .base import BeginResult, DirectPush, Picked, Policy, Pushed, Store
+from .base import (
+    CANCELLED_SECONDS,
+    PRUNE_GRACE_MS,
+    QUARANTINE_MAX,
+    TOMBSTONE_SECONDS,
+    BeginResult,
+    DirectPush,
+    GroupFigures,
+    Picked,
+    Policy,
+    Pushed,
+    Store,
+)
 from .connection import (
     _GET_CONNECTION_ARGS,
     Bounds,
@@ -29,7 +41,7 @@ from .connection import (
     now_ms,
 )
 from .keys import QueueKeys, queues_key
-from .redis_reads import PRUNE_GRACE_MS, GroupFigures, RedisReads
+from .redis_reads import RedisReads
 from .scripts import OPERATIONS, source
 
 # Kept importable from here, where they were defined before connection.py and
@@ -40,16 +52,6 @@ __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PRUNE_GRACE_MS", "QUARAN
 
 logger = logging.getLogger(__name__)
 
-#: How long the record of a superseded or lost dispatch is kept (seconds). A stale copy
-#: delivered later than this runs as an unknown dispatch.
-TOMBSTONE_SECONDS = 86_400
-#: How long what a cancel call removed is kept to answer that call again (seconds):
-#: redis-py resends a call whose reply a dropped connection lost (10 retries by default),
-#: and the resend must still see the messages, or their tasks are never marked REVOKED.
-CANCELLED_SECONDS = 300
-#: Most entries the quarantine of one fair queue keeps (the newest): it holds damaged data
-#: for a human to look at, and must not grow without end. Each one dropped is logged.
-QUARANTINE_MAX = 1_000
 #: :meth:`RedisStore.limit` arguments: leave the value as it is, or clear the runtime limit.
 KEEP, RESET = "", "reset"
 #: Most entries one ``check.lua`` call reads (a few ms of Redis time at most).

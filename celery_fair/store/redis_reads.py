@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.commands.core import Script
 
+from .base import PRUNE_GRACE_MS, GroupFigures
 from .connection import _first, _seconds, _text, _wrapped, now_ms
 from .keys import QueueKeys, queues_key
-
-#: How long after its registration expired a worker's entry is dropped (ms). Expired
-#: workers never count; the margin only keeps a registering worker whose clock runs ahead
-#: from dropping entries another host's clock still sees as live.
-PRUNE_GRACE_MS = 60_000
 
 
 class RedisReads:
@@ -245,17 +240,3 @@ def _workers(entries: Mapping[Any, Any]) -> Iterator[tuple[str, tuple[int, int]]
     for worker, value in entries.items():
         expires, _, concurrency = _text(value).partition(":")
         yield _text(worker), (int(expires), int(concurrency))
-
-
-@dataclass(frozen=True)
-class GroupFigures:
-    """One group as ``summarize`` sees it; ``due_*``: when its oldest held message of
-    that class became due (epoch seconds), None when it holds none (or an old message)."""
-
-    group: str
-    held_interactive: int
-    held_background: int
-    inflight: int
-    delayed: int
-    due_interactive: float | None
-    due_background: float | None
