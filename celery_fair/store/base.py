@@ -1,7 +1,7 @@
 """The store contract: every state change of a held message is one atomic operation.
 
 The store deals in stored values (bytes, see ``envelope.py``) and ids only; Celery and
-kombu stay in ``task.py`` and ``dispatcher.py``. All times are milliseconds since the epoch
+kombu stay in ``holding.py`` and ``publisher.py``. All times are milliseconds since the epoch
 passed in by the caller, so the operations are deterministic and testable.
 """
 
