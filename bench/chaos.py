@@ -347,7 +347,13 @@ class Campaign:
             self.events.append((time.time(), "outage", 0))
 
     def _kill_worker(self) -> None:
+        # A worker that exited by itself (kombu, on a Redis restart) is replaced first: all
+        # of them may be down at once, and the kill is meant for a live one.
+        self._crashed_workers()
         live = [w for w in self.workers if w.alive()]
+        if not live:
+            logger.warning("no live worker to kill this time")
+            return
         victim = self.rng.choice(live)
         children = pool_processes(victim.pid)
         if children and self.rng.random() < 1 / 3:
