@@ -66,10 +66,14 @@ class Bounds:
 
     def client_options(self) -> dict[str, Any]:
         # A fresh Retry per client: redis-py keeps per-client state in it.
+        # retry_on_error: redis-py before 6 retries only the errors listed there (a lost
+        # connection included), whatever the Retry's own list says.
+        retried = [redis.ConnectionError, redis.TimeoutError] if self.retries > 0 else []
         return {"socket_timeout": self.socket_timeout,
                 "socket_connect_timeout": self.connect_timeout,
                 "retry": OuterRetry(ExponentialBackoff(cap=1.0, base=0.05), self.retries),
-                "retry_on_timeout": self.retries > 0}
+                "retry_on_timeout": self.retries > 0,
+                "retry_on_error": retried}
 
     def longest_wait(self) -> float:
         """Upper bound of one failing command's time (seconds): every try waiting out
