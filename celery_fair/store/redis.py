@@ -20,12 +20,14 @@ from ..errors import HoldOutcomeUnknown, StoreConnectionError, StoreUnreachable
 from ..names import validate_group
 from .base import (
     CANCELLED_SECONDS,
+    CHECK_BATCH,
+    KEEP,
     PRUNE_GRACE_MS,
     QUARANTINE_MAX,
+    RESET,
     TOMBSTONE_SECONDS,
     BeginResult,
     DirectPush,
-    GroupFigures,
     Picked,
     Policy,
     Pushed,
@@ -47,19 +49,25 @@ from .scripts import OPERATIONS, source
 # Kept importable from here, where they were defined before connection.py and
 # redis_reads.py took them.
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PRUNE_GRACE_MS", "QUARANTINE_MAX",
-           "RESET", "TOMBSTONE_SECONDS", "Bounds", "GroupFigures", "RedisStore", "as_policy",
+           "RESET", "TOMBSTONE_SECONDS", "Bounds", "RedisStore", "as_policy",
            "describe", "now_ms"]
 
 logger = logging.getLogger(__name__)
 
-#: :meth:`RedisStore.limit` arguments: leave the value as it is, or clear the runtime limit.
-KEEP, RESET = "", "reset"
-#: Most entries one ``check.lua`` call reads (a few ms of Redis time at most).
-CHECK_BATCH = 500
+#: redis-py connection settings that name a server and database.
+_WHERE = ("host", "port", "db", "path")
 
 
 class RedisStore(RedisReads, Store):
     """Fair queues of one namespace in one Redis database."""
+
+    supports_direct_push = True
+
+    def same_redis(self, connection_kwargs: Mapping[str, Any]) -> bool:
+        """See :meth:`Store.same_redis`: the same host and port or socket path, and db."""
+        ours = self.client.connection_pool.connection_kwargs
+        return all(ours.get(key) == connection_kwargs.get(key) for key in _WHERE) \
+            and any(ours.get(key) for key in ("host", "path"))
 
     def __init__(self, client: redis.Redis, namespace: str = "fair") -> None:
         self.client = client
