@@ -19,7 +19,7 @@ import redis
 import celery_fair.store
 from celery_fair.config import SETTINGS
 from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope
-from celery_fair.store.base import BeginResult, Picked, Policy
+from celery_fair.store.base import BeginAnswer, BeginResult, Picked, Policy
 from celery_fair.store.redis import PRUNE_GRACE_MS, QUARANTINE_MAX, RESET, RedisStore, now_ms
 from celery_fair.store.scripts import OPERATIONS, source
 from celery_fair.testing import RedisServer
@@ -882,6 +882,25 @@ def test_copy_asks_whether_a_run_of_its_own_host_is_gone(store: RedisStore,
     assert got is (BeginResult.RUN if runner_gone else BeginResult.SKIP)
     assert store.queue_figures(Q).skipped == (0 if runner_gone else 1)
     assert store.snapshot(Q)["inflight"] == 1
+
+
+def test_begin_run_answers_the_holding_run_of_its_host_and_take_over_takes_it(
+        store: RedisStore) -> None:
+    """The two atomic calls ``begin`` is made of (a transactional backend runs each in a
+    transaction; whether the holding run is gone is judged between them)."""
+    p = _running(store, acks_late=True, run="h1:123:7:first")
+    ask = dict(now_ms=NOW + 1_000, run="h1:456:7:copy", acks_late=True)
+    answer = store.begin_run(Q, p.dispatch_id, NOW + 31_000, host="h1:", **ask)
+    assert answer == BeginAnswer(None, "h1:123:7:first")
+    assert store.dispatch_state(Q, p.dispatch_id) == "running"  # nothing changed
+    assert store.queue_figures(Q).skipped == 0
+    taken = store.take_over(Q, p.dispatch_id, NOW + 31_000, host="h1:",
+                            token=answer.held_by, **ask)
+    assert taken == BeginAnswer(BeginResult.RUN)
+    # the first run's own copy now finds the new run holding it
+    again = store.begin_run(Q, p.dispatch_id, NOW + 31_000, now_ms=NOW + 2_000,
+                            run="h1:123:7:late", acks_late=True, host="h1:")
+    assert again == BeginAnswer(None, "h1:456:7:copy")
 
 
 def test_copy_does_not_ask_about_another_hosts_run(store: RedisStore) -> None:

@@ -16,10 +16,9 @@ dropped connection lost). Optional speed-ups are capabilities a backend declares
 from __future__ import annotations
 
 import abc
-import enum
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .models import (
@@ -27,10 +26,16 @@ from .models import (
     PRUNE_GRACE_MS,
     QUARANTINE_MAX,
     TOMBSTONE_SECONDS,
+    BeginAnswer,
+    BeginResult,
+    DirectPush,
     GroupFigures,
     GroupHeads,
     Location,
+    Picked,
     Place,
+    Policy,
+    Pushed,
     QueueFigures,
     as_json,
     busiest_first,
@@ -38,10 +43,11 @@ from .models import (
     snapshot_of,
 )
 
-__all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PRUNE_GRACE_MS", "QUARANTINE_MAX", "RESET",
-           "TOMBSTONE_SECONDS", "BeginResult", "DirectPush", "GroupFigures", "GroupHeads",
-           "Location", "Picked", "Place", "Policy", "Pushed", "QueueFigures", "Store",
-           "as_json", "busiest_first", "limited_by", "now_ms", "snapshot_of"]
+__all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PRUNE_GRACE_MS", "QUARANTINE_MAX",
+           "RESET", "TOMBSTONE_SECONDS", "BeginAnswer", "BeginResult", "DirectPush",
+           "GroupFigures", "GroupHeads", "Location", "Picked", "Place", "Policy", "Pushed",
+           "QueueFigures", "Store", "as_json", "busiest_first", "limited_by", "now_ms",
+           "snapshot_of"]
 
 
 def now_ms() -> int:
@@ -49,66 +55,13 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+wall_clock_ms = now_ms  # for methods whose argument of that name hides it
+
+
 #: Most entries one step of :meth:`Store.check` reads (a few ms of the store's time).
 CHECK_BATCH = 500
 #: :meth:`Store.limit` arguments: leave the value as it is, or clear the runtime limit.
 KEEP, RESET = "", "reset"
-
-
-class BeginResult(enum.IntEnum):
-    """What ``begin`` says about a dispatch a worker is about to run."""
-
-    #: the dispatch is current: run it
-    RUN = 1
-    #: its slot had been reclaimed (lease ran out) and was taken again: run it
-    RUN_REACQUIRED = 2
-    #: the store never saw it (no record): run it, nothing held is ever dropped
-    RUN_UNKNOWN = 0
-    #: a stale duplicate: the message was held again and a newer dispatch carries it, or
-    #: the dispatch already ran to its end and the broker redelivered it
-    SKIP = -1
-
-
-@dataclass(frozen=True)
-class Picked:
-    """One message taken by ``pick``."""
-
-    dispatch_id: str
-    hold_id: str
-    value: bytes
-
-
-@dataclass(frozen=True)
-class Pushed:
-    """One message ``pick`` pushed into the broker's list itself (for metrics)."""
-
-    klass: str
-    due_at: float | None  # epoch seconds it became due; None when not recorded
-    group: str
-
-
-@dataclass(frozen=True)
-class DirectPush:
-    """Where ``pick`` may push messages itself: kombu's Redis list of the real queue, on
-    the store's own Redis (see ``celery_fair.direct``)."""
-
-    queue: str
-    sep: str
-    priority_steps: tuple[int, ...]
-    exchange: str  # the queue's own direct exchange ('' for none)
-    routing_key: str
-    binding_key: str  # kombu's binding set of that exchange
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Policy settings of one fair queue, shared by every dispatcher through the store."""
-
-    default_cap: int | None
-    interactive_reserve: int
-    default_weight: float
-    caps: Mapping[str, int]
-    weights: Mapping[str, float]
 
 
 class Store(abc.ABC):
@@ -180,7 +133,6 @@ class Store(abc.ABC):
         """Atomically mark dispatches the broker accepted 'queued' with a lease until
         ``deadline_ms``. Idempotent. Returns the stale ones (superseded, lost or gone)."""
 
-    @abc.abstractmethod
     def begin(self, queue: str, dispatch_id: str, deadline_ms: int, *,
               now_ms: int | None = None, run: str | None = None, acks_late: bool = False,
               host: str = "", gone: Callable[[str], bool] | None = None) -> BeginResult:
@@ -192,11 +144,40 @@ class Store(abc.ABC):
         die. When that run's token starts with ``host`` (this machine's), ``gone(token)``
         says whether it has ended without a word (its pool process was killed): then
         this run takes it over at once. ``now_ms`` is the clock the lease is judged by.
-        Atomic; a resend with the same ``run`` answers as the first call did.
+
+        Up to three atomic calls (:meth:`begin_run`, then :meth:`take_over` or
+        :meth:`begin_run` without a host); ``gone`` runs between them, outside any
+        transaction, so a transactional backend can honour it.
 
         Returns:
             What to do with the delivered copy (:class:`BeginResult`).
         """
+        now = wall_clock_ms() if now_ms is None else now_ms
+        run = run or uuid.uuid4().hex
+        answer = self.begin_run(queue, dispatch_id, deadline_ms, now_ms=now, run=run,
+                                acks_late=acks_late, host=host if gone else "")
+        if answer.held_by and gone is not None and gone(answer.held_by):
+            answer = self.take_over(queue, dispatch_id, deadline_ms, now_ms=now, run=run,
+                                    acks_late=acks_late, host=host, token=answer.held_by)
+        if answer.result is None:  # a live run holds it (or another took over): a copy
+            answer = self.begin_run(queue, dispatch_id, deadline_ms, now_ms=now, run=run,
+                                    acks_late=acks_late)
+        return BeginResult.SKIP if answer.result is None else answer.result
+
+    @abc.abstractmethod
+    def begin_run(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str = "") -> BeginAnswer:
+        """One atomic step of :meth:`begin`: mark the dispatch running under ``run`` and
+        answer its :class:`BeginResult`; or, when a run whose token starts with ``host``
+        (non-empty) holds it under a live lease, change nothing and answer that run's
+        token (``held_by``). A resend with the same ``run`` answers as the first did."""
+
+    @abc.abstractmethod
+    def take_over(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str, token: str) -> BeginAnswer:
+        """:meth:`begin_run` for a dispatch the run ``token`` held, judged gone by the
+        caller: ``run`` takes it over unless another run took it over meanwhile (then
+        that run's token is answered)."""
 
     @abc.abstractmethod
     def renew(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> int:

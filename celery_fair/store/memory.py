@@ -16,7 +16,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +29,7 @@ from .base import (
     PRUNE_GRACE_MS,
     QUARANTINE_MAX,
     TOMBSTONE_SECONDS,
+    BeginAnswer,
     BeginResult,
     DirectPush,
     GroupFigures,
@@ -131,23 +132,16 @@ class MemoryStore(MemoryReads, Store):
         with self._queue(queue) as fq:
             return fq.confirm(list(dispatch_ids), deadline_ms)
 
-    def begin(self, queue: str, dispatch_id: str, deadline_ms: int, *,
-              now_ms: int | None = None, run: str | None = None, acks_late: bool = False,
-              host: str = "", gone: Callable[[str], bool] | None = None) -> BeginResult:
-        """See :meth:`Store.begin`. ``gone`` is called between two atomic steps, outside
-        the lock, as :class:`RedisStore` calls it between two scripts."""
-        now = wall_ms() if now_ms is None else now_ms
-        args = (dispatch_id, deadline_ms, now, run or uuid.uuid4().hex, acks_late)
+    def begin_run(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str = "") -> BeginAnswer:
         with self._queue(queue) as fq:
-            reply = fq.begin(*args, host if gone else "")
-        if isinstance(reply, str) and gone is not None and gone(reply):
-            with self._queue(queue) as fq:  # that run's process is gone: take over
-                reply = fq.begin(*args, host, reply)
-        if isinstance(reply, str):  # a live run holds it (or another took over): a copy
-            with self._queue(queue) as fq:
-                reply = fq.begin(*args)
-        assert not isinstance(reply, str)  # no host given: never a token
-        return reply
+            return _begun(fq.begin(dispatch_id, deadline_ms, now_ms, run, acks_late, host))
+
+    def take_over(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str, token: str) -> BeginAnswer:
+        with self._queue(queue) as fq:
+            return _begun(fq.begin(dispatch_id, deadline_ms, now_ms, run, acks_late, host,
+                                   token))
 
     def renew(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> int:
         with self._queue(queue) as fq:
@@ -370,6 +364,11 @@ class MemoryStore(MemoryReads, Store):
 
     def close(self) -> None:
         """Nothing to close."""
+
+
+def _begun(reply: BeginResult | str) -> BeginAnswer:
+    """The policy's answer to ``begin``: a result, or the token of the run holding it."""
+    return BeginAnswer(None, reply) if isinstance(reply, str) else BeginAnswer(reply)
 
 
 def _token() -> str:

@@ -1,11 +1,83 @@
-"""What every backend keeps and what reads return: the lifetimes and bounds of the store
-contract (:mod:`celery_fair.store.base`) and its typed read models."""
+"""The values of the store contract (:mod:`celery_fair.store.base`): what its operations
+take and answer, the lifetimes and bounds every backend keeps, and the typed read
+models."""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+# -- what the lifecycle operations take and answer ----------------------------------
+
+class BeginResult(enum.IntEnum):
+    """What ``begin`` says about a dispatch a worker is about to run."""
+
+    #: the dispatch is current: run it
+    RUN = 1
+    #: its slot had been reclaimed (lease ran out) and was taken again: run it
+    RUN_REACQUIRED = 2
+    #: the store never saw it (no record): run it, nothing held is ever dropped
+    RUN_UNKNOWN = 0
+    #: a stale duplicate: the message was held again and a newer dispatch carries it, or
+    #: the dispatch already ran to its end and the broker redelivered it
+    SKIP = -1
+
+
+@dataclass(frozen=True)
+class BeginAnswer:
+    """What one ``begin_run`` or ``take_over`` call says: a :class:`BeginResult`, or
+    ``held_by``, the token of a run of the caller's host that holds the dispatch under a
+    live lease (the caller judges whether that run is gone, then takes it over or runs
+    the call again without a host to skip the copy)."""
+
+    result: BeginResult | None
+    held_by: str = ""
+
+
+@dataclass(frozen=True)
+class Picked:
+    """One message taken by ``pick``."""
+
+    dispatch_id: str
+    hold_id: str
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """One message ``pick`` pushed into the broker's list itself (for metrics)."""
+
+    klass: str
+    due_at: float | None  # epoch seconds it became due; None when not recorded
+    group: str
+
+
+@dataclass(frozen=True)
+class DirectPush:
+    """Where ``pick`` may push messages itself: kombu's Redis list of the real queue, on
+    the store's own Redis (see ``celery_fair.direct``)."""
+
+    queue: str
+    sep: str
+    priority_steps: tuple[int, ...]
+    exchange: str  # the queue's own direct exchange ('' for none)
+    routing_key: str
+    binding_key: str  # kombu's binding set of that exchange
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Policy settings of one fair queue, shared by every dispatcher through the store."""
+
+    default_cap: int | None
+    interactive_reserve: int
+    default_weight: float
+    caps: Mapping[str, int]
+    weights: Mapping[str, float]
+
 
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------
 
