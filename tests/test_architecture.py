@@ -206,3 +206,16 @@ def test_only_the_store_imports_redis_or_the_redis_store() -> None:
         if bad:
             reached[module] = sorted(bad)
     assert not reached, f"modules reaching past the store contract: {reached}"
+
+
+def test_every_backend_implements_the_whole_store_contract() -> None:
+    from celery_fair.store.base import Store
+    from celery_fair.testing import MemoryStore
+
+    contract = set(Store.__abstractmethods__)
+    assert {"hold", "begin_run", "take_over", "locate", "flush", "advice", "wait",
+            "register_worker", "summaries"} <= contract
+    for backend in (RedisStore, MemoryStore):
+        assert not backend.__abstractmethods__, (backend, backend.__abstractmethods__)
+    # the direct push is a capability the Redis store declares, not a type to test for
+    assert RedisStore.supports_direct_push and not MemoryStore.supports_direct_push
