@@ -22,7 +22,7 @@ from typing import Any
 
 from celery import Celery
 
-from .store.redis import CHECK_BATCH, RedisStore, now_ms
+from .store.base import CHECK_BATCH, Store, now_ms
 
 #: Lease given to an in-flight dispatch found without one when the store is passed
 #: directly (with an app, its ``fair_lease_seconds``).
@@ -86,18 +86,18 @@ class Report:
         return "\n".join(lines)
 
 
-def check(target: Celery | RedisStore, *, repair: bool = False,
+def check(target: Celery | Store, *, repair: bool = False,
           queues: Iterable[str] | None = None, lease_seconds: float | None = None,
           batch: int = CHECK_BATCH) -> Report:
     """Check the invariants of every fair queue (or ``queues``) of an app or a store.
 
     Parameters:
         target: a Celery app using celery_fair (its store and ``fair_lease_seconds``), or
-            a :class:`~celery_fair.store.redis.RedisStore`.
+            a :class:`~celery_fair.store.base.Store`.
         repair: fix every finding that can be fixed (each says what was done).
         queues: fair queues to check; default all the store knows.
         lease_seconds: lease given to an in-flight dispatch found without one.
-        batch: most entries one script call reads (each call blocks Redis that long).
+        batch: most entries one step reads (each step blocks the store that long).
 
     Returns:
         a :class:`Report`; ``report.ok`` is true when nothing was found.
@@ -117,8 +117,8 @@ def check(target: Celery | RedisStore, *, repair: bool = False,
     return report
 
 
-def _store_and_lease(target: Celery | RedisStore) -> tuple[RedisStore, float]:
-    if isinstance(target, RedisStore):
+def _store_and_lease(target: Celery | Store) -> tuple[Store, float]:
+    if isinstance(target, Store):
         return target, DEFAULT_LEASE_SECONDS
     from .config import get_config
     from .store import store_for

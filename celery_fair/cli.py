@@ -171,13 +171,14 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, top: int) -> 
 def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: bool) -> None:
     """List groups with held, in-flight, cap and weight; most held first."""
     from .store import store_for
+    from .store.base import as_json as doc
 
     with _errors():
         store = store_for(_app(ctx))
         known = store.queues()
         _check_queues(queues, known)
-        data = [{"queue": q, "groups": store.busiest_groups(q, limit),
-                 "group_count": store.queue_figures(q)["group_count"]}
+        data = [{"queue": q, "groups": [doc(g) for g in store.busiest_groups(q, limit)],
+                 "group_count": store.queue_figures(q).group_count}
                 for q in (queues or known)]
     show(ctx, lambda: data, as_json, None, render_groups)
 
@@ -207,7 +208,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
     """
     from .names import validate_group
     from .store import store_for
-    from .store.redis import KEEP, RESET
+    from .store.base import KEEP, RESET
 
     try:
         group = validate_group(group)
@@ -235,12 +236,13 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
 @click.pass_context
 def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Where a task stands: held (its place and what is ahead of it), or dispatched."""
-    from .locate import describe, locate
+    from .locate import describe
     from .store import store_for
 
     app = _app(ctx)
     with _errors():
-        where = locate(store_for(app), task_id)
+        found = store_for(app).locate(task_id)
+    where = None if found is None else found.as_json()
     if where is None:
         where = {"task_id": task_id, "state": "not held",
                  "result_state": app.AsyncResult(task_id).state}
@@ -254,12 +256,11 @@ def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
 
 @contextmanager
 def _errors() -> Iterator[None]:
-    """celery_fair and Redis errors end the command with their message."""
-    import redis
-
+    """celery_fair errors (the store wraps its own in them) end the command with their
+    message."""
     try:
         yield
-    except (FairError, redis.RedisError) as exc:
+    except FairError as exc:
         raise click.ClickException(str(exc)) from None
 
 
@@ -273,7 +274,7 @@ def _check_queues(queues: tuple[str, ...], known: list[str]) -> None:
 
 def _queue_status(app: Any, store: Any, queue: str, top: int) -> dict[str, Any]:
     from .config import get_config
-    from .store.redis import now_ms
+    from .store.base import as_json, now_ms
 
     figures = store.queue_figures(queue)
     config = get_config(app)
@@ -283,9 +284,9 @@ def _queue_status(app: Any, store: Any, queue: str, top: int) -> dict[str, Any]:
         capacity = store.worker_capacity(queue, now_ms())
         ahead = config.dispatch_ahead if capacity else 0
     rows = store.busiest_groups(queue, top) if top else []
-    return {**figures, "capacity": capacity, "dispatch_ahead": ahead,
-            "inflight_limit": capacity + ahead, "groups": rows,
-            "more_groups": max(figures["group_count"] - len(rows), 0)}
+    return {**as_json(figures), "capacity": capacity, "dispatch_ahead": ahead,
+            "inflight_limit": capacity + ahead, "groups": [as_json(r) for r in rows],
+            "more_groups": max(figures.group_count - len(rows), 0)}
 
 
 @fair.command(cls=CeleryCommand)
@@ -323,7 +324,6 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: str) -> None:
     """Check the store's invariants (exit 1 when something is wrong and left so)."""
     from .check import check as run_check
     from .store import store_for
-    from .store.safety import unsafe_settings
 
     names = [q.strip() for q in queues.split(",") if q.strip()] or None
     try:
@@ -331,7 +331,7 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: str) -> None:
     except FairError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else str(report))
-    for sentence in unsafe_settings(store_for(_app(ctx)).client):  # advice, not a finding
+    for sentence in store_for(_app(ctx)).advice():  # advice, not a finding
         click.echo(f"warning: {sentence}", err=True)
     if report.problems:
         ctx.exit(1)

@@ -25,14 +25,10 @@ from typing import Any
 from celery import Celery
 from kombu.connection import Connection
 
-from .store.base import DirectPush
-from .store.redis import RedisStore
-
-#: redis-py connection settings that name a server and database.
-_WHERE = ("host", "port", "db", "path")
+from .store.base import DirectPush, Store
 
 
-def direct_push(app: Celery, store: RedisStore, connection: Connection,
+def direct_push(app: Celery, store: Store, connection: Connection,
                 queue: str) -> DirectPush | None:
     """How ``pick`` may push into ``queue``'s kombu list, or None where it may not."""
     channel: Any = connection.default_channel  # kombu's Redis Channel
@@ -54,12 +50,9 @@ def direct_push(app: Celery, store: RedisStore, connection: Connection,
         binding_key=channel.keyprefix_queue % exchange)
 
 
-def _same_redis(store: RedisStore, channel: Any) -> bool:
+def _same_redis(store: Store, channel: Any) -> bool:
     client = getattr(channel, "client", None)
     pool = getattr(client, "connection_pool", None)
     if pool is None:
         return False
-    ours = store.client.connection_pool.connection_kwargs
-    theirs = pool.connection_kwargs
-    return all(ours.get(key) == theirs.get(key) for key in _WHERE) \
-        and any(ours.get(key) for key in ("host", "path"))
+    return store.same_redis(pool.connection_kwargs)

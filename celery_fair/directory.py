@@ -14,9 +14,8 @@ from collections.abc import Callable
 from .capacity import room, sharing
 from .config import FairConfig
 from .schedule import PRUNE_SECONDS, StepSchedule
-from .store.base import Policy
-from .store.redis import RedisStore
-from .store.redis import now_ms as _now_ms
+from .store.base import Policy, Store
+from .store.base import now_ms as _now_ms
 
 # The name this log has always had (the directory lived in dispatcher.py): users filter on it.
 logger = logging.getLogger("celery_fair.dispatcher")
@@ -33,7 +32,7 @@ class QueueDirectory:
     longer served.
     """
 
-    def __init__(self, store: RedisStore, config: FairConfig, fixed_queues: list[str] | None,
+    def __init__(self, store: Store, config: FairConfig, fixed_queues: list[str] | None,
                  schedule: StepSchedule, clock: Callable[[], float],
                  forget: Callable[[str], None]) -> None:
         self.store = store

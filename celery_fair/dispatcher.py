@@ -32,10 +32,8 @@ from .publisher import KombuPublisher
 from .redact import safe_url
 from .schedule import StepSchedule
 from .store import store_for
-from .store.base import Picked
-from .store.redis import RedisStore
-from .store.redis import now_ms as _now_ms
-from .store.safety import warn_unsafe_settings
+from .store.base import Picked, Store
+from .store.base import now_ms as _now_ms
 from .summary import SummaryWriter
 
 logger = logging.getLogger(__name__)
@@ -113,11 +111,11 @@ class Dispatcher:
         self._observer_outage = Outage(logger, "dispatch observer (metrics)")
 
     @property
-    def store(self) -> RedisStore:
+    def store(self) -> Store:
         return self._store
 
     @store.setter
-    def store(self, store: RedisStore) -> None:
+    def store(self, store: Store) -> None:
         # Tests (and tools) may put another store in; the parts use the same one.
         self._store = self.directory.store = self.publisher.store = store
 
@@ -260,7 +258,9 @@ class Dispatcher:
         self._install_signal_handlers()
         logger.info("celery_fair dispatcher started (store %s, namespace %r)",
                     safe_url(self.config.store_url), self.config.key_prefix)
-        warn_unsafe_settings(self.store.client, safe_url(self.config.store_url))
+        for sentence in self.store.advice():  # settings that can lose held tasks
+            logger.warning("celery_fair store %s: %s", safe_url(self.config.store_url),
+                           sentence)
         while not self.stopping.is_set():
             try:
                 self.step(due_only=True)

@@ -24,7 +24,7 @@ from .groups import current_scope
 from .headers import CLASS_HEADER, COST_HEADER, GROUP_HEADER, request_headers
 from .names import validate_cost, validate_group
 from .outage import Outage
-from .store.redis import RedisStore
+from .store.base import Store
 
 # The name this log has always had (the code lived in task.py): users filter on it.
 logger = logging.getLogger("celery_fair.task")
@@ -87,7 +87,7 @@ class HoldingProducer:
     Anything that is not a task message (the ``task-sent`` event) goes to the real producer.
     """
 
-    def __init__(self, producer: Any, store: RedisStore, front: bool, app: Celery) -> None:
+    def __init__(self, producer: Any, store: Store, front: bool, app: Celery) -> None:
         check_app(app)
         self._producer = producer
         self._store = store

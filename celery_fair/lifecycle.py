@@ -26,8 +26,7 @@ from .host import identity, pid_alive
 from .outage import Backoff, Outage
 from .spool import Spool, spool_for
 from .store import store_for
-from .store.base import BeginResult
-from .store.redis import RedisStore
+from .store.base import BeginResult, Store
 
 # The name this log has always had (releases lived in worker.py): users filter on it.
 logger = logging.getLogger("celery_fair.worker")
@@ -99,15 +98,15 @@ class PendingReleases:
         self.backoff = backoff
         self._lock = threading.Lock()
         # (queue, dispatch id) -> (seconds to keep its 'released' tombstone (0: none), run)
-        self._items: dict[RedisStore, dict[tuple[str, str], tuple[int, str]]] = {}
+        self._items: dict[Store, dict[tuple[str, str], tuple[int, str]]] = {}
         # Releases a flush took out of _items and has not settled yet: the spool file
         # holds them until then, so nobody may clear it meanwhile.
-        self._in_flight: dict[RedisStore, int] = {}
-        self._spools: dict[RedisStore, Spool] = {}
+        self._in_flight: dict[Store, int] = {}
+        self._spools: dict[Store, Spool] = {}
         self._retrier: threading.Thread | None = None
         self._retrier_pid = 0
 
-    def add(self, store: RedisStore, queue: str, did: str, done_seconds: int = 0,
+    def add(self, store: Store, queue: str, did: str, done_seconds: int = 0,
             run: str = "", spool: Spool | None = None) -> None:
         spool = spool or spool_for(store)
         with self._lock:
@@ -148,7 +147,7 @@ class PendingReleases:
     def __len__(self) -> int:
         return sum(len(items) for items in self._items.values())
 
-    def flush(self, store: RedisStore) -> int:
+    def flush(self, store: Store) -> int:
         """Retry every pending release of ``store``; raises FairError (keeping the rest)
         when the store still fails. Returns how many were retried."""
         with self._lock:
@@ -199,7 +198,7 @@ def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
     _release_outage.ok()
 
 
-def retry_pending_releases(store: RedisStore) -> None:
+def retry_pending_releases(store: Store) -> None:
     """Retry the releases that failed in this process; FairError if the store still fails."""
     if len(pending_releases):
         flushed = pending_releases.flush(store)

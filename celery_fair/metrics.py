@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .envelope import INTERACTIVE
 from .errors import ConfigurationError, FairError
+from .store.base import as_json
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -187,8 +188,9 @@ class _StoreCollector:
         families = store_families()
         try:
             for queue in store.queues():
-                add_queue_figures(families, queue, store.queue_figures(queue),
-                                  store.group_figures(queue, m.top_groups(queue)),
+                add_queue_figures(families, queue, as_json(store.queue_figures(queue)),
+                                  [as_json(r) for r in
+                                   store.group_figures(queue, m.top_groups(queue))],
                                   m.dispatcher.capacity(queue))
         except FairError as exc:
             logger.warning("metrics: reading the store failed: %s", exc)
@@ -244,8 +246,9 @@ def store_families() -> dict[str, Metric]:
 def add_queue_figures(families: dict[str, Any], queue: str, totals: Mapping[str, Any],
                       rows: Iterable[Mapping[str, Any]], capacity: int | None) -> None:
     """Add ``queue``'s figures to :func:`store_families`' families: ``totals`` as
-    :meth:`~celery_fair.store.redis.RedisStore.queue_figures` gives them, ``rows`` (the top
-    groups) as :meth:`~celery_fair.store.redis.RedisStore.group_figures` does; every other
+    :class:`~celery_fair.store.base.QueueFigures` has them, ``rows`` (the top groups) as
+    :class:`~celery_fair.store.base.GroupFigures` does (both as JSON documents: the
+    summary a dispatcher wrote feeds them too); every other
     group is summed under ``_other``. A total missing from ``totals`` (a summary written by
     an older dispatcher) has no sample."""
     rows = list(rows)

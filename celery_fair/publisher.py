@@ -31,9 +31,8 @@ from .direct import direct_push
 from .envelope import Envelope, placement_of
 from .errors import CorruptMessage
 from .headers import DISPATCH_HEADER, QUEUE_HEADER
-from .store.base import DirectPush, Picked
-from .store.redis import RedisStore
-from .store.redis import now_ms as _now_ms
+from .store.base import DirectPush, Picked, Store
+from .store.base import now_ms as _now_ms
 
 # The name this log has always had (publishing lived in dispatcher.py): users filter on it.
 logger = logging.getLogger("celery_fair.dispatcher")
@@ -59,7 +58,7 @@ class KombuPublisher:
     whether there is one (so the placement is decoded only then).
     """
 
-    def __init__(self, app: Celery, broker: str, store: RedisStore, config: FairConfig,
+    def __init__(self, app: Celery, broker: str, store: Store, config: FairConfig,
                  notify: Notify, observed: Callable[[], bool]) -> None:
         self.app = app
         self.broker = broker
@@ -214,7 +213,8 @@ class KombuPublisher:
 
     def push_for(self, queue: str) -> DirectPush | None:
         """Whether the pick script may push ``queue``'s messages itself (``direct.py``)."""
-        if not self.config.direct_push or self.broker != REDIS:
+        if not (self.config.direct_push and self.store.supports_direct_push
+                and self.broker == REDIS):
             return None
         if queue not in self._push:
             connection = self._get_producer().connection

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from .errors import ConfigurationError
 from .host import identity, pid_alive, start_time
-from .store.redis import RedisStore
+from .store.base import Store
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Spool:
     """One store's spool on this host: ``<pid>.<start>.<nonce>.jsonl`` files of failed
     releases, one per process."""
 
-    def __init__(self, store: RedisStore, root: Path | None = None) -> None:
+    def __init__(self, store: Store, root: Path | None = None) -> None:
         self.store = store
         self.root = root or default_root()
         digest = hashlib.sha1(
@@ -165,7 +165,7 @@ class Spool:
 _spools: dict[tuple[str, str, str], Spool] = {}
 
 
-def spool_for(store: RedisStore, root: str | None = None) -> Spool:
+def spool_for(store: Store, root: str | None = None) -> Spool:
     """The spool of ``store`` under ``root`` (``fair_spool_dir``; None: the default)."""
     key = (store.where, store.namespace, root or "")
     spool = _spools.get(key)

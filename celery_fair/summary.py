@@ -30,11 +30,9 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-import redis
-
 from .errors import FairError
 from .outage import Outage
-from .store.redis import GroupFigures, RedisStore
+from .store.base import GroupHeads, Store
 
 logger = logging.getLogger(__name__)
 
@@ -45,50 +43,50 @@ INTERVAL_SECONDS = 1.0
 TTL_SECONDS = 10
 #: Most groups listed per queue (the totals count every group).
 GROUP_LIMIT = 100
-#: Totals of :meth:`RedisStore.queue_figures` a summary carries under their own name
+#: Totals of :meth:`Store.queue_figures` a summary carries under their own name
 #: (for Flower's ``/metrics``, which shows what the dispatcher's shows).
 EXTRA_TOTALS = ("ready_interactive", "ready_background", "released", "skipped")
 #: Groups read per ``summarize`` call: bounds how long one call keeps Redis busy.
 CHUNK = 200
 
 
-def build_summary(store: RedisStore, queue: str, capacity: int | None, *,
+def build_summary(store: Store, queue: str, capacity: int | None, *,
                   now: float | None = None, limit: int = GROUP_LIMIT) -> dict[str, Any]:
     """The summary document of ``queue`` (see the module docstring).
 
     Reads O(limit) keys whatever the number of groups: the totals come from the ``stat``
-    counters (:meth:`RedisStore.queue_figures`), the listed groups from the ``backlog``
-    ranking (:meth:`RedisStore.busiest_groups`).
+    counters (:meth:`Store.queue_figures`), the listed groups from the ``backlog``
+    ranking (:meth:`Store.busiest_groups`).
     """
     now = time.time() if now is None else now
     totals = store.queue_figures(queue)
     rows = store.busiest_groups(queue, limit)
-    dues = {f.group: f for f in _figures(store, queue, [r["group"] for r in rows])}
+    dues = {f.group: f for f in _figures(store, queue, [r.group for r in rows])}
     return {
         "version": SUMMARY_VERSION, "queue": queue, "written_at": now, "ttl": TTL_SECONDS,
-        "capacity": capacity, "inflight": totals["inflight"],
-        "held_interactive": totals["held_interactive"],
-        "held_background": totals["held_background"],
-        "delayed": totals["delayed"],
+        "capacity": capacity, "inflight": totals.inflight,
+        "held_interactive": totals.held_interactive,
+        "held_background": totals.held_background,
+        "delayed": totals.delayed,
         "oldest_wait": _wait(dues.values(), now),
-        "groups_total": totals["group_count"],
-        **{key: totals[key] for key in EXTRA_TOTALS},
+        "groups_total": totals.group_count,
+        **{key: getattr(totals, key) for key in EXTRA_TOTALS},
         "groups": [{
-            "group": r["group"], "held_interactive": r["held_interactive"],
-            "held_background": r["held_background"], "inflight": r["inflight"],
-            "delayed": r["delayed"], "cap": r["cap"], "weight": r["weight"],
-            "oldest_wait": _wait([dues[r["group"]]], now),
+            "group": r.group, "held_interactive": r.held_interactive,
+            "held_background": r.held_background, "inflight": r.inflight,
+            "delayed": r.delayed, "cap": r.cap, "weight": r.weight,
+            "oldest_wait": _wait([dues[r.group]], now),
         } for r in rows],
     }
 
 
-def _figures(store: RedisStore, queue: str, groups: Sequence[str]) -> Iterator[GroupFigures]:
+def _figures(store: Store, queue: str, groups: Sequence[str]) -> Iterator[GroupHeads]:
     """Head due times (and counts) of ``groups``, ``CHUNK`` groups per store call."""
     for start in range(0, len(groups), CHUNK):
         yield from store.summarize(queue, groups[start:start + CHUNK])
 
 
-def _wait(figures: Iterable[GroupFigures], now: float) -> float | None:
+def _wait(figures: Iterable[GroupHeads], now: float) -> float | None:
     dues = [due for f in figures for due in (f.due_interactive, f.due_background)
             if due is not None]
     return max(0.0, round(now - min(dues), 3)) if dues else None
@@ -108,7 +106,7 @@ class SummaryWriter:
     it ends, not every round.
     """
 
-    def __init__(self, store: RedisStore, *, interval: float = INTERVAL_SECONDS,
+    def __init__(self, store: Store, *, interval: float = INTERVAL_SECONDS,
                  ttl: int = TTL_SECONDS, limit: int = GROUP_LIMIT) -> None:
         self.store = store
         self.interval = interval
@@ -122,7 +120,7 @@ class SummaryWriter:
         self._thread: threading.Thread | None = None  # the writer, while it runs
         self._lock = threading.Lock()
         self._outage = Outage(logger, "writing the fair queue summaries",
-                              expected=(FairError, redis.RedisError))
+                              expected=(FairError,))  # the store wraps its errors
 
     def maybe_write(self, queues: Iterable[str], capacity: Mapping[str, int | None]) -> None:
         """Hand a round of writes to the writer thread if one is due and none is pending."""
@@ -167,7 +165,7 @@ class SummaryWriter:
         for queue in queues:
             try:
                 self.write(queue, capacity.get(queue))
-            except (FairError, redis.RedisError) as exc:
+            except FairError as exc:
                 self._outage.failed(exc, f"queue {queue}: summary not written; retrying")
             else:
                 self._outage.ok()
@@ -176,21 +174,15 @@ class SummaryWriter:
 
     def write(self, queue: str, capacity: int | None) -> bool:
         """Write ``queue``'s summary unless another dispatcher just did; True if written."""
-        key = self.store.keys(queue).summary
-        guard_ms = max(1, int(self._gap * 900))
-        if not self.store.client.set(f"{key}:writer", "1", nx=True, px=guard_ms):
+        if not self.store.claim_writer(queue, max(1, int(self._gap * 900))):
             return False
         summary = build_summary(self.store, queue, capacity, limit=self.limit)
         summary["ttl"] = ttl = max(self.ttl, int(3 * self._gap) + 1)
-        self.store.client.set(key, json.dumps(summary), ex=ttl)
+        self.store.put_summary(queue, json.dumps(summary), ttl)
         return True
 
 
-def read_summaries(store: RedisStore) -> dict[str, dict[str, Any] | None]:
+def read_summaries(store: Store) -> dict[str, dict[str, Any] | None]:
     """Every fair queue's summary (None where no live dispatcher wrote one), by queue."""
-    queues = store.queues()
-    pipe = store.client.pipeline(transaction=False)
-    for queue in queues:
-        pipe.get(store.keys(queue).summary)
-    return {queue: json.loads(value) if value else None
-            for queue, value in zip(queues, pipe.execute())}
+    return {queue: json.loads(doc) if doc else None
+            for queue, doc in store.summaries(store.queues()).items()}

@@ -254,7 +254,7 @@ class LeaseKeeper(threading.Thread):
         now = time.time()
         expires = int((now + self.lease) * 1000)
         for queue in self.queues:
-            store.register_worker(queue, self.hostname, self.concurrency, expires)
+            store.register_worker(queue, self.hostname, self.concurrency, expires, int(now * 1000))
         held: dict[str, list[str]] = {}
         requests = list(worker_state.active_requests) + list(worker_state.reserved_requests)
         self.forget_received(requests)

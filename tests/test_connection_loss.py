@@ -107,7 +107,7 @@ def test_a_failed_release_lands_soon_after_the_store_is_back(
     wait_for(lambda: not len(pending_releases), timeout=10,
              what="the retry thread to land the release")
     assert store.dispatch_state(queue, did) == "released"
-    assert store.queue_figures(queue)["inflight"] == 0
+    assert store.queue_figures(queue).inflight == 0
 
 
 def test_store_down_at_publish_raises_naming_the_store(make_app: Callable[..., Celery],

@@ -169,7 +169,8 @@ def test_the_tutorial_dispatcher_lines_are_what_the_dispatcher_logs(app: Celery,
                   if "celery_fair.dispatcher" in b)
     lines = [line.split("] ", 1)[1] for line in sample.strip().splitlines()]
     queue = app.conf.task_default_queue
-    store_for(app).register_worker(queue, "celery@host", 4, int((time.time() + 60) * 1000))
+    now = int(time.time() * 1000)
+    store_for(app).register_worker(queue, "celery@host", 4, now + 60_000, now)
     app.tasks["proj.work"].delay("acme", "x")
     caplog.set_level(logging.INFO, logger="celery_fair.dispatcher")
     Dispatcher(app).step()

@@ -182,7 +182,7 @@ def test_a_hold_into_a_group_with_a_nan_tag_is_held_whole(store: RedisStore) -> 
     store.client.delete(k.ready("b"))
     held = hold(store, "acme")
     figures = store.queue_figures(Q)
-    assert figures["held_background"] == 2
+    assert figures.held_background == 2
     assert store.client.hexists(k.msg, held)
     assert [p.hold_id for p in pick(store, 5)][-1] == held
 
@@ -257,5 +257,5 @@ def test_dispatch_and_release_keep_working_before_the_repair(store: RedisStore) 
     for p in picked:
         assert store.release(Q, p.dispatch_id)
     hold(store, "acme")
-    assert store.queue_figures(Q)["held_background"] == 1
-    assert store.queue_figures(Q)["inflight"] == 0
+    assert store.queue_figures(Q).held_background == 1
+    assert store.queue_figures(Q).inflight == 0

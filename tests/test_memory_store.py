@@ -53,10 +53,10 @@ def test_a_held_message_is_picked_begun_and_released_once(store: MemoryStore) ->
     assert (p.hold_id, p.value) == ("t1", value("t1", "acme"))
     assert store.confirm(Q, [p.dispatch_id], NOW + LEASE_MS) == []
     assert store.begin(Q, p.dispatch_id, NOW + LEASE_MS, now_ms=NOW) == BeginResult.RUN
-    assert store.queue_figures(Q)["inflight"] == 1
+    assert store.queue_figures(Q).inflight == 1
     assert store.release(Q, p.dispatch_id, DONE_SECONDS) is True
     assert store.release(Q, p.dispatch_id, DONE_SECONDS) is False  # idempotent
-    assert store.queue_figures(Q)["inflight"] == 0
+    assert store.queue_figures(Q).inflight == 0
     # the broker redelivers the finished task: its tombstone skips it
     assert store.begin(Q, p.dispatch_id, NOW + LEASE_MS, now_ms=NOW) == BeginResult.SKIP
     assert store.pick(Q, 10, None, NOW, LEASE_MS) == []
@@ -68,7 +68,7 @@ def test_a_group_at_its_cap_waits_while_others_are_picked(store: MemoryStore) ->
         hold(store, f"a{i}", "big")
     hold(store, "s0", "small")
     assert picked_ids(store) == ["a0", "s0"]
-    assert store.queue_figures(Q)["held_background"] == 2
+    assert store.queue_figures(Q).held_background == 2
 
 
 def test_the_queue_capacity_bounds_every_pick(store: MemoryStore) -> None:
@@ -91,7 +91,7 @@ def test_a_limit_out_of_range_is_refused_before_anything_changes(
         store: MemoryStore) -> None:
     with pytest.raises(InvalidLimit, match="concurrency for group 'acme'"):
         store.limit(Q, "acme", 2_000_000)
-    assert store.group_figures(Q, ["acme"])[0]["limited"] == []
+    assert store.group_figures(Q, ["acme"])[0].limited == ()
 
 
 def test_a_policy_out_of_range_is_refused_before_anything_changes(
@@ -100,7 +100,7 @@ def test_a_policy_out_of_range_is_refused_before_anything_changes(
     with pytest.raises(InvalidLimit, match="weight for group 'acme'"):
         store.configure(Q, Policy(3, 1, 1.0, {}, {"acme": float("nan")}))
     [figures] = store.group_figures(Q, ["acme"])
-    assert (figures["cap"], figures["weight"]) == (None, 2.0)
+    assert (figures.cap, figures.weight) == (None, 2.0)
 
 
 def test_interactive_work_is_picked_before_background(store: MemoryStore) -> None:
@@ -164,7 +164,7 @@ def test_a_value_that_does_not_decode_is_refused_naming_the_hold(
         store: MemoryStore) -> None:
     with pytest.raises(StoreError, match="hold t1: the stored value does not decode"):
         store.hold(Q, "t1", b"not ours", 0, NOW)
-    assert store.queue_figures(Q)["group_count"] == 0
+    assert store.queue_figures(Q).group_count == 0
 
 
 def test_wait_returns_the_queue_a_hold_wakes(store: MemoryStore) -> None:
@@ -190,10 +190,49 @@ def test_summaries_show_each_class_head_and_when_it_became_due(store: MemoryStor
 
 
 def test_only_live_workers_count_towards_capacity(store: MemoryStore) -> None:
-    now = wall_ms()  # registering prunes by the store's clock, as RedisStore does
-    store.register_worker(Q, "w1", 4, now + 10_000)
-    store.register_worker(Q, "w2", 2, now - 1)  # its registration expired
+    now = wall_ms()  # registering prunes by the caller's clock
+    store.register_worker(Q, "w1", 4, now + 10_000, now)
+    store.register_worker(Q, "w2", 2, now - 1, now)  # its registration expired
     assert store.worker_pools(Q, now) == {"w1": 4}
     assert store.worker_capacity(Q, now) == 4
     store.unregister_worker(Q, "w1")
     assert store.worker_capacity(Q, now) == 0
+
+
+def test_locate_tells_where_a_held_delayed_or_dispatched_task_stands(
+        store: MemoryStore) -> None:
+    for i in range(3):
+        hold(store, f"a{i}", "acme")
+    hold(store, "g0", "globex")
+    hold(store, "i0", "initech", klass="i")
+    hold(store, "later", "acme", due_ms=NOW + 60_000)
+    where = store.locate("a2")
+    assert where is not None and where.place is not None
+    assert (where.queue, where.group, where.klass, where.state) == \
+        (Q, "acme", "background", "held")
+    assert (where.place.position, where.place.group_held, where.place.ready) == (3, 3, True)
+    # initech's interactive task first, then acme and globex in turn: i0 a0 g0 a1 a2
+    assert where.place.dispatches_before == 4
+    assert picked_ids(store).index("a2") == 4
+    assert store.locate("later") == \
+        type(where)("later", Q, "acme", "background", "delayed", due_ms=NOW + 60_000)
+    dispatched = store.locate("g0")
+    assert dispatched is not None and dispatched.state == "picked"
+    assert dispatched.as_json()["dispatch_id"] == dispatched.dispatch_id
+    assert store.locate("nobody") is None
+
+
+def test_one_summary_writer_at_a_time_and_summaries_lapse(store: MemoryStore) -> None:
+    assert store.claim_writer(Q, 60_000) is True
+    assert store.claim_writer(Q, 60_000) is False  # another dispatcher's claim lasts
+    store.put_summary(Q, '{"queue": "q"}', ttl_seconds=60)
+    store.put_summary("other", "{}", ttl_seconds=0)  # already lapsed
+    assert store.summaries([Q, "other", "never"]) == \
+        {Q: '{"queue": "q"}', "other": None, "never": None}
+
+
+def test_flush_forgets_the_queues_and_advice_is_empty(store: MemoryStore) -> None:
+    hold(store, "t1", "acme")
+    store.flush()
+    assert store.queues() == [] and store.locate("t1") is None
+    assert store.advice() == []

@@ -85,7 +85,7 @@ def test_metrics_match_the_store_while_a_worker_runs(make_app, worker, dispatche
         with worker(concurrency=4):
             # cap 1 per group: small's preview (interactive, first), big and mid run for
             # 1.5 s; in that window the in-flight figures stand still.
-            wait_for(lambda: store.queue_figures(queue)["inflight"] == 3,
+            wait_for(lambda: store.queue_figures(queue).inflight == 3,
                      what="three tasks in flight")
             s = scrape(port)
             assert series(s, "celery_fair_inflight_tasks", queue=queue) == \
@@ -97,9 +97,9 @@ def test_metrics_match_the_store_while_a_worker_runs(make_app, worker, dispatche
 
         s = scrape(port)
     stat = store.queue_figures(queue)
-    assert stat["released"] == 9
+    assert stat.released == 9
     assert s[("celery_fair_released_total", (("queue", queue),))] == 9
-    assert stat["skipped"] == 0  # no copy was delivered twice
+    assert stat.skipped == 0  # no copy was delivered twice
     assert s[("celery_fair_skipped_total", (("queue", queue),))] == 0
     assert series(s, "celery_fair_dispatched_total", queue=queue) == \
         {"class=background": 8, "class=interactive": 1}

@@ -39,7 +39,7 @@ def test_fair_tasks_run_through_the_dispatcher(celery_app, celery_worker, fair_d
     assert [r.get(timeout=30) for r in results] == [0, 2, 4, 6, 20]
     fair_drain()
     assert fair_store.queues() == ["celery"]
-    assert fair_store.queue_figures("celery")["released"] == 5
+    assert fair_store.queue_figures("celery").released == 5
 
 
 def test_each_test_starts_with_an_empty_store(celery_app, fair_store):

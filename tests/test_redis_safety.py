@@ -75,7 +75,7 @@ def test_dispatcher_warns_once_at_start(make_app: Callable[..., Any],
                                         redis_client: redis.Redis, caplog: Any) -> None:
     """The session's test server runs without persistence: the dispatcher says so."""
     app = make_app()
-    caplog.set_level(logging.WARNING, logger="celery_fair.store.safety")
+    caplog.set_level(logging.WARNING, logger="celery_fair.dispatcher")
     redis_client.config_set("maxmemory-policy", "volatile-lru")
     try:
         with dispatcher(app):
@@ -83,7 +83,8 @@ def test_dispatcher_warns_once_at_start(make_app: Callable[..., Any],
                      what="the persistence warning")
     finally:
         redis_client.config_set("maxmemory-policy", "noeviction")
-    lines = [r.getMessage() for r in caplog.records if r.name == "celery_fair.store.safety"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "celery_fair.dispatcher"
+             and r.getMessage().startswith("celery_fair store ")]  # the store's advice
     assert len(lines) == 2, lines
     assert "maxmemory-policy is volatile-lru" in lines[0]
     assert lines[1].startswith("celery_fair store redis://127.0.0.1:")

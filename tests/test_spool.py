@@ -68,7 +68,7 @@ def test_the_copy_lands_the_dead_runs_release_and_is_skipped(
     got = begin_dispatch(app, {DISPATCH_HEADER: did, QUEUE_HEADER: queue}, acks_late=True)
     assert got is BeginResult.SKIP
     assert store.dispatch_state(queue, did) == "released"
-    assert store.queue_figures(queue)["inflight"] == 0
+    assert store.queue_figures(queue).inflight == 0
     assert not list(spool_for(store).directory.glob("*.jsonl"))
 
 
@@ -79,7 +79,7 @@ def test_a_lease_keeper_lands_what_a_dead_process_spooled(
     store = store_for(app)
     LeaseKeeper(app, f"keeper-{time.time()}", [queue], 1).beat()
     assert store.dispatch_state(queue, did) == "released"
-    assert store.queue_figures(queue)["inflight"] == 0
+    assert store.queue_figures(queue).inflight == 0
     assert not list(spool_for(store).directory.glob("*.jsonl"))
 
 

@@ -76,8 +76,8 @@ def test_50000_finished_tasks_leave_under_64_bytes_each_in_redis(
     after = used_memory(own_redis)
 
     figures = store.queue_figures(Q)
-    assert (figures["inflight"], figures["held_interactive"], figures["held_background"],
-            figures["group_count"]) == (0, 0, 0, 0)
+    assert (figures.inflight, figures.held_interactive, figures.held_background,
+            figures.group_count) == (0, 0, 0, 0)
     tombstones = sum(int(own_redis.memory_usage(key, samples=0) or 0)
                      for key in own_redis.scan_iter(match="fair:*:done:*", count=1000))
     grown = after - before

@@ -228,6 +228,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.both_read("group_figures", GROUPS)
         for did in self.dispatched:
             self.both_read("dispatch_state", did)
+        for i in range(1, self.ids + 1):  # where each task stands, held or dispatched
+            assert self.memory.locate(f"t{i}") == self.redis.locate(f"t{i}"), f"t{i}"
 
     def both_read(self, operation: str, *args: Any) -> None:
         assert getattr(self.memory, operation)(Q, *args) == \

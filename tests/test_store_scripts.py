@@ -19,7 +19,7 @@ import redis
 import celery_fair.store
 from celery_fair.config import SETTINGS
 from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope
-from celery_fair.store.base import BeginResult, Picked, Policy
+from celery_fair.store.base import BeginAnswer, BeginResult, Picked, Policy
 from celery_fair.store.redis import PRUNE_GRACE_MS, QUARANTINE_MAX, RESET, RedisStore, now_ms
 from celery_fair.store.scripts import OPERATIONS, source
 from celery_fair.testing import RedisServer
@@ -815,7 +815,7 @@ def test_copy_of_a_live_acks_late_run_is_skipped(store: RedisStore) -> None:
     assert store.begin(Q, p.dispatch_id, NOW + 31_000, now_ms=NOW + 1_000, run="copy",
                        acks_late=True) is BeginResult.SKIP
     assert store.snapshot(Q)["inflight"] == 1
-    assert store.queue_figures(Q)["skipped"] == 1
+    assert store.queue_figures(Q).skipped == 1
     # the first run goes on and ends; a later copy finds the tombstone
     assert store.renew(Q, [p.dispatch_id], NOW + 40_000) == 1
     assert store.release(Q, p.dispatch_id, 3600) is True
@@ -880,8 +880,27 @@ def test_copy_asks_whether_a_run_of_its_own_host_is_gone(store: RedisStore,
                       run="h1:456:7:copy", acks_late=True, host="h1:", gone=gone)
     assert asked == ["h1:123:7:first"]
     assert got is (BeginResult.RUN if runner_gone else BeginResult.SKIP)
-    assert store.queue_figures(Q)["skipped"] == (0 if runner_gone else 1)
+    assert store.queue_figures(Q).skipped == (0 if runner_gone else 1)
     assert store.snapshot(Q)["inflight"] == 1
+
+
+def test_begin_run_answers_the_holding_run_of_its_host_and_take_over_takes_it(
+        store: RedisStore) -> None:
+    """The two atomic calls ``begin`` is made of (a transactional backend runs each in a
+    transaction; whether the holding run is gone is judged between them)."""
+    p = _running(store, acks_late=True, run="h1:123:7:first")
+    ask = dict(now_ms=NOW + 1_000, run="h1:456:7:copy", acks_late=True)
+    answer = store.begin_run(Q, p.dispatch_id, NOW + 31_000, host="h1:", **ask)
+    assert answer == BeginAnswer(None, "h1:123:7:first")
+    assert store.dispatch_state(Q, p.dispatch_id) == "running"  # nothing changed
+    assert store.queue_figures(Q).skipped == 0
+    taken = store.take_over(Q, p.dispatch_id, NOW + 31_000, host="h1:",
+                            token=answer.held_by, **ask)
+    assert taken == BeginAnswer(BeginResult.RUN)
+    # the first run's own copy now finds the new run holding it
+    again = store.begin_run(Q, p.dispatch_id, NOW + 31_000, now_ms=NOW + 2_000,
+                            run="h1:123:7:late", acks_late=True, host="h1:")
+    assert again == BeginAnswer(None, "h1:456:7:copy")
 
 
 def test_copy_does_not_ask_about_another_hosts_run(store: RedisStore) -> None:
@@ -1036,9 +1055,9 @@ def test_worker_capacity_only_reads_and_registering_prunes_the_long_dead(
         store: RedisStore, redis_client) -> None:
     key = store.keys(Q).workers
     now = now_ms()
-    store.register_worker(Q, "live", 4, now + 30_000)
-    store.register_worker(Q, "just-expired", 2, now - 1)
-    store.register_worker(Q, "long-dead", 8, now - PRUNE_GRACE_MS - 1_000)
+    store.register_worker(Q, "live", 4, now + 30_000, now)
+    store.register_worker(Q, "just-expired", 2, now - 1, now)
+    store.register_worker(Q, "long-dead", 8, now - PRUNE_GRACE_MS - 1_000, now)
     # an entry written by a registration of its own is pruned by the next one
     assert redis_client.hexists(key, "long-dead") is False
     redis_client.hset(key, "long-dead", f"{now - PRUNE_GRACE_MS - 1_000}:8")
@@ -1046,7 +1065,7 @@ def test_worker_capacity_only_reads_and_registering_prunes_the_long_dead(
     assert store.worker_capacity(Q, now + 30_001) == 0
     # ... and reading wrote nothing
     assert set(redis_client.hkeys(key)) == {b"live", b"just-expired", b"long-dead"}
-    store.register_worker(Q, "live", 4, now + 30_000)
+    store.register_worker(Q, "live", 4, now + 30_000, now)
     assert set(redis_client.hkeys(key)) == {b"live", b"just-expired"}  # within the grace
     assert store.prune_workers(Q, now) == 1
     assert set(redis_client.hkeys(key)) == {b"live"}
@@ -1265,7 +1284,7 @@ def _held_truth(store: RedisStore) -> tuple[dict[str, int], int, int]:
 def _assert_counters_exact(store: RedisStore) -> None:
     per_group, held_i, held_b = _held_truth(store)
     figures = store.queue_figures(Q)
-    assert (figures["held_interactive"], figures["held_background"]) == (held_i, held_b)
+    assert (figures.held_interactive, figures.held_background) == (held_i, held_b)
     assert dict(store.top_groups(Q, 1000)) == per_group
 
 
@@ -1286,12 +1305,12 @@ def test_held_counters_follow_every_script(store: RedisStore) -> None:
     held_id = hold(store, "d")
     store.cancel(Q, [held_id])
     _assert_counters_exact(store)
-    assert store.queue_figures(Q)["released"] == 0
+    assert store.queue_figures(Q).released == 0
     again = pick(store, 2)
     store.confirm(Q, [p.dispatch_id for p in again], NOW + LEASE * 10)
     store.release(Q, again[0].dispatch_id)
     store.release(Q, again[0].dispatch_id)                # idempotent: counted once
-    assert store.queue_figures(Q)["released"] == 1
+    assert store.queue_figures(Q).released == 1
     assert picked  # (the first pick's dispatches were reclaimed above)
 
 

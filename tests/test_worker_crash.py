@@ -128,7 +128,7 @@ def test_killed_worker_slots_come_back_and_tasks_complete(make_app, dispatcher, 
             wait_for(lambda: all(ledger.runs().get(k) == 2 for k in killed), timeout=60,
                      interval=0.1, what="the killed tasks to run again")
             assert [r.get(timeout=60) for r in results] == labels
-            wait_for(lambda: store.queue_figures(queue)["skipped"] >= len(killed),
+            wait_for(lambda: store.queue_figures(queue).skipped >= len(killed),
                      timeout=60, what="the broker's copies of the killed tasks skipped")
             wait_for(lambda: settled(app), timeout=5 * LEASE, what="every slot released")
         runs = ledger.runs()
@@ -173,7 +173,7 @@ def copy_redelivered_while_the_task_runs(make_app, dispatcher, redis_server, nam
             # a second worker restores the 'lost' message at start and takes the copy
             procs.append(CeleryProcess([*args, "-n", f"second-{namespace}@%h"], conf, broker,
                                        namespace, tmp_path / "second.log", wrap=wrap))
-            wait_for(lambda: store.queue_figures(queue)["skipped"] == 1
+            wait_for(lambda: store.queue_figures(queue).skipped == 1
                      or ledger.runs() != {"long": 1}, timeout=60,
                      what="the redelivered copy to be skipped (or run)")
             assert ledger.runs() == {"long": 1}, "the copy ran beside the live run"

@@ -28,7 +28,6 @@ import time
 from collections.abc import Iterator
 from typing import Any, Callable
 
-import redis
 from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from tornado import web
 from tornado.ioloop import IOLoop
@@ -37,7 +36,7 @@ from tornado.template import Loader, Template
 from ..config import get_config
 from ..errors import FairError
 from ..metrics import add_queue_figures, store_families
-from ..store.redis import RedisStore
+from ..store import Bounds, store_for_url
 from ..summary import read_summaries
 
 try:
@@ -90,7 +89,7 @@ async def fetch_summaries(app: Any) -> tuple[Summaries, str | None]:
     """Every fair queue's summary, and an error message if they could not be read."""
     try:
         summaries: Summaries = await IOLoop.current().run_in_executor(None, _read, app)
-    except (FairError, redis.RedisError) as exc:
+    except FairError as exc:  # the store wraps its errors
         logger.warning("celery_fair: summaries not read: %s", exc)
         return {}, f"celery_fair could not read its store: {exc}"
     return summaries, None
@@ -99,16 +98,12 @@ async def fetch_summaries(app: Any) -> tuple[Summaries, str | None]:
 #: Seconds a read may take before the page says the store is unreachable (a web page
 #: should fail fast, and a hung read would hold one of Flower's pool threads).
 READ_TIMEOUT = 5.0
-_stores: dict[tuple[str, str], RedisStore] = {}
 
 
 def _read(app: Any) -> Summaries:
     config = get_config(app)
-    key = (config.store_url, config.key_prefix)
-    if key not in _stores:
-        _stores[key] = RedisStore.from_url(*key, socket_timeout=READ_TIMEOUT,
-                                           socket_connect_timeout=READ_TIMEOUT)
-    return read_summaries(_stores[key])
+    bounds = Bounds(socket_timeout=READ_TIMEOUT, connect_timeout=READ_TIMEOUT)
+    return read_summaries(store_for_url(config.store_url, config.key_prefix, bounds))
 
 
 # -- the Fair queues page and its JSON ---------------------------------------------------

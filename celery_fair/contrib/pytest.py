@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, Callable, NoReturn
+from typing import Callable, NoReturn
 
 import pytest
 from celery import Celery
@@ -34,8 +34,7 @@ from celery import Celery
 from ..dispatcher import Dispatcher
 from ..errors import ConfigurationError
 from ..store import store_for
-from ..store.keys import queues_key
-from ..store.redis import RedisStore
+from ..store.base import Store
 from ..testing import RedisServer
 
 
@@ -51,7 +50,7 @@ def fair_redis_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def fair_store(celery_app: Celery, depends_on_current_app: None) -> Iterator[RedisStore]:
+def fair_store(celery_app: Celery, depends_on_current_app: None) -> Iterator[Store]:
     """The store of ``celery_app``; every celery_fair key of the app's ``fair_key_prefix``
     is deleted before and after the test (workers' capacity registrations are kept).
 
@@ -68,7 +67,7 @@ def fair_store(celery_app: Celery, depends_on_current_app: None) -> Iterator[Red
 
 
 @pytest.fixture
-def fair_dispatcher(celery_app: Celery, fair_store: RedisStore) -> Iterator[Dispatcher]:
+def fair_dispatcher(celery_app: Celery, fair_store: Store) -> Iterator[Dispatcher]:
     """A real :class:`~celery_fair.dispatcher.Dispatcher` for ``celery_app`` running in a
     thread during the test (use with Celery's ``celery_worker``)."""
     try:
@@ -85,7 +84,7 @@ def fair_dispatcher(celery_app: Celery, fair_store: RedisStore) -> Iterator[Disp
 
 
 @pytest.fixture
-def fair_drain(fair_store: RedisStore) -> Callable[..., None]:
+def fair_drain(fair_store: Store) -> Callable[..., None]:
     """``fair_drain(timeout=30.0)`` waits until no fair queue of the app holds, delays or
     has in flight any task; fails with what is left after ``timeout`` seconds."""
 
@@ -101,7 +100,7 @@ def _unusable(fixture: str, exc: ConfigurationError) -> NoReturn:
                 "Redis of its own)", pytrace=False)
 
 
-def drain_store(store: RedisStore, timeout: float = 30.0, interval: float = 0.02) -> None:
+def drain_store(store: Store, timeout: float = 30.0, interval: float = 0.02) -> None:
     """Wait until ``store`` holds, delays and runs nothing; AssertionError on timeout."""
     deadline = time.monotonic() + timeout
     while True:
@@ -114,23 +113,16 @@ def drain_store(store: RedisStore, timeout: float = 30.0, interval: float = 0.02
         time.sleep(interval)
 
 
-def _left(store: RedisStore) -> list[str]:
+def _left(store: Store) -> list[str]:
     left = []
     for queue in store.queues():
         f = store.queue_figures(queue)
-        held = f["held_interactive"] + f["held_background"]
-        if held or f["delayed"] or f["inflight"]:
-            left.append(f"{queue}: {held} held, {f['delayed']} delayed, "
-                        f"{f['inflight']} in flight")
+        if f.held or f.delayed or f.inflight:
+            left.append(f"{queue}: {f.held} held, {f.delayed} delayed, "
+                        f"{f.inflight} in flight")
     return left
 
 
-def clear_store(store: RedisStore) -> None:
-    """Delete every key of the store's namespace but the workers' registrations."""
-    client: Any = store.client
-    pattern = store.namespace.replace("[", "\\[").replace("*", "\\*") + ":*"
-    doomed = [key for key in client.scan_iter(match=pattern, count=1000)
-              if not key.endswith(b":workers")]
-    for start in range(0, len(doomed), 500):
-        client.delete(*doomed[start:start + 500])
-    client.delete(queues_key(store.namespace))
+def clear_store(store: Store) -> None:
+    """Delete everything of the store's namespace but the workers' registrations."""
+    store.flush()

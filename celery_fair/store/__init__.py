@@ -17,20 +17,20 @@ from ..redact import safe_url
 from .base import BeginResult, Picked, Store
 from .redis import Bounds, RedisStore
 
-__all__ = ["BACKENDS", "BeginResult", "Picked", "RedisStore", "Store", "bounds_of",
+__all__ = ["BACKENDS", "BeginResult", "Bounds", "Picked", "RedisStore", "Store", "bounds_of",
            "store_for", "store_for_url"]
 
 #: URL scheme of ``fair_store_url`` -> how to open a store there.
-BACKENDS: dict[str, Callable[[str, str, Bounds], RedisStore]] = {
+BACKENDS: dict[str, Callable[[str, str, Bounds], Store]] = {
     "redis": RedisStore.from_url,
     "rediss": RedisStore.from_url,
     "unix": RedisStore.from_url,
 }
 
-_stores: dict[tuple[int, str, str, Bounds], RedisStore] = {}
+_stores: dict[tuple[int, str, str, Bounds], Store] = {}
 
 
-def store_for(app: Celery) -> RedisStore:
+def store_for(app: Celery) -> Store:
     """The store of ``app``'s fair queues in this process."""
     config = get_config(app)
     return store_for_url(config.store_url, config.key_prefix, bounds_of(config))
@@ -42,7 +42,7 @@ def bounds_of(config: FairConfig) -> Bounds:
                   config.store_retries)
 
 
-def store_for_url(url: str, namespace: str, bounds: Bounds | None = None) -> RedisStore:
+def store_for_url(url: str, namespace: str, bounds: Bounds | None = None) -> Store:
     """One store per process, URL, namespace and bounds (a new one after fork), of the
     backend that serves the URL's scheme.
 
@@ -57,7 +57,7 @@ def store_for_url(url: str, namespace: str, bounds: Bounds | None = None) -> Red
     return store
 
 
-def _backend(url: str) -> Callable[[str, str, Bounds], RedisStore]:
+def _backend(url: str) -> Callable[[str, str, Bounds], Store]:
     scheme, found, _ = url.partition("://")
     if not found or scheme not in BACKENDS:
         schemes = ", ".join(f"{name}://" for name in BACKENDS)

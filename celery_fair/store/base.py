@@ -3,100 +3,136 @@
 The store deals in stored values (bytes, see ``envelope.py``) and ids only; Celery and
 kombu stay in ``holding.py`` and ``publisher.py``. All times are milliseconds since the epoch
 passed in by the caller, so the operations are deterministic and testable.
+
+:class:`Store` groups its methods in families: the lifecycle of a held message, the
+policy, the worker registry, wake-ups, reads and maintenance. Every method may raise
+:class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
+store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
+docstrings name the others and what a resend does (a client resends a call whose reply a
+dropped connection lost). Optional speed-ups are capabilities a backend declares (see
+:attr:`Store.supports_direct_push`).
 """
 
 from __future__ import annotations
 
 import abc
-import enum
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from .models import (
+    CANCELLED_SECONDS,
+    PRUNE_GRACE_MS,
+    QUARANTINE_MAX,
+    TOMBSTONE_SECONDS,
+    BeginAnswer,
+    BeginResult,
+    DirectPush,
+    GroupFigures,
+    GroupHeads,
+    Location,
+    Picked,
+    Place,
+    Policy,
+    Pushed,
+    QueueFigures,
+    as_json,
+    busiest_first,
+    limited_by,
+    snapshot_of,
+)
+
+__all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PRUNE_GRACE_MS", "QUARANTINE_MAX",
+           "RESET", "TOMBSTONE_SECONDS", "BeginAnswer", "BeginResult", "DirectPush",
+           "GroupFigures", "GroupHeads", "Location", "Picked", "Place", "Policy", "Pushed",
+           "QueueFigures", "Store", "as_json", "busiest_first", "limited_by", "now_ms",
+           "snapshot_of"]
 
 
-class BeginResult(enum.IntEnum):
-    """What ``begin`` says about a dispatch a worker is about to run."""
-
-    #: the dispatch is current: run it
-    RUN = 1
-    #: its slot had been reclaimed (lease ran out) and was taken again: run it
-    RUN_REACQUIRED = 2
-    #: the store never saw it (no record): run it, nothing held is ever dropped
-    RUN_UNKNOWN = 0
-    #: a stale duplicate: the message was held again and a newer dispatch carries it, or
-    #: the dispatch already ran to its end and the broker redelivered it
-    SKIP = -1
+def now_ms() -> int:
+    """The wall clock in ms since the epoch: what callers pass as the store's clock."""
+    return int(time.time() * 1000)
 
 
-@dataclass(frozen=True)
-class Picked:
-    """One message taken by ``pick``."""
-
-    dispatch_id: str
-    hold_id: str
-    value: bytes
+wall_clock_ms = now_ms  # for methods whose argument of that name hides it
 
 
-@dataclass(frozen=True)
-class Pushed:
-    """One message ``pick`` pushed into the broker's list itself (for metrics)."""
-
-    klass: str
-    due_at: float | None  # epoch seconds it became due; None when not recorded
-    group: str
-
-
-@dataclass(frozen=True)
-class DirectPush:
-    """Where ``pick`` may push messages itself: kombu's Redis list of the real queue, on
-    the store's own Redis (see ``celery_fair.direct``)."""
-
-    queue: str
-    sep: str
-    priority_steps: tuple[int, ...]
-    exchange: str  # the queue's own direct exchange ('' for none)
-    routing_key: str
-    binding_key: str  # kombu's binding set of that exchange
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Policy settings of one fair queue, shared by every dispatcher through the store."""
-
-    default_cap: int | None
-    interactive_reserve: int
-    default_weight: float
-    caps: Mapping[str, int]
-    weights: Mapping[str, float]
+#: Most entries one step of :meth:`Store.check` reads (a few ms of the store's time).
+CHECK_BATCH = 500
+#: :meth:`Store.limit` arguments: leave the value as it is, or clear the runtime limit.
+KEEP, RESET = "", "reset"
 
 
 class Store(abc.ABC):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
+
+    #: The namespace of the app's fair queues in the store (``fair_key_prefix``).
+    namespace: str
+    #: Where the store is, safe to log (no password).
+    where: str
+    #: The backend can push picked messages into kombu's Redis list itself
+    #: (:meth:`pick_and_push` with a :class:`DirectPush`); callers check this, never the
+    #: backend's type. Without it, ``push`` must be None.
+    supports_direct_push: bool = False
+
+    def same_redis(self, connection_kwargs: Mapping[str, Any]) -> bool:
+        """Whether a redis-py connection with ``connection_kwargs`` (the broker's) reaches
+        this store's server and database: where a direct push may go. False unless the
+        backend :attr:`supports_direct_push`."""
+        return False
+
+    # -- lifecycle: hold, pick, confirm, begin, renew, release, reclaim, promote, ... ------
 
     @abc.abstractmethod
     def hold(self, queue: str, hold_id: str, value: bytes, due_ms: int, now_ms: int) -> str:
         """Atomically keep ``value`` in its group (or in the delayed set until ``due_ms``).
 
         Returns the hold id used: ``hold_id``, suffixed when a message with that id is
-        already held (nothing is ever overwritten).
+        already held (nothing is ever overwritten; so a resend holds a second copy, which
+        ``begin`` later skips as a duplicate of a run).
 
         Raises:
             StoreUnreachable: nothing was sent (so nothing is held).
             StoreFull: nothing was written (so nothing is held).
+            CorruptMessage: ``value``'s placement cannot be read; nothing was written.
             StoreError: any other failure; the message may be held (a reply lost).
         """
 
     @abc.abstractmethod
     def pick(self, queue: str, limit: int, capacity: int | None, now_ms: int,
-             lease_ms: int) -> list[Picked]:
+             lease_ms: int, *, token: str | None = None) -> list[Picked]:
         """Atomically take up to ``limit`` messages in fair order, without exceeding
         ``capacity`` in-flight dispatches or any group's cap; each becomes a 'picked'
-        dispatch with a short lease. Two concurrent picks never return the same message."""
+        dispatch with a lease of ``lease_ms``. Two concurrent picks never return the same
+        message and dispatch ids never repeat (``token`` prefixes them; generated when
+        None). Not idempotent: a resend picks more (their leases run out and
+        :meth:`reclaim` holds them again). Returns the picked messages, in order."""
+
+    @abc.abstractmethod
+    def pick_and_push(self, queue: str, limit: int, capacity: int | None, now_ms: int,
+                      lease_ms: int, push: DirectPush | None, queued_deadline_ms: int,
+                      *, token: str | None = None) -> tuple[list[Pushed], list[Picked]]:
+        """:meth:`pick`; with ``push`` (only when :attr:`supports_direct_push`) the store
+        itself pushes what it can into the broker's list, those dispatches 'queued' at once
+        until ``queued_deadline_ms``. Returns what it pushed and what is left for the
+        caller to publish."""
+
+    @abc.abstractmethod
+    def promote_reclaim_pick(self, queue: str, now_ms: int, limit: int,
+                             capacity: int | None, lease_ms: int, push: DirectPush | None,
+                             queued_deadline_ms: int, reclaim: bool = True
+                             ) -> tuple[tuple[int, int | None], tuple[int, int],
+                                        tuple[list[Pushed], list[Picked]]]:
+        """:meth:`promote`, :meth:`reclaim` (when ``reclaim``) and :meth:`pick_and_push`
+        in this order, in one round trip where the backend can: each step atomic, not the
+        three together. Returns their three answers."""
 
     @abc.abstractmethod
     def confirm(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> list[str]:
-        """Mark dispatches the broker accepted 'queued'. Returns the stale ones."""
+        """Atomically mark dispatches the broker accepted 'queued' with a lease until
+        ``deadline_ms``. Idempotent. Returns the stale ones (superseded, lost or gone)."""
 
-    @abc.abstractmethod
     def begin(self, queue: str, dispatch_id: str, deadline_ms: int, *,
               now_ms: int | None = None, run: str | None = None, acks_late: bool = False,
               host: str = "", gone: Callable[[str], bool] | None = None) -> BeginResult:
@@ -107,70 +143,228 @@ class Store(abc.ABC):
         the message with the record, since reclaim can then hold it again should that run
         die. When that run's token starts with ``host`` (this machine's), ``gone(token)``
         says whether it has ended without a word (its pool process was killed): then
-        this run takes it over at once. ``now_ms`` is the clock the lease is judged by."""
+        this run takes it over at once. ``now_ms`` is the clock the lease is judged by.
+
+        Up to three atomic calls (:meth:`begin_run`, then :meth:`take_over` or
+        :meth:`begin_run` without a host); ``gone`` runs between them, outside any
+        transaction, so a transactional backend can honour it.
+
+        Returns:
+            What to do with the delivered copy (:class:`BeginResult`).
+        """
+        now = wall_clock_ms() if now_ms is None else now_ms
+        run = run or uuid.uuid4().hex
+        answer = self.begin_run(queue, dispatch_id, deadline_ms, now_ms=now, run=run,
+                                acks_late=acks_late, host=host if gone else "")
+        if answer.held_by and gone is not None and gone(answer.held_by):
+            answer = self.take_over(queue, dispatch_id, deadline_ms, now_ms=now, run=run,
+                                    acks_late=acks_late, host=host, token=answer.held_by)
+        if answer.result is None:  # a live run holds it (or another took over): a copy
+            answer = self.begin_run(queue, dispatch_id, deadline_ms, now_ms=now, run=run,
+                                    acks_late=acks_late)
+        return BeginResult.SKIP if answer.result is None else answer.result
+
+    @abc.abstractmethod
+    def begin_run(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str = "") -> BeginAnswer:
+        """One atomic step of :meth:`begin`: mark the dispatch running under ``run`` and
+        answer its :class:`BeginResult`; or, when a run whose token starts with ``host``
+        (non-empty) holds it under a live lease, change nothing and answer that run's
+        token (``held_by``). A resend with the same ``run`` answers as the first did."""
+
+    @abc.abstractmethod
+    def take_over(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str, token: str) -> BeginAnswer:
+        """:meth:`begin_run` for a dispatch the run ``token`` held, judged gone by the
+        caller: ``run`` takes it over unless another run took it over meanwhile (then
+        that run's token is answered)."""
 
     @abc.abstractmethod
     def renew(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> int:
-        """Extend leases of dispatches a worker holds. Returns how many were current."""
+        """Extend leases of dispatches a worker holds to ``deadline_ms``. Idempotent.
+        Returns how many were current."""
 
     @abc.abstractmethod
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
                 run: str | None = None) -> bool:
-        """Free a dispatch's slot. Idempotent; returns whether a slot was freed. With
-        ``done_seconds`` (the task ran to its end) its record stays that long as a
+        """Free a dispatch's slot. Atomic and idempotent; returns whether a slot was freed.
+        With ``done_seconds`` (the task ran to its end) its record stays that long as a
         'released' tombstone, so a redelivered copy is skipped; 0 forgets it. With
         ``run``, only while that run holds it (no other run has taken it over)."""
 
     @abc.abstractmethod
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
-        """Take back slots whose lease ran out: a dispatch no worker reported (picked or
-        queued) is held again, one a worker had is lost with it (the broker redelivers).
+        """Take back up to ``limit`` slots whose lease ran out: a dispatch no worker
+        reported (picked or queued) is held again, one a worker had is lost with it (the
+        broker redelivers). Each slot atomically; a resend finds nothing more to do.
         Returns (held again, lost to a dead worker)."""
 
     @abc.abstractmethod
     def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int | None]:
-        """Move due delayed messages into their groups. Returns (moved, next due ms)."""
+        """Move up to ``limit`` due delayed messages into their groups (atomic;
+        idempotent). Returns (moved, next due ms or None)."""
 
     @abc.abstractmethod
-    def configure(self, queue: str, policy: Policy) -> None:
-        """Store the queue's policy settings and re-rank its groups under them."""
-
-    @abc.abstractmethod
-    def cancel(self, queue: str, task_ids: Iterable[str]) -> list[tuple[str, bytes]]:
+    def cancel(self, queue: str, task_ids: Iterable[str], *,
+               token: str | None = None) -> list[tuple[str, bytes]]:
         """Remove the held or delayed messages of ``task_ids`` (their tasks were revoked
         before running), including copies held under a suffixed hold id
         (``<task id>~<n>``: the same id held twice). The removal is atomic; a message
-        already picked, queued or running is left alone. Returns ``(hold id, stored
-        value)`` of every message removed."""
+        already picked, queued or running is left alone. ``token`` names the call: a
+        resend within :data:`CANCELLED_SECONDS` gets the first answer again, so what it
+        removed is never lost with a reply. Returns ``(hold id, stored value)`` of every
+        message removed."""
 
+    @abc.abstractmethod
+    def quarantine(self, queue: str, dispatch_id: str, value: bytes, reason: str) -> None:
+        """Keep an undecodable message aside (never dropped: for a human to look at) and
+        free its slot. Idempotent: a resend keeps one entry. The quarantine keeps the
+        newest :data:`QUARANTINE_MAX` entries (each one dropped is logged)."""
 
-# -- lifetimes and bounds every backend keeps, and the summary read model ---------------
+    # -- policy ----------------------------------------------------------------------
 
-#: How long the record of a superseded or lost dispatch is kept (seconds). A stale copy
-#: delivered later than this runs as an unknown dispatch.
-TOMBSTONE_SECONDS = 86_400
-#: How long what a cancel call removed is kept to answer that call again (seconds):
-#: redis-py resends a call whose reply a dropped connection lost (10 retries by default),
-#: and the resend must still see the messages, or their tasks are never marked REVOKED.
-CANCELLED_SECONDS = 300
-#: Most entries the quarantine of one fair queue keeps (the newest): it holds damaged data
-#: for a human to look at, and must not grow without end. Each one dropped is logged.
-QUARANTINE_MAX = 1_000
-#: How long after its registration expired a worker's entry is dropped (ms). Expired
-#: workers never count; the margin only keeps a registering worker whose clock runs ahead
-#: from dropping entries another host's clock still sees as live.
-PRUNE_GRACE_MS = 60_000
+    @abc.abstractmethod
+    def configure(self, queue: str, policy: Policy) -> None:
+        """Atomically store the queue's policy settings and re-rank its groups under them.
+        Idempotent.
 
+        Raises:
+            InvalidLimit: a number of ``policy`` is out of range; nothing was written.
+        """
 
-@dataclass(frozen=True)
-class GroupFigures:
-    """One group as ``summarize`` sees it; ``due_*``: when its oldest held message of
-    that class became due (epoch seconds), None when it holds none (or an old message)."""
+    @abc.abstractmethod
+    def limit(self, queue: str, group: str, cap: int | str = KEEP,
+              weight: float | str = KEEP) -> tuple[int | None, float]:
+        """Set (:data:`RESET`: clear; :data:`KEEP`: leave) ``group``'s runtime cap and weight;
+        they take precedence over the settings and survive restarts (cap -1: none, 0:
+        paused). Atomic and idempotent. Returns the cap (None: none) and weight in force.
 
-    group: str
-    held_interactive: int
-    held_background: int
-    inflight: int
-    delayed: int
-    due_interactive: float | None
-    due_background: float | None
+        Raises:
+            InvalidGroup: ``group`` is not a group name; nothing was written.
+            InvalidLimit: ``cap`` or ``weight`` is out of range; nothing was written.
+        """
+
+    @abc.abstractmethod
+    def queues(self) -> list[str]:
+        """Every fair queue that has held a message, sorted."""
+
+    @abc.abstractmethod
+    def forget_queue(self, queue: str) -> bool:
+        """Atomically drop ``queue`` from :meth:`queues` if nothing is held, delayed, in
+        flight or quarantined in it; True when dropped. A later hold adds it again."""
+
+    # -- the worker registry (the caller's clock) ------------------------------------
+
+    @abc.abstractmethod
+    def register_worker(self, queue: str, worker: str, concurrency: int, expires_ms: int,
+                        now_ms: int) -> None:
+        """A worker consuming ``queue`` with ``concurrency`` slots is alive until
+        ``expires_ms``. Idempotent. A new worker wakes the dispatchers (it brings
+        capacity); entries expired :data:`PRUNE_GRACE_MS` before ``now_ms`` are dropped."""
+
+    @abc.abstractmethod
+    def unregister_worker(self, queue: str, worker: str) -> None:
+        """The worker left (idempotent)."""
+
+    @abc.abstractmethod
+    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
+        """The live workers consuming ``queue`` at ``now_ms``: {worker: pool size}."""
+
+    def worker_capacity(self, queue: str, now_ms: int) -> int:
+        """Sum of the pool sizes of the live workers consuming ``queue``."""
+        return sum(self.worker_pools(queue, now_ms).values())
+
+    # -- wake-ups -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
+        """Block until a hold, release or new worker wakes one of ``queues`` or
+        ``timeout`` (seconds) passes. Returns the woken queues (empty on timeout); with
+        ``timeout`` 0 it only looks, without blocking. A wake-up may be spurious."""
+
+    # -- reads (not atomic across calls; for status, metrics and dashboards) ----------
+
+    @abc.abstractmethod
+    def queue_figures(self, queue: str) -> QueueFigures:
+        """Totals of ``queue`` in O(1), from the store's counters."""
+
+    @abc.abstractmethod
+    def group_figures(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
+        """Figures of each of ``groups``, in their order (a group without work: zeros)."""
+
+    @abc.abstractmethod
+    def top_groups(self, queue: str, limit: int) -> list[tuple[str, int]]:
+        """The ``limit`` groups holding the most messages, most first, with their count."""
+
+    @abc.abstractmethod
+    def busiest_groups(self, queue: str, limit: int) -> list[GroupFigures]:
+        """Figures of at most ``limit`` groups with work, most held first, then most in
+        flight, then by name (:func:`busiest_first`); O(limit) reads."""
+
+    @abc.abstractmethod
+    def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupHeads]:
+        """Counts and head due times of ``groups``, in their order."""
+
+    @abc.abstractmethod
+    def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """{queue: (in flight, held)} of ``queues``."""
+
+    @abc.abstractmethod
+    def dispatch_state(self, queue: str, dispatch_id: str) -> str | None:
+        """State of a dispatch (picked, queued, running, lost, superseded; 'released'
+        while its tombstone lasts), None when the store does not know it."""
+
+    @abc.abstractmethod
+    def locate(self, task_id: str) -> Location | None:
+        """Where ``task_id`` stands in any fair queue, None when the store neither holds
+        nor tracks it (never published fair, or finished)."""
+
+    @abc.abstractmethod
+    def snapshot(self, queue: str) -> dict[str, Any]:
+        """Totals and every group's figures as one document (:func:`snapshot_of`):
+        O(groups), for tests and tools."""
+
+    # -- the summaries dashboards read (written by one dispatcher at a time) ------------
+
+    @abc.abstractmethod
+    def claim_writer(self, queue: str, ms: int) -> bool:
+        """Atomically claim writing ``queue``'s summary for ``ms``; False while another
+        dispatcher's claim lasts (so the work is not repeated)."""
+
+    @abc.abstractmethod
+    def put_summary(self, queue: str, doc: str, ttl_seconds: int) -> None:
+        """Store ``queue``'s summary document (JSON); it lapses after ``ttl_seconds``
+        unless written again. Idempotent."""
+
+    @abc.abstractmethod
+    def summaries(self, queues: Sequence[str]) -> dict[str, str | None]:
+        """The summary documents of ``queues`` (None where none is live)."""
+
+    # -- maintenance ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,
+              batch: int = CHECK_BATCH) -> list[tuple[str, str, str, str]]:
+        """Check (with ``repair``, fix) ``queue``'s invariants, in atomic steps of about
+        ``batch`` entries, safe beside running dispatchers and workers. Returns ``(kind,
+        subject, detail, action)`` per finding; ``action`` is empty when nothing was
+        done."""
+
+    @abc.abstractmethod
+    def flush(self) -> None:
+        """Delete everything of this store's namespace but the workers' registrations
+        (the pytest plugin's cleanup between tests). Never called in production."""
+
+    @abc.abstractmethod
+    def advice(self) -> list[str]:
+        """Settings of the server under the store that can lose held tasks, one sentence
+        each (empty: none known)."""
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise :class:`~celery_fair.errors.StoreConnectionError` unless the store
+        answers."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connections (idempotent)."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import inspect
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from ..errors import StoreConnectionError, StoreError, StoreFull
+from .base import now_ms as base_now_ms
 
 
 @contextmanager
@@ -133,5 +133,4 @@ def _seconds(value: Any) -> float | None:
     return float(text) if text else None
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+now_ms = base_now_ms  # kept importable from here

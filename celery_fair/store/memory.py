@@ -16,7 +16,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,14 +29,21 @@ from .base import (
     PRUNE_GRACE_MS,
     QUARANTINE_MAX,
     TOMBSTONE_SECONDS,
+    BeginAnswer,
     BeginResult,
     DirectPush,
     GroupFigures,
+    GroupHeads,
     Picked,
     Policy,
     Pushed,
+    QueueFigures,
     Store,
+    busiest_first,
+    limited_by,
+    snapshot_of,
 )
+from .memory_reads import MemoryReads
 
 #: The stored value's prefix (envelope.py): <class><front><cost>:<group length>:<group>.
 _PREFIX = re.compile(rb"([ib])([01])([^:]+):(\d+):")
@@ -68,7 +75,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class MemoryStore(Store):
+class MemoryStore(MemoryReads, Store):
     """Fair queues of one namespace in this process (thread-safe: one lock)."""
 
     def __init__(self, namespace: str = "fair") -> None:
@@ -78,6 +85,8 @@ class MemoryStore(Store):
         self._queues: dict[str, FairQueue] = {}
         self._registered: set[str] = set()  # fair queues that have held a message
         self._workers: dict[str, dict[str, tuple[int, int]]] = {}  # queue -> worker
+        self._writers: dict[str, int] = {}  # queue -> until when its summary writer holds
+        self._summaries: dict[str, tuple[int, str]] = {}  # queue -> (expires ms, document)
 
     @contextmanager
     def _queue(self, queue: str) -> Iterator[FairQueue]:
@@ -123,23 +132,16 @@ class MemoryStore(Store):
         with self._queue(queue) as fq:
             return fq.confirm(list(dispatch_ids), deadline_ms)
 
-    def begin(self, queue: str, dispatch_id: str, deadline_ms: int, *,
-              now_ms: int | None = None, run: str | None = None, acks_late: bool = False,
-              host: str = "", gone: Callable[[str], bool] | None = None) -> BeginResult:
-        """See :meth:`Store.begin`. ``gone`` is called between two atomic steps, outside
-        the lock, as :class:`RedisStore` calls it between two scripts."""
-        now = wall_ms() if now_ms is None else now_ms
-        args = (dispatch_id, deadline_ms, now, run or uuid.uuid4().hex, acks_late)
+    def begin_run(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str = "") -> BeginAnswer:
         with self._queue(queue) as fq:
-            reply = fq.begin(*args, host if gone else "")
-        if isinstance(reply, str) and gone is not None and gone(reply):
-            with self._queue(queue) as fq:  # that run's process is gone: take over
-                reply = fq.begin(*args, host, reply)
-        if isinstance(reply, str):  # a live run holds it (or another took over): a copy
-            with self._queue(queue) as fq:
-                reply = fq.begin(*args)
-        assert not isinstance(reply, str)  # no host given: never a token
-        return reply
+            return _begun(fq.begin(dispatch_id, deadline_ms, now_ms, run, acks_late, host))
+
+    def take_over(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str, token: str) -> BeginAnswer:
+        with self._queue(queue) as fq:
+            return _begun(fq.begin(dispatch_id, deadline_ms, now_ms, run, acks_late, host,
+                                   token))
 
     def renew(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> int:
         with self._queue(queue) as fq:
@@ -244,25 +246,24 @@ class MemoryStore(Store):
         out = {}
         for queue in queues:
             figures = self.queue_figures(queue)
-            out[queue] = (figures["inflight"],
-                          figures["held_interactive"] + figures["held_background"])
+            out[queue] = (figures.inflight, figures.held)
         return out
 
-    def queue_figures(self, queue: str) -> dict[str, Any]:
+    def queue_figures(self, queue: str) -> QueueFigures:
         """See :meth:`RedisStore.queue_figures`."""
         with self._queue(queue) as fq:
             stat = fq.stat
-            return {"queue": queue, "inflight": stat.get("inflight", 0),
-                    "delayed": len(fq.delayed), "held_interactive": stat.get("held:i", 0),
-                    "held_background": stat.get("held:b", 0),
-                    "released": stat.get("released", 0), "skipped": stat.get("skipped", 0),
-                    "group_count": len(fq.groups), "ready_interactive": len(fq.ready["i"]),
-                    "ready_background": len(fq.ready["b"])}
+            return QueueFigures(
+                queue, inflight=stat.get("inflight", 0), delayed=len(fq.delayed),
+                held_interactive=stat.get("held:i", 0),
+                held_background=stat.get("held:b", 0), released=stat.get("released", 0),
+                skipped=stat.get("skipped", 0), group_count=len(fq.groups),
+                ready_interactive=len(fq.ready["i"]), ready_background=len(fq.ready["b"]))
 
     def snapshot(self, queue: str) -> dict[str, Any]:
         with self._queue(queue) as fq:
             groups = sorted(fq.groups)
-        return {**self.queue_figures(queue), "groups": self.group_figures(queue, groups)}
+        return snapshot_of(self.queue_figures(queue), self.group_figures(queue, groups))
 
     def top_groups(self, queue: str, limit: int) -> list[tuple[str, int]]:
         """The ``limit`` groups holding the most messages, most first (ties: the name,
@@ -274,36 +275,30 @@ class MemoryStore(Store):
         ranked = sorted(((n, g) for g, n in backlog.items() if n > 0), reverse=True)
         return [(g, n) for n, g in ranked[:max(limit, 0)]]
 
-    def busiest_groups(self, queue: str, limit: int) -> list[dict[str, Any]]:
+    def busiest_groups(self, queue: str, limit: int) -> list[GroupFigures]:
         """See :meth:`RedisStore.busiest_groups`."""
         names = [g for g, _ in self.top_groups(queue, limit)]
         with self._queue(queue) as fq:
             names += sorted(g for g in fq.groups if g not in names)[:max(limit - len(names), 0)]
-        rows = self.group_figures(queue, names)
-        rows.sort(key=lambda r: (-(r["held_interactive"] + r["held_background"]),
-                                 -r["inflight"], r["group"]))
-        return rows
+        return busiest_first(self.group_figures(queue, names))
 
-    def group_figures(self, queue: str, groups: list[str]) -> list[dict[str, Any]]:
+    def group_figures(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
         """See :meth:`RedisStore.group_figures`."""
         with self._queue(queue) as fq:
             out = []
             for g in groups:
                 group = fq.groups.get(g)
                 cap = fq.cap_of(g)
-                out.append({
-                    "group": g, "held_interactive": len(fq.lists.get(("i", g), ())),
-                    "held_background": len(fq.lists.get(("b", g), ())),
-                    "delayed": group.delayed if group else 0,
-                    "inflight": group.inflight if group else 0,
-                    "cap": None if cap < 0 else cap, "weight": fq.weight_of(g),
-                    "limited": [name for name, on in (("cap", g in fq.limit_caps),
-                                                      ("weight", g in fq.limit_weights))
-                                if on],
-                })
+                out.append(GroupFigures(
+                    g, held_interactive=len(fq.lists.get(("i", g), ())),
+                    held_background=len(fq.lists.get(("b", g), ())),
+                    delayed=group.delayed if group else 0,
+                    inflight=group.inflight if group else 0,
+                    cap=None if cap < 0 else cap, weight=fq.weight_of(g),
+                    limited=limited_by(g in fq.limit_caps, g in fq.limit_weights)))
         return out
 
-    def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
+    def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupHeads]:
         """Counts and head due times of ``groups`` (see :meth:`RedisStore.summarize`)."""
         out = []
         with self._queue(queue) as fq:
@@ -311,9 +306,9 @@ class MemoryStore(Store):
                 group = fq.groups.get(g)
                 heads = [fq.lists.get((k, g)) for k in CLASSES]
                 due = [_due(fq.msgs[h[0]].value) if h else None for h in heads]
-                out.append(GroupFigures(g, len(heads[0] or ()), len(heads[1] or ()),
-                                        group.inflight if group else 0,
-                                        group.delayed if group else 0, due[0], due[1]))
+                out.append(GroupHeads(g, len(heads[0] or ()), len(heads[1] or ()),
+                                      group.inflight if group else 0,
+                                      group.delayed if group else 0, due[0], due[1]))
         return out
 
     def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,
@@ -326,14 +321,14 @@ class MemoryStore(Store):
 
     # -- the worker registry (the caller's clock) ----------------------------------
 
-    def register_worker(self, queue: str, worker: str, concurrency: int,
-                        expires_ms: int) -> None:
+    def register_worker(self, queue: str, worker: str, concurrency: int, expires_ms: int,
+                        now_ms: int) -> None:
         with self._queue(queue) as fq:
             workers = self._workers.setdefault(queue, {})
             if worker not in workers:
                 fq.woken = True  # a new worker brings capacity
             workers[worker] = (expires_ms, concurrency)
-        self.prune_workers(queue, wall_ms() - PRUNE_GRACE_MS)
+        self.prune_workers(queue, now_ms - PRUNE_GRACE_MS)
 
     def unregister_worker(self, queue: str, worker: str) -> None:
         with self._cond:
@@ -352,14 +347,28 @@ class MemoryStore(Store):
             return {w: n for w, (expires, n) in self._workers.get(queue, {}).items()
                     if expires >= now_ms}
 
-    def worker_capacity(self, queue: str, now_ms: int) -> int:
-        return sum(self.worker_pools(queue, now_ms).values())
-
     def ping(self) -> None:
         """Always answers."""
 
+    def flush(self) -> None:
+        """Forget every fair queue (the workers' registrations stay)."""
+        with self._cond:
+            self._queues.clear()
+            self._registered.clear()
+            self._writers.clear()
+            self._summaries.clear()
+
+    def advice(self) -> list[str]:
+        """Nothing to advise: the memory store is for tests, and says so."""
+        return []
+
     def close(self) -> None:
         """Nothing to close."""
+
+
+def _begun(reply: BeginResult | str) -> BeginAnswer:
+    """The policy's answer to ``begin``: a result, or the token of the run holding it."""
+    return BeginAnswer(None, reply) if isinstance(reply, str) else BeginAnswer(reply)
 
 
 def _token() -> str:

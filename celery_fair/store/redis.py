@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import redis
@@ -20,12 +19,15 @@ from ..errors import HoldOutcomeUnknown, StoreConnectionError, StoreUnreachable
 from ..names import validate_group
 from .base import (
     CANCELLED_SECONDS,
+    CHECK_BATCH,
+    KEEP,
     PRUNE_GRACE_MS,
     QUARANTINE_MAX,
+    RESET,
     TOMBSTONE_SECONDS,
+    BeginAnswer,
     BeginResult,
     DirectPush,
-    GroupFigures,
     Picked,
     Policy,
     Pushed,
@@ -47,19 +49,25 @@ from .scripts import OPERATIONS, source
 # Kept importable from here, where they were defined before connection.py and
 # redis_reads.py took them.
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PRUNE_GRACE_MS", "QUARANTINE_MAX",
-           "RESET", "TOMBSTONE_SECONDS", "Bounds", "GroupFigures", "RedisStore", "as_policy",
+           "RESET", "TOMBSTONE_SECONDS", "Bounds", "RedisStore", "as_policy",
            "describe", "now_ms"]
 
 logger = logging.getLogger(__name__)
 
-#: :meth:`RedisStore.limit` arguments: leave the value as it is, or clear the runtime limit.
-KEEP, RESET = "", "reset"
-#: Most entries one ``check.lua`` call reads (a few ms of Redis time at most).
-CHECK_BATCH = 500
+#: redis-py connection settings that name a server and database.
+_WHERE = ("host", "port", "db", "path")
 
 
 class RedisStore(RedisReads, Store):
     """Fair queues of one namespace in one Redis database."""
+
+    supports_direct_push = True
+
+    def same_redis(self, connection_kwargs: Mapping[str, Any]) -> bool:
+        """See :meth:`Store.same_redis`: the same host and port or socket path, and db."""
+        ours = self.client.connection_pool.connection_kwargs
+        return all(ours.get(key) == connection_kwargs.get(key) for key in _WHERE) \
+            and any(ours.get(key) for key in ("host", "path"))
 
     def __init__(self, client: redis.Redis, namespace: str = "fair") -> None:
         self.client = client
@@ -192,19 +200,15 @@ class RedisStore(RedisReads, Store):
             return []
         return [_text(d) for d in self._run("confirm", queue, deadline_ms, *ids)]
 
-    def begin(self, queue: str, dispatch_id: str, deadline_ms: int, *,
-              now_ms: int | None = None, run: str | None = None, acks_late: bool = False,
-              host: str = "", gone: Callable[[str], bool] | None = None) -> BeginResult:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
-        args: list[Any] = [dispatch_id, deadline_ms, now, run or uuid.uuid4().hex,
-                           int(acks_late), host if gone else ""]
-        reply = self._run("begin", queue, *args, "")
-        if isinstance(reply, bytes) and gone is not None and gone(reply.decode()):
-            # a run of this host holds it, and its process is gone: take over
-            reply = self._run("begin", queue, *args, reply.decode())
-        if isinstance(reply, bytes):  # a live run holds it (or another took over): a copy
-            reply = self._run("begin", queue, *args[:-1], "", "")
-        return BeginResult(int(reply))
+    def begin_run(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str = "") -> BeginAnswer:
+        return _begun(self._run("begin", queue, dispatch_id, deadline_ms, now_ms, run,
+                                int(acks_late), host, ""))
+
+    def take_over(self, queue: str, dispatch_id: str, deadline_ms: int, *, now_ms: int,
+                  run: str, acks_late: bool, host: str, token: str) -> BeginAnswer:
+        return _begun(self._run("begin", queue, dispatch_id, deadline_ms, now_ms, run,
+                                int(acks_late), host, token))
 
     def renew(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> int:
         ids = list(dispatch_ids)
@@ -326,6 +330,13 @@ class RedisStore(RedisReads, Store):
 
     def close(self) -> None:
         self.client.close()
+
+
+def _begun(reply: Any) -> BeginAnswer:
+    """``begin.lua``'s reply: a BeginResult number, or the token of the run holding it."""
+    if isinstance(reply, bytes):
+        return BeginAnswer(None, reply.decode())
+    return BeginAnswer(BeginResult(int(reply)))
 
 
 def _log_quarantined(keys: QueueKeys, hold_ids: list[Any]) -> None:

@@ -4,6 +4,7 @@ dispatcher waits on. Plain Redis commands, no Lua where a read needs none."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -11,12 +12,23 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from .base import PRUNE_GRACE_MS, GroupFigures
-from .connection import _first, _seconds, _text, _wrapped, now_ms
+from ..envelope import placement_of
+from .base import (
+    PRUNE_GRACE_MS,
+    GroupFigures,
+    GroupHeads,
+    Location,
+    QueueFigures,
+    busiest_first,
+    limited_by,
+    snapshot_of,
+)
+from .connection import _first, _seconds, _text, _wrapped
 from .keys import QueueKeys, queues_key
+from .locating import CLASS_NAMES, Locating, place_of
 
 
-class RedisReads:
+class RedisReads(Locating):
     """What :class:`~celery_fair.store.redis.RedisStore` reads and registers with plain
     commands (a mixin: the store gives the client, namespace and scripts)."""
 
@@ -82,8 +94,8 @@ class RedisReads:
                 keys=[self.keys(queue).prefix, queues_key(self.namespace)], args=[queue]))
         return forgotten  # a later hold from any process adds it again
 
-    def register_worker(self, queue: str, worker: str, concurrency: int,
-                        expires_ms: int) -> None:
+    def register_worker(self, queue: str, worker: str, concurrency: int, expires_ms: int,
+                        now_ms: int) -> None:
         """A worker consuming ``queue`` with ``concurrency`` slots is alive until then.
 
         A worker seen for the first time wakes the dispatchers: it brings capacity. The
@@ -97,7 +109,7 @@ class RedisReads:
                 pipe.lpush(k.wake, "1")
                 pipe.ltrim(k.wake, 0, 0)
                 pipe.execute()
-        self.prune_workers(queue, now_ms() - PRUNE_GRACE_MS)
+        self.prune_workers(queue, now_ms - PRUNE_GRACE_MS)
 
     def unregister_worker(self, queue: str, worker: str) -> None:
         with _wrapped(self.where):
@@ -111,11 +123,6 @@ class RedisReads:
             dead = [worker for worker, (expires, _) in _workers(self.client.hgetall(key))
                     if expires < before_ms]
             return int(self.client.hdel(key, *dead)) if dead else 0
-
-    def worker_capacity(self, queue: str, now_ms: int) -> int:
-        """Sum of the pool sizes of live workers consuming ``queue`` (reads only: expired
-        entries are skipped here and dropped by :meth:`register_worker`)."""
-        return sum(self.worker_pools(queue, now_ms).values())
 
     def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
         """The live workers consuming ``queue``: {worker: pool size} (reads only)."""
@@ -142,9 +149,9 @@ class RedisReads:
         """
         with _wrapped(self.where):
             groups = sorted(_text(g) for g in self.client.smembers(self.keys(queue).groups))
-        return {**self.queue_figures(queue), "groups": self.group_figures(queue, groups)}
+        return snapshot_of(self.queue_figures(queue), self.group_figures(queue, groups))
 
-    def queue_figures(self, queue: str) -> dict[str, Any]:
+    def queue_figures(self, queue: str) -> QueueFigures:
         """Totals of ``queue`` in O(1): held per class, delayed, in flight, groups with
         work, ready groups per class, releases and skipped copies so far (``stat``
         counters)."""
@@ -158,10 +165,10 @@ class RedisReads:
             pipe.zcard(k.ready("b"))
             stat, delayed, groups, ready_i, ready_b = pipe.execute()
         inflight, held_i, held_b, released, skipped = (int(v or 0) for v in stat)
-        return {"queue": queue, "inflight": inflight, "delayed": delayed,
-                "held_interactive": held_i, "held_background": held_b, "released": released,
-                "skipped": skipped,
-                "group_count": groups, "ready_interactive": ready_i, "ready_background": ready_b}
+        return QueueFigures(queue, inflight=inflight, delayed=delayed, held_interactive=held_i,
+                            held_background=held_b, released=released, skipped=skipped,
+                            group_count=groups, ready_interactive=ready_i,
+                            ready_background=ready_b)
 
     def top_groups(self, queue: str, limit: int) -> list[tuple[str, int]]:
         """The ``limit`` groups holding the most messages, most first, with their count
@@ -173,7 +180,7 @@ class RedisReads:
                                                     withscores=True)
         return [(_text(g), int(n)) for g, n in rows]
 
-    def busiest_groups(self, queue: str, limit: int) -> list[dict[str, Any]]:
+    def busiest_groups(self, queue: str, limit: int) -> list[GroupFigures]:
         """Figures (:meth:`group_figures`) of at most ``limit`` groups with work, most held
         first, then most in flight, then by name. Reads O(limit) keys: the ``backlog``
         ranking, then, if it has fewer, other groups with work (in flight or delayed)."""
@@ -188,12 +195,9 @@ class RedisReads:
                         seen.add(name)
                         if len(names) >= limit:
                             break
-        rows = self.group_figures(queue, names)
-        rows.sort(key=lambda r: (-(r["held_interactive"] + r["held_background"]),
-                                 -r["inflight"], r["group"]))
-        return rows
+        return busiest_first(self.group_figures(queue, names))
 
-    def group_figures(self, queue: str, groups: list[str]) -> list[dict[str, Any]]:
+    def group_figures(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
         """Held, delayed, in flight, cap and weight in force of each of ``groups``;
         ``limited`` lists what a runtime limit sets ("cap", "weight"). One round trip."""
         k = self.keys(queue)
@@ -215,24 +219,118 @@ class RedisReads:
             held_i, held_b, (n, d), cap, weight, cap_limited, weight_limited = \
                 rows[i * 7:i * 7 + 7]
             cap_value = int(_first(cap, conf.get("cap"), -1))
-            out.append({
-                "group": g, "held_interactive": held_i, "held_background": held_b,
-                "delayed": int(d or 0), "inflight": int(n or 0),
-                "cap": None if cap_value < 0 else cap_value,
-                "weight": float(_first(weight, conf.get("weight"), 1)),
-                "limited": [name for name, on in (("cap", cap_limited),
-                                                  ("weight", weight_limited)) if on],
-            })
+            out.append(GroupFigures(
+                g, held_interactive=held_i, held_background=held_b, delayed=int(d or 0),
+                inflight=int(n or 0), cap=None if cap_value < 0 else cap_value,
+                weight=float(_first(weight, conf.get("weight"), 1)),
+                limited=limited_by(cap_limited, weight_limited)))
         return out
 
-    def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
+    def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupHeads]:
         """Counts and head due times of ``groups`` (one short script; reads only)."""
         if not groups:
             return []
         flat = self._run("summarize", queue, *groups)
         rows = (flat[i:i + 6] for i in range(0, len(flat), 6))
-        return [GroupFigures(g, int(hi), int(hb), int(n), int(d), _seconds(ti), _seconds(tb))
+        return [GroupHeads(g, int(hi), int(hb), int(n), int(d), _seconds(ti), _seconds(tb))
                 for g, (hi, hb, n, d, ti, tb) in zip(groups, rows)]
+
+
+    # -- where a task stands (``fair inspect``) --------------------------------------
+
+    def _held_at(self, queue: str, task_id: str) -> Location | None:
+        k = self.keys(queue)
+        client: Any = self.client  # redis-py's reply types are unions
+        with _wrapped(self.where):
+            value = client.hget(k.msg, task_id)
+            if value is None:
+                return None
+            group, klass = placement_of(value)
+            where = Location(task_id, queue, group, CLASS_NAMES.get(klass, klass), "held")
+            due = client.zscore(k.delayed, task_id)
+            if due is not None:
+                return dataclasses.replace(where, state="delayed", due_ms=int(due))
+            position = client.lpos(k.held(klass, group), task_id)
+        place = place_of(self, queue, klass, group, None if position is None else int(position))
+        return dataclasses.replace(where, place=place)
+
+    def _dispatched_at(self, queue: str, task_id: str) -> Location | None:
+        """A picked, queued or running dispatch of ``task_id`` (read through the leases:
+        one per task in flight)."""
+        k = self.keys(queue)
+        with _wrapped(self.where):
+            dispatch_ids = [_text(d) for d in self.client.zrange(k.leases, 0, -1)]
+            pipe = self.client.pipeline(transaction=False)
+            for did in dispatch_ids:
+                pipe.hmget(k.dispatch(did), "id", "s", "g", "c")
+            records = pipe.execute()
+        for did, (hold_id, state, group, klass) in zip(dispatch_ids, records):
+            if hold_id is not None and _text(hold_id).split("~")[0] == task_id:
+                return Location(task_id, queue, _text(group),
+                                CLASS_NAMES.get(_text(klass), _text(klass)), _text(state),
+                                dispatch_id=did)
+        return None
+
+    def ready_rank(self, queue: str, klass: str, group: str) -> tuple[int | None, float]:
+        """See :meth:`~celery_fair.store.locating.PlaceReads.ready_rank`."""
+        k = self.keys(queue)
+        client: Any = self.client
+        with _wrapped(self.where):
+            rank = client.zrank(k.ready(klass), group)
+            tag = float(self.client.hget(k.group(group), "t" + klass) or 0)
+            if rank is None:  # it re-enters the ready set at the virtual time at the earliest
+                tag = max(tag, float(self.client.hget(k.vt, klass) or 0))
+        return (None if rank is None else int(rank)), tag
+
+    def ready_before(self, queue: str, klass: str, start: float,
+                     limit: int) -> list[tuple[str, float]]:
+        """See :meth:`~celery_fair.store.locating.PlaceReads.ready_before`."""
+        with _wrapped(self.where):
+            rows: list[Any] = self.client.zrangebyscore(
+                self.keys(queue).ready(klass), "-inf", f"({start}", start=0, num=limit,
+                withscores=True)
+        return [(_text(g), float(t)) for g, t in rows]
+
+
+    # -- the summaries dashboards read (summary.py), and maintenance ----------------
+
+    def claim_writer(self, queue: str, ms: int) -> bool:
+        """See :meth:`Store.claim_writer` (a ``SET NX PX`` guard key)."""
+        with _wrapped(self.where):
+            return bool(self.client.set(f"{self.keys(queue).summary}:writer", "1", nx=True,
+                                        px=ms))
+
+    def put_summary(self, queue: str, doc: str, ttl_seconds: int) -> None:
+        """See :meth:`Store.put_summary`."""
+        with _wrapped(self.where):
+            self.client.set(self.keys(queue).summary, doc, ex=ttl_seconds)
+
+    def summaries(self, queues: Sequence[str]) -> dict[str, str | None]:
+        """See :meth:`Store.summaries` (one round trip)."""
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.get(self.keys(queue).summary)
+            values = pipe.execute()
+        return {queue: None if value is None else _text(value)
+                for queue, value in zip(queues, values)}
+
+    def flush(self) -> None:
+        """See :meth:`Store.flush`: SCAN and DEL the namespace's keys, 500 at a time."""
+        client: Any = self.client
+        pattern = self.namespace.replace("[", "\\[").replace("*", "\\*") + ":*"
+        with _wrapped(self.where):
+            doomed = [key for key in client.scan_iter(match=pattern, count=1000)
+                      if not key.endswith(b":workers")]
+            for start in range(0, len(doomed), 500):
+                client.delete(*doomed[start:start + 500])
+            client.delete(queues_key(self.namespace))
+
+    def advice(self) -> list[str]:
+        """See :func:`~celery_fair.store.safety.unsafe_settings`."""
+        from .safety import unsafe_settings
+
+        return unsafe_settings(self.client)
 
 
 def _workers(entries: Mapping[Any, Any]) -> Iterator[tuple[str, tuple[int, int]]]:

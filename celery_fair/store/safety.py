@@ -45,14 +45,6 @@ def unsafe_settings(client: redis.Redis) -> list[str]:
     return found
 
 
-def warn_unsafe_settings(client: redis.Redis, where: str) -> list[str]:
-    """Log one warning per unsafe setting (see :func:`unsafe_settings`); returns them."""
-    found = unsafe_settings(client)
-    for sentence in found:
-        logger.warning("celery_fair store %s: %s", where, sentence)
-    return found
-
-
 def _config(client: redis.Redis, name: str) -> str:
     value = client.config_get(name).get(name, "")
     return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,87 @@
+"""The memory store's reads that need no policy: where a task stands (``fair inspect``,
+its share of :class:`~celery_fair.store.locating.Locating`) and the summaries."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import cast
+
+from ..policy import FairQueue
+from .base import Location, now_ms
+from .locating import CLASS_NAMES, Locating, PlaceReads, place_of
+
+
+class MemoryReads(Locating):
+    """A mixin of :class:`~celery_fair.store.memory.MemoryStore` (it gives the lock, the
+    queues' state and the summaries)."""
+
+    _cond: threading.Condition
+    _writers: dict[str, int]  # queue -> until when its summary writer holds the claim
+    _summaries: dict[str, tuple[int, str]]  # queue -> (expires ms, document)
+
+    def _queue(self, queue: str) -> AbstractContextManager[FairQueue]:
+        raise NotImplementedError
+
+    # -- where a task stands (``fair inspect``) --------------------------------------
+
+    def _held_at(self, queue: str, task_id: str) -> Location | None:
+        with self._queue(queue) as fq:
+            held = fq.msgs.get(task_id)
+            if held is None:
+                return None
+            group, klass = held.placement.group, held.placement.klass
+            where = Location(task_id, queue, group, CLASS_NAMES[klass], "held")
+            if task_id in fq.delayed:
+                return dataclasses.replace(where, state="delayed", due_ms=fq.delayed[task_id])
+            ids = list(fq.lists.get((klass, group), ()))
+        position = ids.index(task_id) if task_id in ids else None
+        return dataclasses.replace(where, place=place_of(
+            cast(PlaceReads, self), queue, klass, group, position))  # MemoryStore has the reads
+
+    def _dispatched_at(self, queue: str, task_id: str) -> Location | None:
+        with self._queue(queue) as fq:
+            for did in sorted(fq.leases, key=lambda d: (fq.leases[d], d)):
+                record = fq.records.get(did)
+                if record is not None and record.hold_id.split("~")[0] == task_id:
+                    return Location(task_id, queue, record.group, CLASS_NAMES[record.klass],
+                                    record.state, dispatch_id=did)
+        return None
+
+    def ready_rank(self, queue: str, klass: str, group: str) -> tuple[int | None, float]:
+        """See :meth:`~celery_fair.store.locating.PlaceReads.ready_rank`."""
+        with self._queue(queue) as fq:
+            ready = fq.ready[klass]
+            known = fq.groups.get(group)
+            tag = known.tags.get(klass, 0.0) if known else 0.0
+            if group not in ready:  # it re-enters the ready set at the virtual time
+                return None, max(tag, fq.vt.get(klass, 0.0))
+            rank = sorted((t, g) for g, t in ready.items()).index((ready[group], group))
+            return rank, tag
+
+    def ready_before(self, queue: str, klass: str, start: float,
+                     limit: int) -> list[tuple[str, float]]:
+        """See :meth:`~celery_fair.store.locating.PlaceReads.ready_before`."""
+        with self._queue(queue) as fq:
+            ranked = sorted((t, g) for g, t in fq.ready[klass].items() if t < start)
+        return [(g, t) for t, g in ranked[:limit]]
+
+    def claim_writer(self, queue: str, ms: int) -> bool:
+        with self._cond:
+            now = now_ms()
+            if self._writers.get(queue, 0) > now:
+                return False
+            self._writers[queue] = now + ms
+            return True
+
+    def put_summary(self, queue: str, doc: str, ttl_seconds: int) -> None:
+        with self._cond:
+            self._summaries[queue] = (now_ms() + ttl_seconds * 1000, doc)
+
+    def summaries(self, queues: Sequence[str]) -> dict[str, str | None]:
+        with self._cond:
+            now = now_ms()
+            live = {q: doc for q, (expires, doc) in self._summaries.items() if expires > now}
+        return {q: live.get(q) for q in queues}

@@ -1,0 +1,219 @@
+"""The values of the store contract (:mod:`celery_fair.store.base`): what its operations
+take and answer, the lifetimes and bounds every backend keeps, and the typed read
+models."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# -- what the lifecycle operations take and answer ----------------------------------
+
+class BeginResult(enum.IntEnum):
+    """What ``begin`` says about a dispatch a worker is about to run."""
+
+    #: the dispatch is current: run it
+    RUN = 1
+    #: its slot had been reclaimed (lease ran out) and was taken again: run it
+    RUN_REACQUIRED = 2
+    #: the store never saw it (no record): run it, nothing held is ever dropped
+    RUN_UNKNOWN = 0
+    #: a stale duplicate: the message was held again and a newer dispatch carries it, or
+    #: the dispatch already ran to its end and the broker redelivered it
+    SKIP = -1
+
+
+@dataclass(frozen=True)
+class BeginAnswer:
+    """What one ``begin_run`` or ``take_over`` call says: a :class:`BeginResult`, or
+    ``held_by``, the token of a run of the caller's host that holds the dispatch under a
+    live lease (the caller judges whether that run is gone, then takes it over or runs
+    the call again without a host to skip the copy)."""
+
+    result: BeginResult | None
+    held_by: str = ""
+
+
+@dataclass(frozen=True)
+class Picked:
+    """One message taken by ``pick``."""
+
+    dispatch_id: str
+    hold_id: str
+    value: bytes
+
+
+@dataclass(frozen=True)
+class Pushed:
+    """One message ``pick`` pushed into the broker's list itself (for metrics)."""
+
+    klass: str
+    due_at: float | None  # epoch seconds it became due; None when not recorded
+    group: str
+
+
+@dataclass(frozen=True)
+class DirectPush:
+    """Where ``pick`` may push messages itself: kombu's Redis list of the real queue, on
+    the store's own Redis (see ``celery_fair.direct``)."""
+
+    queue: str
+    sep: str
+    priority_steps: tuple[int, ...]
+    exchange: str  # the queue's own direct exchange ('' for none)
+    routing_key: str
+    binding_key: str  # kombu's binding set of that exchange
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Policy settings of one fair queue, shared by every dispatcher through the store."""
+
+    default_cap: int | None
+    interactive_reserve: int
+    default_weight: float
+    caps: Mapping[str, int]
+    weights: Mapping[str, float]
+
+
+# -- lifetimes and bounds every backend keeps, and the summary read model ---------------
+
+#: How long the record of a superseded or lost dispatch is kept (seconds). A stale copy
+#: delivered later than this runs as an unknown dispatch.
+TOMBSTONE_SECONDS = 86_400
+#: How long what a cancel call removed is kept to answer that call again (seconds):
+#: redis-py resends a call whose reply a dropped connection lost (10 retries by default),
+#: and the resend must still see the messages, or their tasks are never marked REVOKED.
+CANCELLED_SECONDS = 300
+#: Most entries the quarantine of one fair queue keeps (the newest): it holds damaged data
+#: for a human to look at, and must not grow without end. Each one dropped is logged.
+QUARANTINE_MAX = 1_000
+#: How long after its registration expired a worker's entry is dropped (ms). Expired
+#: workers never count; the margin only keeps a registering worker whose clock runs ahead
+#: from dropping entries another host's clock still sees as live.
+PRUNE_GRACE_MS = 60_000
+
+
+# -- read models: what status, metrics, summaries and ``fair inspect`` read --------------
+
+@dataclass(frozen=True)
+class QueueFigures:
+    """Totals of one fair queue, from the store's counters (O(1) to read)."""
+
+    queue: str
+    inflight: int
+    delayed: int
+    held_interactive: int
+    held_background: int
+    released: int  # dispatches whose end the workers reported, so far
+    skipped: int  # stale copies the workers skipped, so far
+    group_count: int  # groups with work (held, delayed or in flight)
+    ready_interactive: int  # groups with interactive work that may be picked now
+    ready_background: int
+
+    @property
+    def held(self) -> int:
+        """Messages held, both classes."""
+        return self.held_interactive + self.held_background
+
+
+@dataclass(frozen=True)
+class GroupFigures:
+    """One group as status, metrics and limits show it: its counts and the policy in
+    force (``cap`` None: no cap); ``limited`` names what a runtime limit sets ("cap",
+    "weight")."""
+
+    group: str
+    held_interactive: int
+    held_background: int
+    delayed: int
+    inflight: int
+    cap: int | None
+    weight: float
+    limited: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GroupHeads:
+    """One group as ``summarize`` sees it: its counts and, per class, when its oldest held
+    message became due (epoch seconds; None when it holds none, or an old message
+    without the time)."""
+
+    group: str
+    held_interactive: int
+    held_background: int
+    inflight: int
+    delayed: int
+    due_interactive: float | None
+    due_background: float | None
+
+
+def limited_by(cap: object, weight: object) -> tuple[str, ...]:
+    """What runtime limits set for a group (``GroupFigures.limited``), from whether each
+    of its cap and weight is a runtime limit."""
+    return tuple(name for name, on in (("cap", cap), ("weight", weight)) if on)
+
+
+def busiest_first(rows: list[GroupFigures]) -> list[GroupFigures]:
+    """``rows`` most held first, then most in flight, then by name (``busiest_groups``)."""
+    return sorted(rows, key=lambda r: (-(r.held_interactive + r.held_background),
+                                       -r.inflight, r.group))
+
+
+def snapshot_of(totals: QueueFigures, rows: list[GroupFigures]) -> dict[str, Any]:
+    """``snapshot``'s plain document: the totals with every group's figures under
+    ``groups`` (as JSON shows them), for tests and tools."""
+    return {**dataclasses.asdict(totals), "groups": [as_json(r) for r in rows]}
+
+
+def as_json(figures: QueueFigures | GroupFigures) -> dict[str, Any]:
+    """A read model as the CLI's JSON and the summary document show it (tuples as
+    lists, so a document read back compares equal)."""
+    return {key: list(value) if isinstance(value, tuple) else value
+            for key, value in dataclasses.asdict(figures).items()}
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a held message stands in its group and what is ahead of it (``locate``):
+    start-time fair queueing with unit costs, the current backlog, no new arrivals."""
+
+    position: int | None  # 1-based place in its group's list
+    group_held: int  # messages its group holds of its class
+    inflight: int  # of its group
+    cap: int | None
+    weight: float
+    ready: bool  # its group is in the ready set (not waiting at its cap)
+    groups_ahead: int | None  # groups ranked before it in the ready set (None: not ready)
+    dispatches_before: int
+    estimate_is_lower_bound: bool  # more ready groups than were read
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a task stands (``fair inspect``): ``state`` is "held" (with ``place``),
+    "delayed" (with ``due_ms``) or its dispatch's state (with ``dispatch_id``)."""
+
+    task_id: str
+    queue: str
+    group: str
+    klass: str  # "interactive" or "background"
+    state: str
+    due_ms: int | None = None
+    dispatch_id: str | None = None
+    place: Place | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON document ``fair inspect --json`` prints: the fields of its state."""
+        doc: dict[str, Any] = {"task_id": self.task_id, "queue": self.queue,
+                               "group": self.group, "class": self.klass, "state": self.state}
+        if self.due_ms is not None:
+            doc["due_ms"] = self.due_ms
+        if self.dispatch_id is not None:
+            doc["dispatch_id"] = self.dispatch_id
+        if self.place is not None:
+            doc.update(dataclasses.asdict(self.place))
+        return doc
