@@ -13,8 +13,9 @@ also holds ``t``: when the message became due for dispatch (epoch seconds; its h
 or its ETA if later), first so that ``summarize.lua`` reads it without decoding. JSON
 never contains a raw newline, so each ``\\n`` after the prefix ends one part. Headers and
 properties are parts of their own so that ``pick.lua`` can build kombu's Redis message from
-them without decoding them (the direct push, see ``direct.py`` and ``publisher.py``). A value written before
-that split (meta with ``h`` and ``p`` inside, then the body) still decodes.
+them without decoding them (the direct push, see ``direct.py`` and ``publisher.py``). A
+value written before that split (meta with ``h`` and ``p`` inside, then the body) still
+decodes.
 """
 
 from __future__ import annotations
