@@ -6,6 +6,7 @@ other's messages. No fakes: the broker, result backend and store are the real se
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
@@ -38,6 +39,16 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
             and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped under CELERY_FAIR_STRICT=1: {report.longrepr}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Collect garbage before the test's fixtures stop their servers. A Celery
+    ``AsyncResult`` left in a reference cycle unsubscribes from its Redis result backend
+    when it is collected; collected after that Redis stopped, it retries the connection
+    for a long time, wherever the collection happens (once, in the terminal summary,
+    the run hung there)."""
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
