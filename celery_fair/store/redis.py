@@ -33,6 +33,7 @@ from .base import (
     Pushed,
     Store,
 )
+from .checking import Checker
 from .connection import (
     _GET_CONNECTION_ARGS,
     Bounds,
@@ -261,8 +262,6 @@ class RedisStore(RedisReads, Store):
         found by SCAN. Returns ``(kind, subject, detail, action)`` per finding;
         ``action`` is empty when nothing was done. ``reads``, when given, gets the
         number of entries each script call read."""
-        from .checking import Checker
-
         checker = Checker(self, queue, [1 if repair else 0, now_ms, lease_ms], batch, reads)
         checker.run()
         if repair:
