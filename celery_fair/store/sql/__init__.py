@@ -1,0 +1,1 @@
+"""The SQL store (SQLAlchemy Core): PostgreSQL, MariaDB/MySQL and SQLite."""

@@ -1,0 +1,173 @@
+"""The SQL store's tables (SQLAlchemy Core), named ``<prefix><table>``.
+
+Every row carries the store's namespace (``fair_key_prefix``), so apps and test sessions
+share a database without seeing each other. One row per thing the policy keeps
+(``celery_fair.policy``): a fair queue, a group, a ready-set entry, a held or delayed
+message, a dispatch; plus the runtime limits, sharded counters, cancel answers, the
+quarantine, the worker registry and the dashboards' summaries.
+
+Names compare byte-wise on every database (PostgreSQL ``COLLATE "C"``, MariaDB/MySQL
+``utf8mb4_bin``, SQLite's default), as Redis compares them: ties in the ready set break
+by name the same way everywhere, and "Acme" is not "acme".
+
+Alembic migrations (``migrations/``) create and change these tables; the schema's
+version is :data:`SCHEMA_VERSION`, checked before a store is used.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Double,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.types import TypeEngine
+
+#: The Alembic revision the code expects (``migrations/versions``).
+SCHEMA_VERSION = "0001"
+#: Default table name prefix (``fair_store_table_prefix``).
+DEFAULT_PREFIX = "fair_"
+
+
+def name(length: int) -> TypeEngine[str]:
+    """A name column that compares byte-wise on every database."""
+    return String(length).with_variant(postgresql.VARCHAR(length, collation="C"),
+                                       "postgresql").with_variant(
+        mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_bin"), "mysql", "mariadb")
+
+
+def blob() -> TypeEngine[bytes]:
+    """A stored value (a message can pass MySQL's 64 KiB BLOB)."""
+    return LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+
+
+NS, QUEUE, GROUP, HOLD, DISPATCH = 64, 200, 200, 255, 160
+
+
+def _keys(*extra: Column) -> list[Column]:  # type: ignore[type-arg]
+    return [Column("ns", name(NS), primary_key=True),
+            Column("queue", name(QUEUE), primary_key=True), *extra]
+
+
+class Tables:
+    """The tables of one prefix (an attribute per table)."""
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX) -> None:
+        self.prefix = prefix
+        self.metadata = md = MetaData()
+        p = prefix
+        #: A fair queue: its virtual times, policy settings and id counters. Pick,
+        #: promote, reclaim, configure and cancel lock this row: one at a time per queue.
+        self.queues = Table(
+            f"{p}queues", md, *_keys(
+                Column("registered", Boolean, nullable=False, default=True),
+                Column("vt_i", Double), Column("vt_b", Double),
+                Column("default_cap", Integer, nullable=False, default=-1),
+                Column("reserve", Integer, nullable=False, default=0),
+                Column("default_weight", Double, nullable=False, default=1.0),
+                Column("picks", BigInteger, nullable=False, default=0),
+                Column("dups", BigInteger, nullable=False, default=0)))
+        #: Caps and weights of groups, from the settings and at runtime (``fair limit``).
+        self.limits = Table(
+            f"{p}limits", md, *_keys(
+                Column("grp", name(GROUP), primary_key=True),
+                Column("conf_cap", Integer), Column("conf_weight", Double),
+                Column("limit_cap", Integer), Column("limit_weight", Double)))
+        #: A group with held, delayed or in-flight work (forgotten when idle). Hold,
+        #: release and begin lock only this row: groups never wait for each other.
+        self.groups = Table(
+            f"{p}groups", md, *_keys(
+                Column("grp", name(GROUP), primary_key=True),
+                Column("inflight", Integer, nullable=False, default=0),
+                Column("delayed", Integer, nullable=False, default=0),
+                Column("held_i", Integer, nullable=False, default=0),
+                Column("held_b", Integer, nullable=False, default=0),
+                Column("tag_i", Double), Column("tag_b", Double),
+                # the next place at the head (decreasing) and at the tail (increasing)
+                Column("head", BigInteger, nullable=False, default=0),
+                Column("tail", BigInteger, nullable=False, default=1)))
+        #: A group that may be picked now, in its class, with its virtual start tag.
+        self.ready = Table(
+            f"{p}ready", md, *_keys(
+                Column("klass", String(1), primary_key=True),
+                Column("grp", name(GROUP), primary_key=True),
+                Column("tag", Double, nullable=False)))
+        Index(f"{p}ready_order", self.ready.c.ns, self.ready.c.queue, self.ready.c.klass,
+              self.ready.c.tag, self.ready.c.grp)
+        #: A held message (``seq``: its place in its group's list) or a delayed one
+        #: (``due_ms``).
+        self.messages = Table(
+            f"{p}messages", md, *_keys(
+                Column("hold_id", name(HOLD), primary_key=True),
+                Column("task_id", name(HOLD), nullable=False),
+                Column("grp", name(GROUP), nullable=False),
+                Column("klass", String(1), nullable=False),
+                Column("cost", Double, nullable=False),
+                Column("front", Boolean, nullable=False),
+                Column("seq", BigInteger), Column("due_ms", BigInteger),
+                Column("value", blob(), nullable=False)))
+        m = self.messages.c
+        Index(f"{p}messages_list", m.ns, m.queue, m.klass, m.grp, m.seq)
+        Index(f"{p}messages_due", m.ns, m.queue, m.due_ms)
+        Index(f"{p}messages_task", m.ns, m.queue, m.task_id)
+        #: A dispatch from pick to release, then its tombstone until ``expires_ms``.
+        self.dispatches = Table(
+            f"{p}dispatches", md, *_keys(
+                Column("did", name(DISPATCH), primary_key=True),
+                Column("state", String(12), nullable=False),
+                Column("hold_id", name(HOLD), nullable=False),
+                Column("task_id", name(HOLD), nullable=False),
+                Column("grp", name(GROUP), nullable=False),
+                Column("klass", String(1), nullable=False),
+                Column("cost", Double, nullable=False),
+                Column("front", Boolean, nullable=False),
+                Column("value", blob()),
+                Column("kept", Boolean, nullable=False, default=False),
+                Column("runner", name(HOLD), nullable=False, default=""),
+                Column("lease_ms", BigInteger), Column("expires_ms", BigInteger)))
+        d = self.dispatches.c
+        Index(f"{p}dispatches_lease", d.ns, d.queue, d.lease_ms)
+        Index(f"{p}dispatches_state", d.ns, d.queue, d.state)
+        Index(f"{p}dispatches_task", d.ns, d.queue, d.task_id)
+        Index(f"{p}dispatches_expiry", d.ns, d.queue, d.expires_ms)
+        #: Counters every release or skip adds to, in shards (no single hot row).
+        self.counters = Table(
+            f"{p}counters", md, *_keys(
+                Column("name", String(16), primary_key=True),
+                Column("shard", SmallInteger, primary_key=True, autoincrement=False),
+                Column("n", BigInteger, nullable=False, default=0)))
+        #: What a cancel call removed, to answer its resend the same.
+        self.cancels = Table(
+            f"{p}cancels", md, *_keys(
+                Column("token", name(64), primary_key=True),
+                Column("expires_ms", BigInteger, nullable=False),
+                Column("answer", blob(), nullable=False)))
+        #: Undecodable messages, kept for a human (the newest QUARANTINE_MAX).
+        self.quarantine = Table(
+            f"{p}quarantine", md, *_keys(
+                Column("hold_id", name(DISPATCH), primary_key=True),
+                Column("value", blob(), nullable=False),
+                Column("reason", Text, nullable=False),
+                Column("at_ns", BigInteger, nullable=False)))
+        #: Workers consuming a fair queue, until their registration expires.
+        self.workers = Table(
+            f"{p}workers", md, *_keys(
+                Column("worker", name(255), primary_key=True),
+                Column("concurrency", Integer, nullable=False),
+                Column("expires_ms", BigInteger, nullable=False)))
+        #: The summary document dashboards read, and which dispatcher writes it.
+        self.summaries = Table(
+            f"{p}summaries", md, *_keys(
+                Column("doc", Text), Column("expires_ms", BigInteger, nullable=False,
+                                            default=0),
+                Column("writer_until", BigInteger, nullable=False, default=0)))
