@@ -21,6 +21,7 @@ from .errors import ConfigurationError, InvalidLimit
 from .names import validate_group
 from .redact import safe_url
 from .rules import TaskRules, parse_rules
+from .urls import REDIS_SCHEMES, SQL_SCHEMES, describe_schemes, scheme_of
 
 
 @dataclass(frozen=True)
@@ -249,10 +250,11 @@ def _store_url(url: Any, broker_url: Any) -> str:
             return broker.split(";")[0]
         raise ConfigurationError(
             "setting fair_store_url is required: the broker is not Redis "
-            f"({safe_url(broker) or 'unset'!s}), so celery_fair needs a Redis URL to hold "
-            "tasks in")
-    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-        raise _fail("fair_store_url", safe_url(url), "a redis://, rediss:// or unix:// URL")
+            f"({safe_url(broker) or 'unset'!s}), so celery_fair needs a store to hold "
+            f"tasks in ({describe_schemes()})")
+    if not isinstance(url, str) or scheme_of(url) not in REDIS_SCHEMES + SQL_SCHEMES:
+        raise _fail("fair_store_url", safe_url(url) if isinstance(url, str) else url,
+                    f"a URL of a store celery_fair supports ({describe_schemes()})")
     return url
 
 

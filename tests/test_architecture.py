@@ -151,15 +151,28 @@ def test_the_cycle_check_sees_lazy_imports_and_ignores_type_checking_ones() -> N
 def test_the_store_factory_refuses_a_url_scheme_no_backend_serves() -> None:
     # Before any connection is tried: the error names the setting and the schemes there are.
     with pytest.raises(ConfigurationError) as info:
-        store_for_url("postgresql://user:secret@db/fair", "fair")
+        store_for_url("mongodb://user:secret@db/fair", "fair")
     message = str(info.value)
     assert "fair_store_url" in message
     assert "redis://, rediss://, unix://" in message
+    assert "postgresql://" in message and "sqlite://" in message
     assert "secret" not in message
 
 
+def test_the_store_factory_serves_each_sql_scheme_with_the_sql_store() -> None:
+    from celery_fair.store.sql.store import SqlStore
+
+    # An engine connects lazily: no server is needed to see which backend serves.
+    for url in ("postgresql://u@127.0.0.1:1/db", "postgresql+psycopg://u@127.0.0.1:1/db",
+                "mysql://root@127.0.0.1:1/db", "mariadb+pymysql://root@127.0.0.1:1/db",
+                "sqlite:////nonexistent/fair.db"):
+        store = store_for_url(url, "fair-architecture")
+        assert isinstance(store, SqlStore), url
+        store.close()
+
+
 def test_the_store_factory_serves_each_redis_scheme_with_a_redis_store() -> None:
-    assert set(BACKENDS) == {"redis", "rediss", "unix"}
+    assert {"redis", "rediss", "unix"} <= set(BACKENDS)
     # Opening a client connects lazily: no server is needed to see which backend serves.
     for url in ("redis://127.0.0.1:1/0", "rediss://127.0.0.1:1/0", "unix:///nonexistent.sock"):
         assert isinstance(store_for_url(url, "fair-architecture"), RedisStore)

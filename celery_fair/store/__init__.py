@@ -14,26 +14,42 @@ from celery import Celery
 from ..config import FairConfig, get_config
 from ..errors import ConfigurationError
 from ..redact import safe_url
+from ..urls import REDIS_SCHEMES, SQL_SCHEMES, describe_schemes, scheme_of
 from .base import BeginResult, Picked, Store
 from .redis import Bounds, RedisStore
 
 __all__ = ["BACKENDS", "BeginResult", "Bounds", "Picked", "RedisStore", "Store", "bounds_of",
            "store_for", "store_for_url"]
 
-#: URL scheme of ``fair_store_url`` -> how to open a store there.
-BACKENDS: dict[str, Callable[[str, str, Bounds], Store]] = {
-    "redis": RedisStore.from_url,
-    "rediss": RedisStore.from_url,
-    "unix": RedisStore.from_url,
-}
+Opener = Callable[[str, str, Bounds, str], Store]
 
-_stores: dict[tuple[int, str, str, Bounds], Store] = {}
+
+def _redis(url: str, namespace: str, bounds: Bounds, table_prefix: str) -> Store:
+    return RedisStore.from_url(url, namespace, bounds)
+
+
+def _sql(url: str, namespace: str, bounds: Bounds, table_prefix: str) -> Store:
+    try:
+        from .sql.store import SqlStore
+    except ImportError as exc:  # SQLAlchemy is an extra
+        raise ConfigurationError(
+            f"setting fair_store_url={safe_url(url)!r} needs the SQL store's packages: "
+            f"pip install 'celery-fair[sql]' ({exc})") from None
+    return SqlStore.from_url(url, namespace, bounds, table_prefix)
+
+
+#: URL scheme of ``fair_store_url`` -> how to open a store there.
+BACKENDS: dict[str, Opener] = {**{s: _redis for s in REDIS_SCHEMES},
+                               **{s: _sql for s in SQL_SCHEMES}}
+
+_stores: dict[tuple[int, str, str, Bounds, str], Store] = {}
 
 
 def store_for(app: Celery) -> Store:
     """The store of ``app``'s fair queues in this process."""
     config = get_config(app)
-    return store_for_url(config.store_url, config.key_prefix, bounds_of(config))
+    return store_for_url(config.store_url, config.key_prefix, bounds_of(config),
+                         getattr(config, "store_table_prefix", "fair_"))
 
 
 def bounds_of(config: FairConfig) -> Bounds:
@@ -42,25 +58,27 @@ def bounds_of(config: FairConfig) -> Bounds:
                   config.store_retries)
 
 
-def store_for_url(url: str, namespace: str, bounds: Bounds | None = None) -> Store:
-    """One store per process, URL, namespace and bounds (a new one after fork), of the
-    backend that serves the URL's scheme.
+def store_for_url(url: str, namespace: str, bounds: Bounds | None = None,
+                  table_prefix: str = "fair_") -> Store:
+    """One store per process, URL, namespace, bounds and table prefix (a new one after
+    fork), of the backend that serves the URL's scheme (the prefix names the SQL store's
+    tables).
 
     Raises:
         ConfigurationError: no backend serves the URL's scheme.
     """
     bounds = bounds or Bounds()
-    key = (os.getpid(), url, namespace, bounds)
+    key = (os.getpid(), url, namespace, bounds, table_prefix)
     store = _stores.get(key)
     if store is None:
-        store = _stores[key] = _backend(url)(url, namespace, bounds)
+        store = _stores[key] = _backend(url)(url, namespace, bounds, table_prefix)
     return store
 
 
-def _backend(url: str) -> Callable[[str, str, Bounds], Store]:
-    scheme, found, _ = url.partition("://")
-    if not found or scheme not in BACKENDS:
-        schemes = ", ".join(f"{name}://" for name in BACKENDS)
+def _backend(url: str) -> Opener:
+    scheme = scheme_of(url)
+    if scheme not in BACKENDS:
         raise ConfigurationError(f"setting fair_store_url={safe_url(url)!r} is invalid: "
-                                 f"expected a URL of a scheme celery_fair supports ({schemes})")
+                                 "expected a URL of a scheme celery_fair supports "
+                                 f"({describe_schemes()})")
     return BACKENDS[scheme]

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 
-from ...errors import ConfigurationError, StoreConnectionError, StoreError
+from ...errors import ConfigurationError, StoreConnectionError, StoreError, StoreUnreachable
 from ...redact import safe_url
 from ..connection import Bounds
 
@@ -120,13 +120,18 @@ def transaction(engine: Engine, where: str, work: Callable[[Connection], T]) -> 
     """Run ``work`` in one transaction, again (from the start) when it lost a deadlock.
 
     Raises:
-        StoreConnectionError: the database could not be reached or the connection broke
-            (the transaction may have committed when the commit's reply was lost).
+        StoreUnreachable: the database could not be reached: nothing was sent.
+        StoreConnectionError: the connection broke (the transaction may have committed
+            when the commit's reply was lost).
         StoreError: any other database error.
     """
     for attempt in range(DEADLOCK_TRIES):
         try:
-            with engine.begin() as conn:
+            conn = engine.connect()
+        except DBAPIError as exc:
+            raise StoreUnreachable(f"store {where}: {_first_line(exc)}") from exc
+        try:
+            with conn, conn.begin():
                 return work(conn)
         except DBAPIError as exc:
             if exc.connection_invalidated or _disconnect(exc):

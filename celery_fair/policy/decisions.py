@@ -1,0 +1,91 @@
+"""The policy's decisions as pure functions: what every Python executor of the policy
+shares. The memory store's :class:`~celery_fair.policy.FairQueue` calls them over its
+dicts; the SQL store calls them over the rows it locked (``store/sql``). The Lua scripts
+make the same decisions in Redis; ``tests/test_store_model.py`` holds all three equal."""
+
+from __future__ import annotations
+
+from ..store.models import BeginResult
+
+INTERACTIVE, BACKGROUND = "i", "b"
+CLASSES = (INTERACTIVE, BACKGROUND)  # interactive first
+#: Record states (DESIGN.md, "Dispatch state machine"); 'released' is a tombstone.
+PICKED, QUEUED, RUNNING, LOST, SUPERSEDED = "picked", "queued", "running", "lost", "superseded"
+LIVE = (PICKED, QUEUED, RUNNING)
+
+
+def eligible(klass: str, held: int, inflight: int, cap: int, reserve: int) -> bool:
+    """Whether a group holding ``held`` messages of ``klass`` with ``inflight``
+    dispatches may be picked under ``cap`` (-1: none; 0: paused in both classes: the
+    reserve is room above a cap, not a way past it)."""
+    if held <= 0:
+        return False
+    if cap < 0:
+        return True
+    if cap == 0:
+        return False
+    return inflight < cap + (reserve if klass == INTERACTIVE else 0)
+
+
+def entry_tag(tag: float | None, vt: float | None) -> float | None:
+    """A ready group's tag: it enters at the class's virtual time when behind it (no
+    credit for being idle). None: unchanged (never set and not behind)."""
+    if (vt or 0.0) > (tag or 0.0):
+        return vt
+    return tag
+
+
+def advance(tag: float, cost: float, weight: float) -> float:
+    """A group's tag after one dispatch of ``cost``: start-time fair queueing."""
+    return tag + cost / weight
+
+
+def dispatch_id(token: str, picks: int, n: int) -> str:
+    """The ``n``-th (1-based) dispatch id of the ``picks``-th pick of a queue: never
+    repeated, as ``token`` is new per call."""
+    return f"{token}{picks}.{n}"
+
+
+def copy_id(hold_id: str, n: int | str) -> str:
+    """The hold id of a second copy held under ``hold_id`` (``cancel`` finds it)."""
+    return f"{hold_id}~{n}"
+
+
+def task_of(hold_id: str) -> str:
+    """The task id a hold id (or a copy's) belongs to."""
+    return hold_id.split("~", 1)[0]
+
+
+def in_force(limit: float | None, setting: float | None, default: float) -> float:
+    """A runtime limit over the setting over the queue's default."""
+    if limit is not None:
+        return limit
+    return default if setting is None else setting
+
+
+def skip_copy(state: str | None, runner: str, kept: bool, has_value: bool,
+              lease_ms: int | None, now_ms: int, run: str, taken_over: str,
+              host: str) -> BeginResult | str | None:
+    """``begin``'s first question: is the delivered copy to be skipped? SKIP for a
+    superseded dispatch or a tombstone, or when another run runs it under a live lease
+    with the message kept (acks_late); that run's token when it is a run of ``host``
+    (the caller judges whether it is gone). None: go on and run it."""
+    if state in (SUPERSEDED, "released"):
+        return BeginResult.SKIP
+    if state == RUNNING and runner not in ("", run, taken_over) and kept and has_value \
+            and (lease_ms or 0) > now_ms:
+        if host and runner.startswith(host):
+            return runner
+        return BeginResult.SKIP
+    return None
+
+
+def requeues(state: str, kept: bool, has_value: bool) -> bool:
+    """``reclaim``: whether a dispatch whose lease ran out is held again (no worker
+    had it, or an acks_late run kept it), rather than lost with its dead worker."""
+    return has_value and (state != RUNNING or kept)
+
+
+def may_release(runner: str, run: str) -> bool:
+    """``release`` with ``run``: only while that run holds it (none took it over)."""
+    return not (run and runner and runner != run)

@@ -1,0 +1,160 @@
+"""The SQL store's operations that change what is held or the policy: cancel,
+quarantine, configure and limit (``FairQueue``'s of the same names)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, select, update
+
+from ... import limits
+from ...policy.decisions import CLASSES, task_of
+from ..base import KEEP as KEEP_LIMIT
+from ..base import RESET as RESET_LIMIT
+from ..models import Policy
+from .schema import Tables
+from .unit import Unit, upsert
+
+
+class Controls:
+    """Cancel, quarantine, configure and limit, for one store's tables and namespace."""
+
+    def __init__(self, t: Tables, ns: str) -> None:
+        self.t, self.ns = t, ns
+
+    # -- cancel ---------------------------------------------------------------------------
+
+    def cancel(self, conn: Connection, queue: str, task_ids: list[str], token: str,
+               keep_until_ms: int, wall_ms: int) -> list[tuple[str, bytes]]:
+        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        c = self.t.cancels.c
+        known = conn.execute(select(c.answer).where(
+            c.ns == self.ns, c.queue == queue, c.token == token, c.expires_ms > wall_ms)
+        ).scalar()
+        if known is not None:
+            return _answer(bytes(known))
+        out: list[tuple[str, bytes]] = []
+        seen: set[str] = set()
+        for task_id in task_ids:
+            for hold_id in [task_id, *self._copies_of(conn, queue, task_id)]:
+                value = None if hold_id in seen else self._remove(u, hold_id)
+                seen.add(hold_id)
+                if value is not None:
+                    out.append((hold_id, value))
+        if out:
+            upsert(conn, self.t.cancels, [{**u.key, "token": token, "expires_ms": keep_until_ms,
+                                           "answer": _encode(out)}], ["expires_ms", "answer"])
+        u.flush()
+        return out
+
+    def _copies_of(self, conn: Connection, queue: str, task_id: str) -> list[str]:
+        m = self.t.messages.c
+        head = task_id + "~"
+        found = conn.execute(select(m.hold_id).where(
+            m.ns == self.ns, m.queue == queue, m.task_id == task_of(task_id))).scalars()
+        return sorted(h for h in found if h.startswith(head))
+
+    def _remove(self, u: Unit, hold_id: str) -> bytes | None:
+        m = self.t.messages.c
+        mine = and_(m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id)
+        row = u.conn.execute(select(m.grp, m.klass, m.due_ms, m.value).where(mine)).first()
+        if row is None:
+            return None
+        group = u.group(row.grp)
+        assert group is not None
+        if row.due_ms is not None:
+            group["delayed"] -= 1
+        else:
+            group[f"held_{row.klass}"] -= 1
+        u.conn.execute(delete(self.t.messages).where(mine))
+        u.refresh(row.grp)
+        u.forget_if_idle(row.grp)
+        return bytes(row.value)
+
+    # -- quarantine -----------------------------------------------------------------------
+
+    def set_aside(self, conn: Connection, queue: str, hold_id: str, value: bytes,
+                  why: str) -> None:
+        upsert(conn, self.t.quarantine, [{"ns": self.ns, "queue": queue, "hold_id": hold_id,
+                                          "value": value, "reason": why,
+                                          "at_ns": time.time_ns()}], ["value", "reason", "at_ns"])
+
+    def trim_quarantine(self, conn: Connection, queue: str, keep: int) -> list[str]:
+        q = self.t.quarantine.c
+        rows = list(conn.execute(select(q.hold_id).where(q.ns == self.ns, q.queue == queue)
+                                 .order_by(q.at_ns.desc(), q.hold_id).offset(keep)).scalars())
+        for i in range(0, len(rows), 500):
+            conn.execute(delete(self.t.quarantine).where(
+                q.ns == self.ns, q.queue == queue, q.hold_id.in_(rows[i:i + 500])))
+        return rows[::-1]
+
+    # -- the policy settings --------------------------------------------------------------
+
+    def configure(self, conn: Connection, queue: str, policy: Policy) -> None:
+        limits.check_policy(policy)
+        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        q = self.t.queues.c
+        conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue).values(
+            default_cap=-1 if policy.default_cap is None else policy.default_cap,
+            reserve=policy.interactive_reserve, default_weight=policy.default_weight))
+        u.q.update(default_cap=-1 if policy.default_cap is None else policy.default_cap,
+                   reserve=policy.interactive_reserve, default_weight=policy.default_weight)
+        lt = self.t.limits.c
+        conn.execute(update(self.t.limits).where(lt.ns == self.ns, lt.queue == queue)
+                     .values(conf_cap=None, conf_weight=None))
+        names = sorted(set(policy.caps) | set(policy.weights))
+        upsert(conn, self.t.limits, [{**u.key, "grp": g, "conf_cap": policy.caps.get(g),
+                                      "conf_weight": policy.weights.get(g)} for g in names],
+               ["conf_cap", "conf_weight"])
+        self._drop_empty_limits(conn, queue)
+        g = self.t.groups.c
+        u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))
+                      .scalars())
+        for name in list(u.groups):
+            u.refresh(name)
+        u.woken = True
+        u.flush()
+
+    def _drop_empty_limits(self, conn: Connection, queue: str) -> None:
+        lt = self.t.limits.c
+        conn.execute(delete(self.t.limits).where(
+            lt.ns == self.ns, lt.queue == queue, lt.conf_cap.is_(None),
+            lt.conf_weight.is_(None), lt.limit_cap.is_(None), lt.limit_weight.is_(None)))
+
+    def limit(self, conn: Connection, queue: str, g: str, cap: int | str,
+              weight: float | str) -> tuple[int, float, bool]:
+        """Set, keep or clear g's runtime cap and weight; returns both in force and
+        whether g entered a ready set."""
+        u = Unit(conn, self.t, self.ns, queue)
+        u.group(g)
+        lt = self.t.limits.c
+        row = conn.execute(select(self.t.limits).where(
+            lt.ns == self.ns, lt.queue == queue, lt.grp == g)).mappings().first()
+        values: dict[str, Any] = dict(row) if row else {**u.key, "grp": g, "conf_cap": None,
+                                                        "conf_weight": None, "limit_cap": None,
+                                                        "limit_weight": None}
+        if cap != KEEP_LIMIT:
+            values["limit_cap"] = None if cap == RESET_LIMIT else int(cap)
+        if weight != KEEP_LIMIT:
+            values["limit_weight"] = None if weight == RESET_LIMIT else float(weight)
+        upsert(conn, self.t.limits, [values], ["limit_cap", "limit_weight"])
+        self._drop_empty_limits(conn, queue)
+        u.forget_limits(g)
+        entered = u.refresh(g) if u.groups.get(g) is not None else False
+        u.flush()
+        return u.cap(g), u.weight(g), entered
+
+
+def _encode(removed: list[tuple[str, bytes]]) -> bytes:
+    return json.dumps([[h, base64.b64encode(v).decode()] for h, v in removed]).encode()
+
+
+def _answer(data: bytes) -> list[tuple[str, bytes]]:
+    doc: list[Any] = json.loads(data)
+    return [(h, base64.b64decode(v)) for h, v in doc]
+
+
+__all__ = ["CLASSES", "Controls"]

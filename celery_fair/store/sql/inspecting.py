@@ -1,0 +1,130 @@
+"""Where a task stands in the SQL store (``fair inspect``) and its invariant check
+(``fair check``), as a mixin of the store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from ...policy.decisions import CLASSES, LIVE, eligible, task_of
+from ..base import Location
+from ..locating import CLASS_NAMES, Locating, PlaceReads, place_of
+from .reads import SqlReads
+from .unit import Unit
+
+
+class SqlInspecting(SqlReads, Locating):
+    """``locate``'s reads and ``check``, over the reads."""
+
+    def _held_at(self, queue: str, task_id: str) -> Location | None:
+        m = self.t.messages.c
+
+        def work(c: Connection) -> tuple[Any, int | None] | None:
+            row = c.execute(select(m.grp, m.klass, m.seq, m.due_ms).where(
+                self._q(self.t.messages, queue), m.hold_id == task_id)).first()
+            if row is None or row.seq is None:
+                return (row, None) if row is not None else None
+            before = c.execute(select(func.count()).where(
+                self._q(self.t.messages, queue), m.klass == row.klass, m.grp == row.grp,
+                m.seq < row.seq)).scalar_one()
+            return row, int(before)
+        found = self._read("locate", work)
+        if found is None:
+            return None
+        row, position = found
+        where = Location(task_id, queue, row.grp, CLASS_NAMES[row.klass], "held")
+        if row.due_ms is not None:
+            return Location(task_id, queue, row.grp, CLASS_NAMES[row.klass], "delayed",
+                            due_ms=int(row.due_ms))
+        reads: PlaceReads = self
+        return Location(where.task_id, queue, row.grp, where.klass, "held",
+                        place=place_of(reads, queue, row.klass, row.grp, position))
+
+    def _dispatched_at(self, queue: str, task_id: str) -> Location | None:
+        d = self.t.dispatches.c
+        row = self._read("locate", lambda c: c.execute(
+            select(d.did, d.state, d.grp, d.klass).where(
+                self._q(self.t.dispatches, queue), d.task_id == task_of(task_id),
+                d.state.in_(list(LIVE))).order_by(d.lease_ms, d.did).limit(1)).first())
+        if row is None:
+            return None
+        return Location(task_id, queue, row.grp, CLASS_NAMES[row.klass], row.state,
+                        dispatch_id=row.did)
+
+    def ready_rank(self, queue: str, klass: str, group: str) -> tuple[int | None, float]:
+        r, g, q = self.t.ready.c, self.t.groups.c, self.t.queues.c
+
+        def work(c: Connection) -> tuple[int | None, float]:
+            tag = c.execute(select(r.tag).where(self._q(self.t.ready, queue), r.klass == klass,
+                                                r.grp == group)).scalar()
+            if tag is None:
+                own = c.execute(select(getattr(g, f"tag_{klass}")).where(
+                    self._q(self.t.groups, queue), g.grp == group)).scalar()
+                vt = c.execute(select(getattr(q, f"vt_{klass}")).where(
+                    self._q(self.t.queues, queue))).scalar()
+                return None, max(own or 0.0, vt or 0.0)
+            ahead = c.execute(select(func.count()).where(
+                self._q(self.t.ready, queue), r.klass == klass,
+                (r.tag < tag) | ((r.tag == tag) & (r.grp < group)))).scalar_one()
+            return int(ahead), float(tag)
+        return self._read("ready rank", work)
+
+    def ready_before(self, queue: str, klass: str, start: float,
+                     limit: int) -> list[tuple[str, float]]:
+        r = self.t.ready.c
+        rows = self._read("ready before", lambda c: list(c.execute(select(r.grp, r.tag).where(
+            self._q(self.t.ready, queue), r.klass == klass, r.tag < start
+        ).order_by(r.tag, r.grp).limit(limit))))
+        return [(g, float(t)) for g, t in rows]
+
+    def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,
+              batch: int = 0) -> list[tuple[str, str, str, str]]:
+        """Counts that disagree with the rows they count, and ready sets that disagree
+        with eligibility; with ``repair`` each is set from the rows (one transaction, the
+        queue's row locked, so beside running dispatchers and workers)."""
+        return self._read("check", lambda c: self._check(c, queue, repair))
+
+    def _check(self, c: Connection, queue: str, repair: bool) -> list[tuple[str, str, str, str]]:
+        u = Unit(c, self.t, self.namespace, queue, lock_queue=True)
+        m, d, g = self.t.messages.c, self.t.dispatches.c, self.t.groups.c
+        counted: dict[str, dict[str, int]] = {}
+        for grp, klass, seq_set, n in c.execute(select(
+                m.grp, m.klass, m.seq.is_not(None), func.count()).where(
+                self._q(self.t.messages, queue)).group_by(m.grp, m.klass, m.seq.is_not(None))):
+            key = f"held_{klass}" if seq_set else "delayed"
+            counted.setdefault(grp, {})[key] = counted.get(grp, {}).get(key, 0) + int(n)
+        for grp, n in c.execute(select(d.grp, func.count()).where(
+                self._q(self.t.dispatches, queue), d.state.in_(list(LIVE))).group_by(d.grp)):
+            counted.setdefault(grp, {})["inflight"] = int(n)
+        names = set(counted) | set(c.execute(select(g.grp).where(
+            self._q(self.t.groups, queue))).scalars())
+        u.lock_groups(names)
+        out = []
+        for name in sorted(names):
+            out += self._check_group(u, name, counted.get(name, {}), repair)
+        u.flush()
+        return out
+
+    def _check_group(self, u: Unit, name: str, rows: dict[str, int],
+                     repair: bool) -> list[tuple[str, str, str, str]]:
+        out = []
+        row = u.group(name, create=repair and any(rows.values()))
+        for field in ("inflight", "delayed", "held_i", "held_b"):
+            have = row[field] if row else 0
+            if have != rows.get(field, 0):
+                out.append(("count", f"{name}:{field}", f"counted {have}, rows "
+                            f"{rows.get(field, 0)}", "set from the rows" if repair else ""))
+                if repair and row is not None:
+                    row[field] = rows.get(field, 0)
+        u.load_ready([(k, name) for k in CLASSES])
+        for klass in CLASSES:
+            ok = row is not None and eligible(klass, row[f"held_{klass}"], row["inflight"],
+                                              u.cap(name), u.q["reserve"])
+            if ok != (u.ready[(klass, name)] is not None):
+                out.append(("ready", f"{klass}:{name}", "ready set and eligibility differ",
+                            "re-ranked" if repair else ""))
+        if repair:
+            u.refresh(name)
+            u.forget_if_idle(name)
+        return out

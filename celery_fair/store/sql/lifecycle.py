@@ -1,0 +1,391 @@
+"""The lifecycle operations of the SQL store, each one transaction over a
+:class:`~.unit.Unit`: the same decisions as the memory store's policy
+(``celery_fair/policy``), step for step, over locked rows."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, func, insert, select, update
+
+from ...policy import Placement
+from ...policy.decisions import (
+    LIVE,
+    LOST,
+    PICKED,
+    QUEUED,
+    RUNNING,
+    SUPERSEDED,
+    advance,
+    copy_id,
+    dispatch_id,
+    may_release,
+    requeues,
+    skip_copy,
+    task_of,
+)
+from ..models import BeginAnswer, BeginResult, Picked
+from .schema import Tables
+from .unit import Unit
+
+_LIVE = list(LIVE)
+
+
+class Lifecycle:
+    """The lifecycle steps, for one store's tables and namespace."""
+
+    def __init__(self, t: Tables, ns: str) -> None:
+        self.t, self.ns = t, ns
+
+    # -- messages ------------------------------------------------------------------------
+
+    def _message(self, conn: Connection, queue: str, hold_id: str) -> dict[str, Any] | None:
+        m = self.t.messages.c
+        row = conn.execute(select(self.t.messages).where(
+            m.ns == self.ns, m.queue == queue, m.hold_id == hold_id)).mappings().first()
+        return None if row is None else dict(row)
+
+    def _place(self, u: Unit, g: str, front: bool) -> int:
+        """The next place at the head or tail of group ``g``'s lists."""
+        row = u.groups[g]
+        assert row is not None
+        if front:
+            row["head"] -= 1
+            return int(row["head"])
+        row["tail"] += 1
+        return int(row["tail"]) - 1
+
+    def _insert_message(self, u: Unit, hold_id: str, value: bytes, p: Placement,
+                        seq: int | None, due_ms: int | None) -> None:
+        u.conn.execute(insert(self.t.messages).values(
+            **u.key, hold_id=hold_id, task_id=task_of(hold_id), grp=p.group, klass=p.klass,
+            cost=p.cost, front=p.front, seq=seq, due_ms=due_ms, value=value))
+
+    def _enqueue(self, u: Unit, hold_id: str, p: Placement, value: bytes | None = None
+                 ) -> bool:
+        """Put a message (new with ``value``, else a delayed one) in its group's list."""
+        seq = self._place(u, p.group, p.front)
+        if value is not None:
+            self._insert_message(u, hold_id, value, p, seq, None)
+        else:
+            m = self.t.messages.c
+            u.conn.execute(update(self.t.messages).where(
+                m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id
+            ).values(seq=seq, due_ms=None))
+        u.groups[p.group][f"held_{p.klass}"] += 1  # type: ignore[index]
+        return u.refresh(p.group)
+
+    # -- hold -----------------------------------------------------------------------------
+
+    def hold(self, conn: Connection, queue: str, hold_id: str, value: bytes, p: Placement,
+             due_ms: int, now_ms: int) -> tuple[str, bool]:
+        """See ``FairQueue.hold``; returns the hold id used and whether to wake."""
+        u = Unit(conn, self.t, self.ns, queue)
+        u.register()
+        held = self._message(conn, queue, hold_id)
+        if held is not None and bytes(held["value"]) == value:
+            return hold_id, False
+        if held is not None:
+            hold_id = copy_id(hold_id, self._next_dup(conn, queue))
+        u.group(p.group, create=True)
+        if due_ms > now_ms:
+            self._insert_message(u, hold_id, value, p, None, due_ms)
+            u.groups[p.group]["delayed"] += 1  # type: ignore[index]
+            u.woken = self._first_due(conn, queue) == hold_id
+        else:
+            u.woken = self._enqueue(u, hold_id, p, value)
+        u.flush()
+        return hold_id, u.woken
+
+    def _next_dup(self, conn: Connection, queue: str) -> int:
+        q = self.t.queues.c
+        conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue)
+                     .values(dups=q.dups + 1))
+        return int(conn.execute(select(q.dups).where(q.ns == self.ns, q.queue == queue))
+                   .scalar_one())
+
+    def _first_due(self, conn: Connection, queue: str) -> str | None:
+        m = self.t.messages.c
+        first: str | None = conn.execute(select(m.hold_id).where(
+            m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None)
+        ).order_by(m.due_ms, m.hold_id).limit(1)).scalar()
+        return first
+
+    # -- pick -----------------------------------------------------------------------------
+
+    def pick(self, conn: Connection, queue: str, want: int, capacity: int | None,
+             now_ms: int, lease_ms: int, token: str) -> list[Picked]:
+        """See ``FairQueue.pick``: the queue's row locked, so picks of a queue run one at
+        a time and never overshoot ``capacity``."""
+        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        u.q["picks"] += 1
+        u.queue_changed = True
+        if capacity is not None:
+            want = min(want, capacity - self.inflight(conn, queue))
+        out: list[Picked] = []
+        if want > 0:
+            out = _Picking(self, u, want, now_ms + lease_ms, token).run()
+        u.flush()
+        return out
+
+    def inflight(self, conn: Connection, queue: str) -> int:
+        d = self.t.dispatches.c
+        return int(conn.execute(select(func.count()).select_from(self.t.dispatches).where(
+            d.ns == self.ns, d.queue == queue, d.state.in_(_LIVE))).scalar_one())
+
+    # -- confirm, begin, renew, release ---------------------------------------------------
+
+    def confirm(self, conn: Connection, queue: str, ids: list[str], deadline_ms: int
+                ) -> list[str]:
+        d = self.t.dispatches.c
+        mine = and_(d.ns == self.ns, d.queue == queue, d.did.in_(ids))
+        conn.execute(update(self.t.dispatches).where(mine, d.state == PICKED)
+                     .values(state=QUEUED, lease_ms=deadline_ms))
+        stale = set(conn.execute(select(d.did).where(mine, d.state == SUPERSEDED)).scalars())
+        return [did for did in ids if did in stale]
+
+    def dispatch(self, u: Unit, did: str, wall_ms: int, lock: bool = False
+                 ) -> dict[str, Any] | None:
+        """The record of ``did`` (its group's row locked first, with ``lock``); an
+        expired tombstone reads as none."""
+        d = self.t.dispatches.c
+        query = select(self.t.dispatches).where(d.ns == self.ns, d.queue == u.queue,
+                                                d.did == did)
+        row = u.conn.execute(query).mappings().first()
+        if row is not None and lock:
+            u.group(row["grp"])
+            row = u.conn.execute(query.with_for_update()).mappings().first()
+        if row is None or (row["expires_ms"] is not None and row["expires_ms"] <= wall_ms):
+            return None
+        return dict(row)
+
+    def _set(self, u: Unit, did: str, **values: Any) -> None:
+        d = self.t.dispatches.c
+        u.conn.execute(update(self.t.dispatches).where(
+            d.ns == self.ns, d.queue == u.queue, d.did == did).values(**values))
+
+    def _hold_lease(self, u: Unit, rec: dict[str, Any], deadline_ms: int) -> str | None:
+        """``common._hold_lease``: a worker holds the dispatch; a lost one takes a slot
+        again. Returns the state it was in."""
+        state: str = rec["state"]
+        if state in (SUPERSEDED, "released"):
+            return state
+        values: dict[str, Any] = {"lease_ms": deadline_ms}
+        if state == LOST:
+            row = u.group(rec["grp"], create=True)
+            assert row is not None
+            row["inflight"] += 1
+            values.update(state=RUNNING, expires_ms=None)
+            rec["state"] = RUNNING
+            u.refresh(rec["grp"])
+        self._set(u, rec["did"], **values)
+        return state
+
+    def begin(self, conn: Connection, queue: str, did: str, deadline_ms: int, now_ms: int,
+              wall_ms: int, run: str, acks_late: bool, host: str, taken_over: str
+              ) -> BeginAnswer:
+        u = Unit(conn, self.t, self.ns, queue)
+        rec = self.dispatch(u, did, wall_ms, lock=True)
+        if rec is None:
+            return BeginAnswer(BeginResult.RUN_UNKNOWN)
+        verdict = skip_copy(rec["state"], rec["runner"], rec["kept"], rec["value"] is not None,
+                            rec["lease_ms"], now_ms, run, taken_over, host)
+        if isinstance(verdict, str):
+            return BeginAnswer(None, verdict)
+        if verdict is not None:
+            u.count("skipped")
+            u.flush()
+            return BeginAnswer(verdict)
+        state = self._hold_lease(u, rec, deadline_ms)
+        self._set(u, did, state=RUNNING, runner=run, kept=acks_late,
+                  **({} if acks_late else {"value": None}))
+        u.flush()
+        return BeginAnswer(BeginResult.RUN_REACQUIRED if state == LOST else BeginResult.RUN)
+
+    def renew(self, conn: Connection, queue: str, ids: list[str], deadline_ms: int,
+              wall_ms: int) -> int:
+        """Extend the live leases in one statement; a lost dispatch takes a slot again
+        (its group's row locked, in name order)."""
+        d = self.t.dispatches.c
+        mine = and_(d.ns == self.ns, d.queue == queue, d.did.in_(ids))
+        renewed = conn.execute(update(self.t.dispatches).where(mine, d.state.in_(_LIVE))
+                               .values(lease_ms=deadline_ms)).rowcount
+        lost = list(conn.execute(select(d.did, d.grp).where(
+            mine, d.state == LOST, (d.expires_ms.is_(None)) | (d.expires_ms > wall_ms))))
+        if lost:
+            u = Unit(conn, self.t, self.ns, queue)
+            u.lock_groups(g for _, g in lost)
+            for did, _ in lost:
+                rec = self._locked(u, did)
+                if rec is not None and rec["state"] == LOST:
+                    self._hold_lease(u, rec, deadline_ms)
+                    renewed += 1
+            u.flush()
+        return int(renewed)
+
+    def release(self, conn: Connection, queue: str, did: str, done_until_ms: int | None,
+                run: str, wall_ms: int) -> bool:
+        u = Unit(conn, self.t, self.ns, queue)
+        rec = self.dispatch(u, did, wall_ms, lock=True)
+        if rec is None or rec["state"] in (SUPERSEDED, "released") \
+                or not may_release(rec["runner"], run):
+            return False
+        d = self.t.dispatches.c
+        if done_until_ms is None:
+            conn.execute(delete(self.t.dispatches).where(d.ns == self.ns, d.queue == queue,
+                                                         d.did == did))
+        else:
+            self._set(u, did, state="released", value=None, lease_ms=None,
+                      expires_ms=done_until_ms)
+        u.count("released")
+        freed = rec["state"] != LOST
+        if freed:
+            self.free_slot(u, rec["grp"])
+        u.flush()
+        return bool(freed)
+
+    def free_slot(self, u: Unit, g: str) -> None:
+        row = u.group(g)
+        assert row is not None
+        row["inflight"] -= 1
+        u.refresh(g)
+        u.forget_if_idle(g)
+        u.woken = True
+
+    # -- reclaim and promote --------------------------------------------------------------
+
+    def reclaim(self, conn: Connection, queue: str, now_ms: int, limit: int,
+                tombstone_until_ms: int) -> tuple[int, int]:
+        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        d = self.t.dispatches.c
+        due = list(conn.execute(select(d.did, d.grp).where(
+            d.ns == self.ns, d.queue == queue, d.lease_ms <= now_ms
+        ).order_by(d.lease_ms, d.did).limit(limit)))
+        u.lock_groups(g for _, g in due)
+        requeued = lost = 0
+        for did, _ in due:
+            rec = self._locked(u, did)
+            if rec is None or rec["lease_ms"] is None or rec["lease_ms"] > now_ms:
+                continue
+            if rec["state"] not in LIVE:
+                self._set(u, did, lease_ms=None)
+                continue
+            if requeues(rec["state"], rec["kept"], rec["value"] is not None):
+                self._hold_again(u, rec)
+                self._set(u, did, state=SUPERSEDED, value=None, kept=False, lease_ms=None,
+                          expires_ms=tombstone_until_ms)
+                requeued += 1
+            else:
+                self._set(u, did, state=LOST, lease_ms=None, expires_ms=tombstone_until_ms)
+                lost += 1
+            self.free_slot(u, rec["grp"])
+        u.woken = requeued + lost > 0
+        u.flush()
+        return requeued, lost
+
+    def _locked(self, u: Unit, did: str) -> dict[str, Any] | None:
+        d = self.t.dispatches.c
+        row = u.conn.execute(select(self.t.dispatches).where(
+            d.ns == self.ns, d.queue == u.queue, d.did == did).with_for_update()
+        ).mappings().first()
+        return None if row is None else dict(row)
+
+    def _hold_again(self, u: Unit, rec: dict[str, Any]) -> None:
+        hold_id = rec["hold_id"]
+        if self._message(u.conn, u.queue, hold_id) is not None:
+            hold_id = copy_id(hold_id, rec["did"])
+        p = Placement(rec["grp"], rec["klass"], rec["cost"], True)
+        seq = self._place(u, p.group, True)
+        self._insert_message(u, hold_id, bytes(rec["value"]),
+                             Placement(p.group, p.klass, p.cost, bool(rec["front"])), seq, None)
+        u.groups[p.group][f"held_{p.klass}"] += 1  # type: ignore[index]
+
+    def promote(self, conn: Connection, queue: str, now_ms: int, limit: int
+                ) -> tuple[int, int | None]:
+        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        m = self.t.messages.c
+        due = list(conn.execute(select(m.hold_id, m.grp, m.klass, m.cost, m.front).where(
+            m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None), m.due_ms <= now_ms
+        ).order_by(m.due_ms, m.hold_id).limit(limit)))
+        u.lock_groups(r.grp for r in due)
+        for r in due:
+            u.groups[r.grp]["delayed"] -= 1  # type: ignore[index]
+            self._enqueue(u, r.hold_id, Placement(r.grp, r.klass, r.cost, bool(r.front)))
+        nxt = conn.execute(select(func.min(m.due_ms)).where(
+            m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None))).scalar()
+        u.flush()
+        return len(due), None if nxt is None else int(nxt)
+
+
+class _Picking:
+    """One pick's loop (``FairQueue.pick``) over the ready sets' heads it read."""
+
+    def __init__(self, life: Lifecycle, u: Unit, want: int, deadline_ms: int,
+                 token: str) -> None:
+        self.life, self.u, self.want, self.deadline = life, u, want, deadline_ms
+        self.token = token
+        # Groups past the first `want` of a ready set cannot be reached by `want` picks:
+        # each pick moves one group back, and an untouched group read stays ahead.
+        self.heads = {k: dict(u.head_of_ready(k, want)) for k in ("i", "b")}
+        self.lists: dict[tuple[str, str], collections.deque[Any]] = {}
+        self.records: list[dict[str, Any]] = []
+
+    def _head(self) -> tuple[str, str, float] | None:
+        for klass in ("i", "b"):
+            live = {g: t for g, t in self.heads[klass].items()
+                    if self.u.ready.get((klass, g)) is not None}
+            if live:
+                g = min(live, key=lambda n: (self.u.ready[(klass, n)], n.encode()))
+                return klass, g, self.u.ready[(klass, g)]  # type: ignore[return-value]
+        return None
+
+    def run(self) -> list[Picked]:
+        u = self.u
+        out: list[Picked] = []
+        taken: list[str] = []
+        u.lock_groups(g for k in self.heads for g in self.heads[k])
+        u.load_limits(g for k in self.heads for g in self.heads[k])
+        while len(out) < self.want and (head := self._head()) is not None:
+            klass, g, tag = head
+            msg = self._pop(klass, g)
+            row = u.groups[g]
+            assert row is not None
+            u.set_vt(klass, tag)
+            row[f"tag_{klass}"] = advance(tag, msg.cost, u.weight(g))
+            row["inflight"] += 1
+            row[f"held_{klass}"] -= 1
+            did = dispatch_id(self.token, u.q["picks"], len(out) + 1)
+            taken.append(msg.hold_id)
+            out.append(Picked(did, msg.hold_id, bytes(msg.value)))
+            self._record(did, msg, klass, g)
+            u.refresh(g)
+        self._write(taken)
+        return out
+
+    def _pop(self, klass: str, g: str) -> Any:
+        key = (klass, g)
+        if not self.lists.get(key):
+            m = self.life.t.messages.c
+            self.lists[key] = collections.deque(self.u.conn.execute(
+                select(m.hold_id, m.cost, m.front, m.value).where(
+                    m.ns == self.u.ns, m.queue == self.u.queue, m.klass == klass,
+                    m.grp == g, m.seq.is_not(None)
+                ).order_by(m.seq).limit(self.want)))
+        return self.lists[key].popleft()
+
+    def _record(self, did: str, msg: Any, klass: str, g: str) -> None:
+        self.records.append({**self.u.key, "did": did, "state": PICKED, "hold_id": msg.hold_id,
+                             "task_id": task_of(msg.hold_id), "grp": g, "klass": klass,
+                             "cost": msg.cost, "front": msg.front, "value": msg.value,
+                             "kept": False, "runner": "", "lease_ms": self.deadline,
+                             "expires_ms": None})
+
+    def _write(self, taken: list[str]) -> None:
+        t = self.life.t
+        if taken:
+            m = t.messages.c
+            for i in range(0, len(taken), 500):
+                self.u.conn.execute(delete(t.messages).where(
+                    m.ns == self.u.ns, m.queue == self.u.queue, m.hold_id.in_(taken[i:i + 500])))
+            self.u.conn.execute(insert(t.dispatches), self.records)

@@ -1,0 +1,299 @@
+"""The SQL store's reads, worker registry, summaries and maintenance: plain queries
+(not atomic across calls; for status, metrics, dashboards and ``fair inspect``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Callable, TypeVar
+
+from sqlalchemy import Connection, Engine, and_, delete, func, select, update
+
+from ...envelope import due_of
+from ...policy import CLASSES, QueueState
+from ...policy.decisions import LIVE, in_force
+from ..base import (
+    PRUNE_GRACE_MS,
+    GroupFigures,
+    GroupHeads,
+    Location,
+    QueueFigures,
+    busiest_first,
+    limited_by,
+    snapshot_of,
+)
+from .engine import transaction
+from .schema import Tables
+from .unit import counter_totals, insert_ignore, upsert
+
+T = TypeVar("T")
+_LIVE = list(LIVE)
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+class SqlReads:
+    """A mixin of :class:`~celery_fair.store.sql.store.SqlStore` (it gives the engine,
+    tables, namespace and wake-ups)."""
+
+    engine: Engine
+    t: Tables
+    namespace: str
+    where: str
+    wakes: Any
+
+    def _read(self, what: str, work: Callable[[Connection], T]) -> T:
+        return transaction(self.engine, f"{self.where}: {what}", work)
+
+    def _q(self, table: Any, queue: str) -> Any:
+        return and_(table.c.ns == self.namespace, table.c.queue == queue)
+
+    # -- queues and workers ------------------------------------------------------------
+
+    def queues(self) -> list[str]:
+        q = self.t.queues.c
+        names = self._read("queues", lambda c: list(c.execute(select(q.queue).where(
+            q.ns == self.namespace, q.registered.is_(True))).scalars()))
+        return sorted(names)
+
+    def forget_queue(self, queue: str) -> bool:
+        def work(c: Connection) -> bool:
+            q = self.t.queues
+            row = c.execute(select(q.c.registered).where(self._q(q, queue))
+                            .with_for_update()).first()
+            if row is None or not row.registered or not self._empty(c, queue):
+                return False
+            c.execute(update(q).where(self._q(q, queue)).values(registered=False))
+            return True
+        return self._read("forget queue", work)
+
+    def _empty(self, c: Connection, queue: str) -> bool:
+        t = self.t
+        for table, extra in ((t.messages, None), (t.quarantine, None),
+                             (t.dispatches, t.dispatches.c.lease_ms.is_not(None)),
+                             (t.groups, t.groups.c.inflight > 0)):
+            where = self._q(table, queue) if extra is None else and_(self._q(table, queue), extra)
+            if c.execute(select(func.count()).select_from(table).where(where)).scalar_one():
+                return False
+        return True
+
+    def register_worker(self, queue: str, worker: str, concurrency: int, expires_ms: int,
+                        now_ms: int) -> None:
+        w = self.t.workers
+
+        def work(c: Connection) -> bool:
+            new = c.execute(select(func.count()).select_from(w).where(
+                self._q(w, queue), w.c.worker == worker)).scalar_one() == 0
+            upsert(c, w, [{"ns": self.namespace, "queue": queue, "worker": worker,
+                           "concurrency": concurrency, "expires_ms": expires_ms}],
+                   ["concurrency", "expires_ms"])
+            c.execute(delete(w).where(self._q(w, queue),
+                                      w.c.expires_ms < now_ms - PRUNE_GRACE_MS))
+            return bool(new)
+        if self._read("register worker", work):
+            self.wakes.wake(queue)  # a new worker brings capacity
+
+    def unregister_worker(self, queue: str, worker: str) -> None:
+        w = self.t.workers
+        self._read("unregister worker", lambda c: c.execute(delete(w).where(
+            self._q(w, queue), w.c.worker == worker)))
+
+    def prune_workers(self, queue: str, before_ms: int) -> int:
+        w = self.t.workers
+        return int(self._read("prune workers", lambda c: c.execute(delete(w).where(
+            self._q(w, queue), w.c.expires_ms < before_ms)).rowcount))
+
+    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
+        w = self.t.workers.c
+        rows = self._read("worker pools", lambda c: list(c.execute(
+            select(w.worker, w.concurrency).where(self._q(self.t.workers, queue),
+                                                  w.expires_ms >= now_ms))))
+        return {worker: int(n) for worker, n in rows}
+
+    def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
+        return self.wakes.wait(queues, timeout)  # type: ignore[no-any-return]
+
+    # -- figures ------------------------------------------------------------------------
+
+    def queue_figures(self, queue: str) -> QueueFigures:
+        """Totals of ``queue``: sums over its groups and counters (O(groups))."""
+        def work(c: Connection) -> QueueFigures:
+            g, r, m = self.t.groups.c, self.t.ready.c, self.t.messages.c
+            inflight, held_i, held_b, count = c.execute(select(
+                func.sum(g.inflight), func.sum(g.held_i), func.sum(g.held_b), func.count()
+            ).where(self._q(self.t.groups, queue))).one()
+            ready: dict[str, int] = dict(c.execute(select(r.klass, func.count()).where(
+                self._q(self.t.ready, queue)).group_by(r.klass)).tuples().all())
+            delayed = c.execute(select(func.count()).where(
+                self._q(self.t.messages, queue), m.due_ms.is_not(None))).scalar_one()
+            counters = counter_totals(c, self.t, self.namespace, queue)
+            return QueueFigures(queue, inflight=int(inflight or 0), delayed=int(delayed),
+                                held_interactive=int(held_i or 0),
+                                held_background=int(held_b or 0),
+                                released=counters.get("released", 0),
+                                skipped=counters.get("skipped", 0), group_count=int(count),
+                                ready_interactive=int(ready.get("i", 0)),
+                                ready_background=int(ready.get("b", 0)))
+        return self._read("queue figures", work)
+
+    def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
+        out = {}
+        for queue in queues:
+            figures = self.queue_figures(queue)
+            out[queue] = (figures.inflight, figures.held)
+        return out
+
+    def group_figures(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
+        def work(c: Connection) -> list[GroupFigures]:
+            names = list(groups)
+            rows = {r["grp"]: r for r in c.execute(select(self.t.groups).where(
+                self._q(self.t.groups, queue), self.t.groups.c.grp.in_(names))).mappings()}
+            lims = {r["grp"]: r for r in c.execute(select(self.t.limits).where(
+                self._q(self.t.limits, queue), self.t.limits.c.grp.in_(names))).mappings()}
+            q = self._queue_defaults(c, queue)
+            return [_figures(g, rows.get(g), lims.get(g), q) for g in names]
+        return self._read("group figures", work) if groups else []
+
+    def _queue_defaults(self, c: Connection, queue: str) -> dict[str, Any]:
+        q = self.t.queues
+        row = c.execute(select(q).where(self._q(q, queue))).mappings().first()
+        return dict(row) if row else {"default_cap": -1, "default_weight": 1.0, "reserve": 0,
+                                      "vt_i": None, "vt_b": None}
+
+    def top_groups(self, queue: str, limit: int) -> list[tuple[str, int]]:
+        g = self.t.groups.c
+        backlog = (g.held_i + g.held_b).label("n")
+        rows = self._read("top groups", lambda c: list(c.execute(select(g.grp, backlog).where(
+            self._q(self.t.groups, queue), backlog > 0))))
+        ranked = sorted(((int(n), name) for name, n in rows), reverse=True)
+        return [(name, n) for n, name in ranked[:max(limit, 0)]]
+
+    def busiest_groups(self, queue: str, limit: int) -> list[GroupFigures]:
+        names = [g for g, _ in self.top_groups(queue, limit)]
+        if len(names) < limit:
+            g = self.t.groups.c
+            others = self._read("groups", lambda c: list(c.execute(select(g.grp).where(
+                self._q(self.t.groups, queue), g.held_i + g.held_b == 0)).scalars()))
+            names += sorted(others)[:limit - len(names)]
+        return busiest_first(self.group_figures(queue, names))
+
+    def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupHeads]:
+        figures = {f.group: f for f in self.group_figures(queue, groups)}
+
+        def head_due(c: Connection, klass: str, g: str) -> float | None:
+            m = self.t.messages.c
+            value = c.execute(select(m.value).where(
+                self._q(self.t.messages, queue), m.klass == klass, m.grp == g,
+                m.seq.is_not(None)).order_by(m.seq).limit(1)).scalar()
+            return None if value is None else due_of(bytes(value))
+
+        def work(c: Connection) -> list[GroupHeads]:
+            out = []
+            for g in groups:
+                f = figures[g]
+                due = [head_due(c, k, g) if n else None
+                       for k, n in zip(CLASSES, (f.held_interactive, f.held_background))]
+                out.append(GroupHeads(g, f.held_interactive, f.held_background, f.inflight,
+                                      f.delayed, due[0], due[1]))
+            return out
+        return self._read("summarize", work)
+
+    def snapshot(self, queue: str) -> dict[str, Any]:
+        g = self.t.groups.c
+        names = self._read("groups", lambda c: list(c.execute(select(g.grp).where(
+            self._q(self.t.groups, queue))).scalars()))
+        return snapshot_of(self.queue_figures(queue), self.group_figures(queue, sorted(names)))
+
+    def dispatch_state(self, queue: str, dispatch_id: str) -> str | None:
+        d = self.t.dispatches.c
+        row = self._read("dispatch state", lambda c: c.execute(select(d.state, d.expires_ms)
+                         .where(self._q(self.t.dispatches, queue), d.did == dispatch_id)).first())
+        if row is None or (row.expires_ms is not None and row.expires_ms <= _now()):
+            return None
+        return str(row.state)
+
+    # -- the summaries dashboards read ---------------------------------------------------
+
+    def claim_writer(self, queue: str, ms: int) -> bool:
+        s = self.t.summaries
+
+        def work(c: Connection) -> bool:
+            now = _now()
+            insert_ignore(c, s, [{"ns": self.namespace, "queue": queue, "expires_ms": 0,
+                                  "writer_until": 0}])
+            return bool(c.execute(update(s).where(self._q(s, queue), s.c.writer_until <= now)
+                                  .values(writer_until=now + ms)).rowcount)
+        return self._read("claim writer", work)
+
+    def put_summary(self, queue: str, doc: str, ttl_seconds: int) -> None:
+        s = self.t.summaries
+        self._read("put summary", lambda c: upsert(c, s, [{
+            "ns": self.namespace, "queue": queue, "doc": doc,
+            "expires_ms": _now() + ttl_seconds * 1000, "writer_until": 0}],
+            ["doc", "expires_ms"]))
+
+    def summaries(self, queues: Sequence[str]) -> dict[str, str | None]:
+        s = self.t.summaries.c
+        now = _now()
+        rows = self._read("summaries", lambda c: dict(c.execute(select(s.queue, s.doc).where(
+            s.ns == self.namespace, s.queue.in_(list(queues)), s.expires_ms > now)).tuples()
+            .all())) if queues else {}
+        return {q: rows.get(q) for q in queues}
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def flush(self) -> None:
+        def work(c: Connection) -> None:
+            for table in self.t.metadata.sorted_tables:
+                if table is not self.t.workers:
+                    c.execute(delete(table).where(table.c.ns == self.namespace))
+        self._read("flush", work)
+
+    def advice(self) -> list[str]:
+        """SQLite in a shared or temporary place loses nothing by itself; nothing known."""
+        return []
+
+    def ping(self) -> None:
+        self._read("ping", lambda c: c.execute(select(1)).scalar_one())
+
+    def inspect(self, queue: str) -> QueueState:
+        """The queue's scheduling state (:class:`~celery_fair.policy.QueueState`)."""
+        def work(c: Connection) -> QueueState:
+            t = self.t
+            q = self._queue_defaults(c, queue)
+            ready: dict[str, dict[str, float]] = {k: {} for k in CLASSES}
+            for klass, g, tag in c.execute(select(t.ready.c.klass, t.ready.c.grp, t.ready.c.tag)
+                                           .where(self._q(t.ready, queue))):
+                ready[klass][g] = tag
+            groups = list(c.execute(select(t.groups).where(self._q(t.groups, queue)))
+                          .mappings())
+            m = t.messages.c
+            held: dict[tuple[str, str], list[str]] = {}
+            for klass, g, hold_id in c.execute(select(m.klass, m.grp, m.hold_id).where(
+                    self._q(t.messages, queue), m.seq.is_not(None)).order_by(m.seq)):
+                held.setdefault((klass, g), []).append(hold_id)
+            return QueueState(
+                ready=ready, vt={k: q[f"vt_{k}"] for k in CLASSES if q[f"vt_{k}"] is not None},
+                tags={(k, r["grp"]): r[f"tag_{k}"] for r in groups for k in CLASSES
+                      if r[f"tag_{k}"] is not None},
+                inflight={r["grp"]: r["inflight"] for r in groups if r["inflight"]},
+                delayed={r["grp"]: r["delayed"] for r in groups if r["delayed"]},
+                held=held, total_inflight=sum(r["inflight"] for r in groups))
+        return self._read("inspect", work)
+
+
+def _figures(g: str, row: Any, lim: Any, q: dict[str, Any]) -> GroupFigures:
+    cap = int(in_force(lim and lim["limit_cap"], lim and lim["conf_cap"], q["default_cap"]))
+    weight = float(in_force(lim and lim["limit_weight"], lim and lim["conf_weight"],
+                            q["default_weight"]))
+    return GroupFigures(
+        g, held_interactive=row["held_i"] if row else 0,
+        held_background=row["held_b"] if row else 0, delayed=row["delayed"] if row else 0,
+        inflight=row["inflight"] if row else 0, cap=None if cap < 0 else cap, weight=weight,
+        limited=limited_by(lim is not None and lim["limit_cap"] is not None,
+                           lim is not None and lim["limit_weight"] is not None))
+
+
+__all__ = ["Location", "SqlReads"]

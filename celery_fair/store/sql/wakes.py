@@ -1,0 +1,120 @@
+"""Wake-ups of the SQL store's dispatchers.
+
+PostgreSQL: LISTEN/NOTIFY on one channel per namespace, the queue's name as payload; a
+dedicated connection listens. MariaDB/MySQL and SQLite have no notifications: a
+dispatcher in this process is woken at once, one in another process looks again every
+:data:`POLL_SECONDS` (a wake-up may be spurious: the contract allows it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Engine, text
+
+log = logging.getLogger(__name__)
+
+#: How often a dispatcher on a database without notifications looks again (seconds).
+POLL_SECONDS = 0.1
+
+
+class Wakes:
+    """In-process wake-ups, and a look every :data:`POLL_SECONDS` for the others."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._woken: set[str] = set()
+
+    def wake(self, queue: str) -> None:
+        with self._cond:
+            self._woken.add(queue)
+            self._cond.notify_all()
+
+    def _take(self, names: set[str]) -> set[str]:
+        found = self._woken & names
+        self._woken -= found
+        return found
+
+    def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
+        names = set(queues)
+        deadline = time.monotonic() + min(timeout, POLL_SECONDS)
+        with self._cond:
+            while not (found := self._take(names)):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return names if timeout >= POLL_SECONDS else set()
+                self._cond.wait(left)
+        return found
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+class NotifyWakes(Wakes):
+    """PostgreSQL's LISTEN/NOTIFY (see the module docstring)."""
+
+    def __init__(self, engine: Engine, namespace: str) -> None:
+        super().__init__()
+        self.engine = engine
+        self.channel = "fair_" + hashlib.sha1(namespace.encode()).hexdigest()[:16]
+        self._listener: Any = None
+        self._lock = threading.Lock()
+
+    def wake(self, queue: str) -> None:
+        super().wake(queue)
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT pg_notify(:c, :q)"), {"c": self.channel, "q": queue})
+            conn.commit()
+
+    def _listen(self) -> Any:
+        if self._listener is None or self._listener.closed:
+            import psycopg
+
+            url = self.engine.url
+            self._listener = psycopg.connect(
+                host=url.host, port=url.port, user=url.username, password=url.password,
+                dbname=url.database, autocommit=True, connect_timeout=5)
+            self._listener.execute(f'LISTEN "{self.channel}"')
+        return self._listener
+
+    def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
+        names = set(queues)
+        with self._cond:
+            found = self._take(names)
+        if found:
+            return found
+        with self._lock:
+            try:
+                conn = self._listen()
+                woken = {n.payload for n in conn.notifies(timeout=max(timeout, 0.0),
+                                                         stop_after=1)}
+                woken |= {n.payload for n in conn.notifies(timeout=0.0)}
+            except Exception as exc:  # a lost listener: look at everything once
+                log.warning("celery_fair: listening for wake-ups failed (%s); reconnecting",
+                            type(exc).__name__)
+                self.close()
+                time.sleep(min(timeout, 1.0))
+                return names
+        with self._cond:
+            self._woken -= woken
+        return woken & names
+
+    def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            try:
+                listener.close()
+            except Exception:  # already broken: nothing to release
+                pass
+
+
+def wakes_for(engine: Engine, namespace: str) -> Wakes:
+    """Notifications on PostgreSQL, polling elsewhere."""
+    if engine.dialect.name == "postgresql":
+        return NotifyWakes(engine, namespace)
+    return Wakes()
