@@ -22,14 +22,14 @@ from .unit import Unit, upsert
 class Controls:
     """Cancel, quarantine, configure and limit, for one store's tables and namespace."""
 
-    def __init__(self, t: Tables, ns: str) -> None:
-        self.t, self.ns = t, ns
+    def __init__(self, t: Tables, ns: str, channel: str | None = None) -> None:
+        self.t, self.ns, self.channel = t, ns, channel
 
     # -- cancel ---------------------------------------------------------------------------
 
     def cancel(self, conn: Connection, queue: str, task_ids: list[str], token: str,
                keep_until_ms: int, wall_ms: int) -> list[tuple[str, bytes]]:
-        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        u = Unit(conn, self.t, self.ns, queue, True, self.channel)
         c = self.t.cancels.c
         known = conn.execute(select(c.answer).where(
             c.ns == self.ns, c.queue == queue, c.token == token, c.expires_ms > wall_ms)
@@ -95,7 +95,11 @@ class Controls:
 
     def configure(self, conn: Connection, queue: str, policy: Policy) -> None:
         limits.check_policy(policy)
-        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        u = Unit(conn, self.t, self.ns, queue, True, self.channel)
+        g = self.t.groups.c
+        u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))
+                      .scalars())
+        u.load_ready([(k, name) for name in u.groups for k in CLASSES])  # before the change
         q = self.t.queues.c
         conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue).values(
             default_cap=-1 if policy.default_cap is None else policy.default_cap,
@@ -110,9 +114,6 @@ class Controls:
                                       "conf_weight": policy.weights.get(g)} for g in names],
                ["conf_cap", "conf_weight"])
         self._drop_empty_limits(conn, queue)
-        g = self.t.groups.c
-        u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))
-                      .scalars())
         for name in list(u.groups):
             u.refresh(name)
         u.woken = True
@@ -128,8 +129,9 @@ class Controls:
               weight: float | str) -> tuple[int, float, bool]:
         """Set, keep or clear g's runtime cap and weight; returns both in force and
         whether g entered a ready set."""
-        u = Unit(conn, self.t, self.ns, queue)
+        u = Unit(conn, self.t, self.ns, queue, False, self.channel)
         u.group(g)
+        u.load_ready([(k, g) for k in CLASSES])  # before the change
         lt = self.t.limits.c
         row = conn.execute(select(self.t.limits).where(
             lt.ns == self.ns, lt.queue == queue, lt.grp == g)).mappings().first()
@@ -157,4 +159,3 @@ def _answer(data: bytes) -> list[tuple[str, bytes]]:
     return [(h, base64.b64decode(v)) for h, v in doc]
 
 
-__all__ = ["CLASSES", "Controls"]

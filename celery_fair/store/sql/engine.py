@@ -58,7 +58,7 @@ def make_engine(url: str, bounds: Bounds) -> Engine:
     """An engine for ``url`` set up as this module's docstring says."""
     target = sql_url(url)
     backend = target.get_backend_name()
-    options: dict[str, Any] = {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 20}
+    options: dict[str, Any] = {"pool_size": 10, "max_overflow": 20}
     connect: dict[str, Any] = {}
     if backend == "postgresql":
         connect = {"connect_timeout": max(1, int(bounds.connect_timeout))}
@@ -116,30 +116,52 @@ def retryable(exc: DBAPIError) -> bool:
     return "database is locked" in str(orig)
 
 
-def transaction(engine: Engine, where: str, work: Callable[[Connection], T]) -> T:
-    """Run ``work`` in one transaction, again (from the start) when it lost a deadlock.
+def transaction(engine: Engine, where: str, work: Callable[[Connection], T],
+                retries: int = 3) -> T:
+    """Run ``work`` in one transaction; again, from the start, when it lost a deadlock or
+    its connection broke before the commit (a transaction never committed changed
+    nothing, so running it again is safe; pooled connections are not pinged first, which
+    would cost a round trip per transaction).
 
     Raises:
-        StoreUnreachable: the database could not be reached: nothing was sent.
-        StoreConnectionError: the connection broke (the transaction may have committed
-            when the commit's reply was lost).
+        StoreUnreachable: the database could not be reached, or every try broke before
+            its commit: nothing was changed.
+        StoreConnectionError: the connection broke at the commit: the transaction may
+            have committed (its reply lost).
         StoreError: any other database error.
     """
-    for attempt in range(DEADLOCK_TRIES):
+    broken = 0
+    for attempt in range(DEADLOCK_TRIES + retries):
         try:
             conn = engine.connect()
         except DBAPIError as exc:
-            raise StoreUnreachable(f"store {where}: {_first_line(exc)}") from exc
-        try:
-            with conn, conn.begin():
-                return work(conn)
-        except DBAPIError as exc:
-            if exc.connection_invalidated or _disconnect(exc):
-                raise StoreConnectionError(f"store {where}: {_first_line(exc)}") from exc
-            if not retryable(exc) or attempt == DEADLOCK_TRIES - 1:
-                raise StoreError(f"store {where}: {_first_line(exc)}") from exc
-            time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-    raise AssertionError("unreachable")
+            broken += 1
+            if broken > retries:
+                raise StoreUnreachable(f"store {where}: {_first_line(exc)}") from exc
+            time.sleep(min(1.0, 0.05 * 2 ** broken))
+            continue
+        with conn:
+            try:
+                trans = conn.begin()
+                result = work(conn)
+            except DBAPIError as exc:
+                if exc.connection_invalidated or _disconnect(exc):
+                    broken += 1
+                    if broken > retries:
+                        raise StoreUnreachable(f"store {where}: {_first_line(exc)}; nothing "
+                                               "was changed") from exc
+                    continue
+                if not retryable(exc) or attempt >= DEADLOCK_TRIES - 1:
+                    raise StoreError(f"store {where}: {_first_line(exc)}") from exc
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+                continue
+            try:
+                trans.commit()
+            except DBAPIError as exc:
+                raise StoreConnectionError(f"store {where}: {_first_line(exc)} at the "
+                                           "commit") from exc
+            return result
+    raise StoreError(f"store {where}: gave up after {DEADLOCK_TRIES} deadlocks")
 
 
 def _disconnect(exc: DBAPIError) -> bool:

@@ -27,7 +27,7 @@ from ...policy.decisions import (
 )
 from ..models import BeginAnswer, BeginResult, Picked
 from .schema import Tables
-from .unit import Unit
+from .unit import Unit, insert_ignore
 
 _LIVE = list(LIVE)
 
@@ -35,8 +35,11 @@ _LIVE = list(LIVE)
 class Lifecycle:
     """The lifecycle steps, for one store's tables and namespace."""
 
-    def __init__(self, t: Tables, ns: str) -> None:
-        self.t, self.ns = t, ns
+    def __init__(self, t: Tables, ns: str, channel: str | None = None) -> None:
+        self.t, self.ns, self.channel = t, ns, channel
+
+    def unit(self, conn: Connection, queue: str, lock_queue: bool = False) -> Unit:
+        return Unit(conn, self.t, self.ns, queue, lock_queue, self.channel)
 
     # -- messages ------------------------------------------------------------------------
 
@@ -57,22 +60,20 @@ class Lifecycle:
         return int(row["tail"]) - 1
 
     def _insert_message(self, u: Unit, hold_id: str, value: bytes, p: Placement,
-                        seq: int | None, due_ms: int | None) -> None:
-        u.conn.execute(insert(self.t.messages).values(
-            **u.key, hold_id=hold_id, task_id=task_of(hold_id), grp=p.group, klass=p.klass,
-            cost=p.cost, front=p.front, seq=seq, due_ms=due_ms, value=value))
+                        seq: int | None, due_ms: int | None) -> bool:
+        """Insert a message; False (nothing written) when one is held under that id."""
+        return insert_ignore(u.conn, self.t.messages, [{
+            **u.key, "hold_id": hold_id, "task_id": task_of(hold_id), "grp": p.group,
+            "klass": p.klass, "cost": p.cost, "front": p.front, "seq": seq, "due_ms": due_ms,
+            "value": value}]) == 1
 
-    def _enqueue(self, u: Unit, hold_id: str, p: Placement, value: bytes | None = None
-                 ) -> bool:
-        """Put a message (new with ``value``, else a delayed one) in its group's list."""
+    def _enqueue(self, u: Unit, hold_id: str, p: Placement) -> bool:
+        """Move a delayed message into its group's list."""
         seq = self._place(u, p.group, p.front)
-        if value is not None:
-            self._insert_message(u, hold_id, value, p, seq, None)
-        else:
-            m = self.t.messages.c
-            u.conn.execute(update(self.t.messages).where(
-                m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id
-            ).values(seq=seq, due_ms=None))
+        m = self.t.messages.c
+        u.conn.execute(update(self.t.messages).where(
+            m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id
+        ).values(seq=seq, due_ms=None))
         u.groups[p.group][f"held_{p.klass}"] += 1  # type: ignore[index]
         return u.refresh(p.group)
 
@@ -80,21 +81,28 @@ class Lifecycle:
 
     def hold(self, conn: Connection, queue: str, hold_id: str, value: bytes, p: Placement,
              due_ms: int, now_ms: int) -> tuple[str, bool]:
-        """See ``FairQueue.hold``; returns the hold id used and whether to wake."""
-        u = Unit(conn, self.t, self.ns, queue)
-        u.register()
-        held = self._message(conn, queue, hold_id)
-        if held is not None and bytes(held["value"]) == value:
-            return hold_id, False
-        if held is not None:
-            hold_id = copy_id(hold_id, self._next_dup(conn, queue))
+        """See ``FairQueue.hold``; returns the hold id used and whether to wake. The
+        group's row is locked; the message is inserted unless one is held under its id
+        (the same value: a resend, held once; another: a copy under a new id)."""
+        u = self.unit(conn, queue)
         u.group(p.group, create=True)
-        if due_ms > now_ms:
-            self._insert_message(u, hold_id, value, p, None, due_ms)
-            u.groups[p.group]["delayed"] += 1  # type: ignore[index]
+        delayed = due_ms > now_ms
+        seq = None if delayed else self._place(u, p.group, p.front)
+        due = due_ms if delayed else None
+        if not self._insert_message(u, hold_id, value, p, seq, due):
+            held = self._message(conn, queue, hold_id)
+            if held is not None and bytes(held["value"]) == value:
+                return hold_id, False
+            hold_id = copy_id(hold_id, self._next_dup(conn, queue))
+            self._insert_message(u, hold_id, value, p, seq, due)
+        row = u.groups[p.group]
+        assert row is not None
+        if delayed:
+            row["delayed"] += 1
             u.woken = self._first_due(conn, queue) == hold_id
         else:
-            u.woken = self._enqueue(u, hold_id, p, value)
+            row[f"held_{p.klass}"] += 1
+            u.woken = u.refresh(p.group)
         u.flush()
         return hold_id, u.woken
 
@@ -118,7 +126,7 @@ class Lifecycle:
              now_ms: int, lease_ms: int, token: str) -> list[Picked]:
         """See ``FairQueue.pick``: the queue's row locked, so picks of a queue run one at
         a time and never overshoot ``capacity``."""
-        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        u = self.unit(conn, queue, lock_queue=True)
         u.q["picks"] += 1
         u.queue_changed = True
         if capacity is not None:
@@ -145,17 +153,13 @@ class Lifecycle:
         stale = set(conn.execute(select(d.did).where(mine, d.state == SUPERSEDED)).scalars())
         return [did for did in ids if did in stale]
 
-    def dispatch(self, u: Unit, did: str, wall_ms: int, lock: bool = False
-                 ) -> dict[str, Any] | None:
-        """The record of ``did`` (its group's row locked first, with ``lock``); an
-        expired tombstone reads as none."""
+    def dispatch(self, u: Unit, did: str, wall_ms: int) -> dict[str, Any] | None:
+        """The record of ``did``, locked (a dispatch's row before its group's: the order
+        every transaction takes them in); an expired tombstone reads as none."""
         d = self.t.dispatches.c
-        query = select(self.t.dispatches).where(d.ns == self.ns, d.queue == u.queue,
-                                                d.did == did)
-        row = u.conn.execute(query).mappings().first()
-        if row is not None and lock:
-            u.group(row["grp"])
-            row = u.conn.execute(query.with_for_update()).mappings().first()
+        row = u.conn.execute(select(self.t.dispatches).where(
+            d.ns == self.ns, d.queue == u.queue, d.did == did).with_for_update()
+        ).mappings().first()
         if row is None or (row["expires_ms"] is not None and row["expires_ms"] <= wall_ms):
             return None
         return dict(row)
@@ -185,8 +189,8 @@ class Lifecycle:
     def begin(self, conn: Connection, queue: str, did: str, deadline_ms: int, now_ms: int,
               wall_ms: int, run: str, acks_late: bool, host: str, taken_over: str
               ) -> BeginAnswer:
-        u = Unit(conn, self.t, self.ns, queue)
-        rec = self.dispatch(u, did, wall_ms, lock=True)
+        u = self.unit(conn, queue)
+        rec = self.dispatch(u, did, wall_ms)
         if rec is None:
             return BeginAnswer(BeginResult.RUN_UNKNOWN)
         verdict = skip_copy(rec["state"], rec["runner"], rec["kept"], rec["value"] is not None,
@@ -214,9 +218,8 @@ class Lifecycle:
         lost = list(conn.execute(select(d.did, d.grp).where(
             mine, d.state == LOST, (d.expires_ms.is_(None)) | (d.expires_ms > wall_ms))))
         if lost:
-            u = Unit(conn, self.t, self.ns, queue)
-            u.lock_groups(g for _, g in lost)
-            for did, _ in lost:
+            u = self.unit(conn, queue)
+            for did, _ in sorted(lost):
                 rec = self._locked(u, did)
                 if rec is not None and rec["state"] == LOST:
                     self._hold_lease(u, rec, deadline_ms)
@@ -226,8 +229,8 @@ class Lifecycle:
 
     def release(self, conn: Connection, queue: str, did: str, done_until_ms: int | None,
                 run: str, wall_ms: int) -> bool:
-        u = Unit(conn, self.t, self.ns, queue)
-        rec = self.dispatch(u, did, wall_ms, lock=True)
+        u = self.unit(conn, queue)
+        rec = self.dispatch(u, did, wall_ms)
         if rec is None or rec["state"] in (SUPERSEDED, "released") \
                 or not may_release(rec["runner"], run):
             return False
@@ -257,17 +260,18 @@ class Lifecycle:
 
     def reclaim(self, conn: Connection, queue: str, now_ms: int, limit: int,
                 tombstone_until_ms: int) -> tuple[int, int]:
-        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        """See ``FairQueue.reclaim``. A dispatch a worker is beginning or releasing right
+        now (its row locked) is skipped: its lease is being renewed or ended."""
+        u = self.unit(conn, queue, lock_queue=True)
         d = self.t.dispatches.c
-        due = list(conn.execute(select(d.did, d.grp).where(
+        due = [dict(r) for r in conn.execute(select(self.t.dispatches).where(
             d.ns == self.ns, d.queue == queue, d.lease_ms <= now_ms
-        ).order_by(d.lease_ms, d.did).limit(limit)))
-        u.lock_groups(g for _, g in due)
+        ).order_by(d.lease_ms, d.did).limit(limit).with_for_update(skip_locked=True)
+        ).mappings()]
+        u.lock_groups(r["grp"] for r in due if r["state"] in LIVE)
         requeued = lost = 0
-        for did, _ in due:
-            rec = self._locked(u, did)
-            if rec is None or rec["lease_ms"] is None or rec["lease_ms"] > now_ms:
-                continue
+        for rec in due:
+            did = rec["did"]
             if rec["state"] not in LIVE:
                 self._set(u, did, lease_ms=None)
                 continue
@@ -303,7 +307,7 @@ class Lifecycle:
 
     def promote(self, conn: Connection, queue: str, now_ms: int, limit: int
                 ) -> tuple[int, int | None]:
-        u = Unit(conn, self.t, self.ns, queue, lock_queue=True)
+        u = self.unit(conn, queue, lock_queue=True)
         m = self.t.messages.c
         due = list(conn.execute(select(m.hold_id, m.grp, m.klass, m.cost, m.front).where(
             m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None), m.due_ms <= now_ms

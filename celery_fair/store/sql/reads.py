@@ -43,9 +43,10 @@ class SqlReads:
     namespace: str
     where: str
     wakes: Any
+    retries: int
 
     def _read(self, what: str, work: Callable[[Connection], T]) -> T:
-        return transaction(self.engine, f"{self.where}: {what}", work)
+        return transaction(self.engine, f"{self.where}: {what}", work, self.retries)
 
     def _q(self, table: Any, queue: str) -> Any:
         return and_(table.c.ns == self.namespace, table.c.queue == queue)

@@ -52,28 +52,32 @@ class SqlStore(SqlInspecting, Store):
 
     def __init__(self, engine: Engine, namespace: str = "fair",
                  table_prefix: str = DEFAULT_PREFIX, where: str = "",
-                 wakes: Wakes | None = None) -> None:
+                 wakes: Wakes | None = None, retries: int = 3) -> None:
         self.engine = engine
+        self.retries = retries
         self.namespace = namespace
         self.where = where or safe_url(engine.url.render_as_string(hide_password=True))
         self.t = Tables(table_prefix)
-        self.life = Lifecycle(self.t, namespace)
-        self.controls = Controls(self.t, namespace)
         self.wakes = wakes or wakes_for(engine, namespace)
+        self.life = Lifecycle(self.t, namespace, self.wakes.channel)
+        self.controls = Controls(self.t, namespace, self.wakes.channel)
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "fair", bounds: Bounds | None = None,
                  table_prefix: str = DEFAULT_PREFIX) -> SqlStore:
         """A store on the database at ``url`` (its schema must be current: ``fair
         migrate``)."""
-        return cls(make_engine(url, bounds or Bounds()), namespace, table_prefix)
+        bounds = bounds or Bounds()
+        return cls(make_engine(url, bounds), namespace, table_prefix, retries=bounds.retries)
 
     def _do(self, name: str, queue: str, work: Callable[[Connection], T]) -> T:
-        return transaction(self.engine, f"{self.where}: {name} on {queue!r}", work)
+        return transaction(self.engine, f"{self.where}: {name} on {queue!r}", work,
+                           self.retries)
 
     def _wake_if(self, queue: str, woken: bool) -> None:
+        """After a transaction that woke ``queue`` (it notified other processes)."""
         if woken:
-            self.wakes.wake(queue)
+            self.wakes.wake_here(queue)
 
     # -- the lifecycle ------------------------------------------------------------------
 
@@ -188,7 +192,7 @@ class SqlStore(SqlInspecting, Store):
     def configure(self, queue: str, policy: Policy) -> None:
         limits.check_policy(policy)
         self._do("configure", queue, lambda c: self.controls.configure(c, queue, policy))
-        self.wakes.wake(queue)
+        self.wakes.wake_here(queue)
 
     def limit(self, queue: str, group: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int | None, float]:

@@ -27,17 +27,21 @@ COUNTER_SHARDS = 16
 _GROUP_COLUMNS = ("inflight", "delayed", "held_i", "held_b", "tag_i", "tag_b", "head", "tail")
 
 
-def insert_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> None:
-    """Insert ``rows``, leaving any whose key exists alone."""
+def insert_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> int:
+    """Insert ``rows``, leaving any whose key exists alone; returns how many were new."""
     if not rows:
-        return
+        return 0
     name = conn.dialect.name
+    stmt: Any
     if name == "postgresql":
-        conn.execute(postgresql.insert(table).on_conflict_do_nothing(), rows)
+        stmt = postgresql.insert(table).on_conflict_do_nothing()
     elif name == "sqlite":
-        conn.execute(sqlite.insert(table).on_conflict_do_nothing(), rows)
+        stmt = sqlite.insert(table).on_conflict_do_nothing()
     else:
-        conn.execute(insert(table).prefix_with("IGNORE"), rows)
+        stmt = insert(table).prefix_with("IGNORE")
+    if name == "postgresql" and len(rows) == 1:  # psycopg's rowcount: -1 here
+        return len(conn.execute(stmt.returning(table.c.ns), rows[0]).all())
+    return int(conn.execute(stmt, rows[0] if len(rows) == 1 else rows).rowcount)
 
 
 def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]],
@@ -60,15 +64,21 @@ def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]],
 
 class Unit:
     """Rows of one fair queue that one transaction reads and writes (see the module
-    docstring). :meth:`flush` writes what changed."""
+    docstring). :meth:`flush` writes what changed.
+
+    Ready sets are not read: every operation keeps "a group is in its class's ready set
+    exactly when it is eligible" (``fair check`` verifies it), so a group's membership
+    before a change follows from the row it locked, and only a change of eligibility
+    writes a ready row."""
 
     def __init__(self, conn: Connection, t: Tables, ns: str, queue: str,
-                 lock_queue: bool = False) -> None:
+                 lock_queue: bool = False, channel: str | None = None) -> None:
         self.conn, self.t, self.ns, self.queue = conn, t, ns, queue
         self.key = {"ns": ns, "queue": queue}
-        self.q = self._queue_row(lock_queue)
+        self.channel = channel  # PostgreSQL: NOTIFY this channel when woken
+        self._q: dict[str, Any] | None = self._queue_row(True) if lock_queue else None
         self.groups: dict[str, dict[str, Any] | None] = {}
-        self._new_groups: set[str] = set()
+        self._seen: dict[str, tuple[int, int, int] | None] = {}  # g -> (held i, b, inflight)
         self.ready: dict[tuple[str, str], float | None] = {}  # (klass, g) -> tag / absent
         self._ready_loaded: dict[tuple[str, str], float | None] = {}
         self._limits: dict[str, tuple[int, float]] = {}
@@ -78,23 +88,33 @@ class Unit:
 
     # -- the queue's row ------------------------------------------------------------------
 
+    @property
+    def q(self) -> dict[str, Any]:
+        """The queue's row (read without a lock unless the unit locked it)."""
+        if self._q is None:
+            self._q = self._queue_row(False)
+        return self._q
+
     def _queue_row(self, lock: bool) -> dict[str, Any]:
         t = self.t.queues
-        where = and_(t.c.ns == self.ns, t.c.queue == self.queue)
-        query = select(t).where(where)
-        row = self.conn.execute(query.with_for_update() if lock else query).mappings().first()
+        query = select(t).where(t.c.ns == self.ns, t.c.queue == self.queue)
+        if lock:
+            query = query.with_for_update()
+        row = self.conn.execute(query).mappings().first()
         if row is None:
             insert_ignore(self.conn, t, [{**self.key, "registered": False, "default_cap": -1,
                                           "reserve": 0, "default_weight": 1.0, "picks": 0,
                                           "dups": 0}])
-            row = self.conn.execute(query.with_for_update() if lock else query
-                                    ).mappings().one()
+            row = self.conn.execute(query).mappings().one()
         return dict(row)
 
     def register(self) -> None:
-        """Make the queue one of ``queues()`` (a hold does; ``forget_queue`` undoes it)."""
-        if not self.q["registered"]:
-            self.q["registered"] = True
+        """Make the queue one of ``queues()``: a hold that creates a group does, with the
+        queue's row locked, so a ``forget_queue`` (which locks it too and finds no group)
+        never forgets a queue a hold is adding to."""
+        self._q = self._queue_row(True)
+        if not self._q["registered"]:
+            self._q["registered"] = True
             t = self.t.queues
             self.conn.execute(update(t).where(t.c.ns == self.ns, t.c.queue == self.queue)
                               .values(registered=True))
@@ -120,21 +140,26 @@ class Unit:
             ).order_by(t.c.grp).with_for_update()).mappings()
             for row in rows:
                 self.groups[row["grp"]] = dict(row)
+                self._seen[row["grp"]] = (row["held_i"], row["held_b"], row["inflight"])
         for g in wanted:
             self.groups.setdefault(g, None)
+            self._seen.setdefault(g, None)
 
     def group(self, g: str, create: bool = False) -> dict[str, Any] | None:
-        """Group ``g``'s row, locked (None: no work; with ``create`` a new one)."""
+        """Group ``g``'s row, locked (None: no work; with ``create`` a new one, the queue
+        registered)."""
         self.lock_groups([g])
         row = self.groups[g]
         if row is None and create:
-            insert_ignore(self.conn, self.t.groups, [{**self.key, "grp": g, "inflight": 0,
-                                                      "delayed": 0, "held_i": 0, "held_b": 0,
-                                                      "head": 0, "tail": 1}])
-            del self.groups[g]
+            self.register()
+            # Two holds may create the group at once: one inserts, the other waits for it
+            # and locks the row it committed.
+            insert_ignore(self.conn, self.t.groups, [{
+                **self.key, "grp": g, "inflight": 0, "delayed": 0, "held_i": 0, "held_b": 0,
+                "tag_i": None, "tag_b": None, "head": 0, "tail": 1}])
+            del self.groups[g], self._seen[g]
             self.lock_groups([g])
             row = self.groups[g]
-            self._new_groups.add(g)
         return row
 
     def forget_if_idle(self, g: str) -> None:
@@ -149,19 +174,33 @@ class Unit:
     # -- caps and weights ---------------------------------------------------------------
 
     def load_limits(self, names: Iterable[str]) -> None:
+        """The caps and weights in force of ``names``: one query for one group (with the
+        queue's row, when not read yet), one per 500 groups otherwise."""
         wanted = sorted({g for g in names if g not in self._limits})
+        if not wanted:
+            return
         t = self.t.limits
         found: dict[str, Any] = {}  # group -> its limits row
-        for chunk in _chunks(wanted, 500):
+        if len(wanted) == 1 and self._q is None:
+            q = self.t.queues
+            joined = q.outerjoin(t, and_(t.c.ns == q.c.ns, t.c.queue == q.c.queue,
+                                         t.c.grp == wanted[0]))
+            row = self.conn.execute(select(q, t.c.conf_cap, t.c.conf_weight, t.c.limit_cap,
+                                           t.c.limit_weight).select_from(joined).where(
+                q.c.ns == self.ns, q.c.queue == self.queue)).mappings().first()
+            if row is not None:
+                self._q = {c.name: row[c.name] for c in q.columns}
+                found[wanted[0]] = row
+        for chunk in _chunks(wanted, 500) if not found else ():
             for found_row in self.conn.execute(select(t).where(
                     t.c.ns == self.ns, t.c.queue == self.queue, t.c.grp.in_(chunk))).mappings():
                 found[found_row["grp"]] = found_row
-        q = self.q
+        q_row = self.q
         for g in wanted:
-            row: Any = found.get(g, {})
-            cap = in_force(row.get("limit_cap"), row.get("conf_cap"), q["default_cap"])
-            weight = in_force(row.get("limit_weight"), row.get("conf_weight"),
-                              q["default_weight"])
+            lim: Any = found.get(g, {})
+            cap = in_force(lim.get("limit_cap"), lim.get("conf_cap"), q_row["default_cap"])
+            weight = in_force(lim.get("limit_weight"), lim.get("conf_weight"),
+                              q_row["default_weight"])
             self._limits[g] = (int(cap), float(weight))
 
     def cap(self, g: str) -> int:
@@ -178,6 +217,7 @@ class Unit:
     # -- ready sets ---------------------------------------------------------------------
 
     def load_ready(self, keys: Iterable[tuple[str, str]]) -> None:
+        """Read ready rows (``check`` compares them with eligibility)."""
         wanted = [k for k in keys if k not in self.ready]
         t = self.t.ready
         for klass in CLASSES:
@@ -187,11 +227,11 @@ class Unit:
                     t.c.ns == self.ns, t.c.queue == self.queue, t.c.klass == klass,
                     t.c.grp.in_(chunk)))
                 for g, tag in rows:
-                    self._seen((klass, g), tag)
+                    self._know((klass, g), tag)
         for k in wanted:
-            self._seen(k, None)
+            self._know(k, None)
 
-    def _seen(self, key: tuple[str, str], tag: float | None) -> None:
+    def _know(self, key: tuple[str, str], tag: float | None) -> None:
         if key not in self.ready:
             self.ready[key] = self._ready_loaded[key] = tag
 
@@ -202,26 +242,46 @@ class Unit:
             t.c.ns == self.ns, t.c.queue == self.queue, t.c.klass == klass
         ).order_by(t.c.tag, t.c.grp).limit(limit)))
         for g, tag in rows:
-            self._seen((klass, g), tag)
+            self._know((klass, g), tag)
         return [(g, tag) for g, tag in rows]
+
+    def _eligible(self, klass: str, g: str, counts: tuple[int, int, int] | None) -> bool:
+        if counts is None:
+            return False
+        held = counts[0] if klass == "i" else counts[1]
+        return held > 0 and _eligible(klass, held, counts[2], self.cap(g), self.q["reserve"])
+
+    def _membership(self, klass: str, g: str) -> None:
+        """Know whether g is in the class's ready set, from the counts it had when its
+        row was locked (the invariant); its tag is the group's."""
+        seen = self._seen.get(g)
+        if (klass, g) not in self.ready and seen is not None:
+            row = self.groups[g] or {}
+            self._know((klass, g), (row.get(f"tag_{klass}") or 0.0)
+                       if self._eligible(klass, g, seen) else None)
+        elif (klass, g) not in self.ready:
+            self._know((klass, g), None)
 
     def refresh(self, g: str) -> bool:
         """Make g's ready-set membership match its eligibility (``common._refresh``);
         True when it entered a ready set."""
         row = self.groups.get(g)
-        self.load_ready([(k, g) for k in CLASSES])
+        now = None if row is None else (row["held_i"], row["held_b"], row["inflight"])
+        seen = self._seen.get(g)
         entered = False
-        reserve = self.q["reserve"]
-        for klass in CLASSES:
-            key = (klass, g)
-            if row is not None and _eligible(klass, row[f"held_{klass}"], row["inflight"],
-                                             self.cap(g), reserve):
+        for i, klass in enumerate(CLASSES):
+            if (klass, g) not in self.ready and now is not None and seen is not None \
+                    and (now[i] > 0) == (seen[i] > 0) and now[2] == seen[2]:
+                continue  # eligibility unchanged, so membership and tag are too
+            self._membership(klass, g)
+            if row is not None and self._eligible(klass, g, now):
                 tag = entry_tag(row[f"tag_{klass}"], self.vt(klass))
                 row[f"tag_{klass}"] = tag
-                entered = entered or self.ready[key] is None
-                self.ready[key] = tag or 0.0
+                entered = entered or self.ready[(klass, g)] is None
+                self.ready[(klass, g)] = tag or 0.0
             else:
-                self.ready[key] = None
+                self.ready[(klass, g)] = None
+        self._seen[g] = now
         return entered
 
     # -- counters -------------------------------------------------------------------------
@@ -232,17 +292,19 @@ class Unit:
     # -- writing back ---------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Write the groups, ready sets, counters and queue row this unit changed."""
+        """Write the groups, ready sets, counters and queue row this unit changed, and
+        notify the listening dispatchers when woken (delivered at the commit)."""
         self._flush_groups()
         self._flush_ready()
         if self.counts:
-            shard = random.randrange(COUNTER_SHARDS)
-            self._add_counts(shard)
+            add_counts(self.conn, self.t, self.key, self.counts)
         if self.queue_changed:
             t = self.t.queues
             self.conn.execute(update(t).where(t.c.ns == self.ns, t.c.queue == self.queue)
                               .values(vt_i=self.q["vt_i"], vt_b=self.q["vt_b"],
                                       picks=self.q["picks"], dups=self.q["dups"]))
+        if self.woken and self.channel:
+            self.conn.execute(select(func.pg_notify(self.channel, self.queue)))
 
     def _flush_groups(self) -> None:
         rows = [{"b_grp": g, **{c: row[c] for c in _GROUP_COLUMNS}}
@@ -269,14 +331,24 @@ class Unit:
                                                   t.c.klass == klass, t.c.grp.in_(chunk)))
         upsert(self.conn, t, put, ["tag"])
 
-    def _add_counts(self, shard: int) -> None:
-        t = self.t.counters
-        rows = [{**self.key, "name": n, "shard": shard, "n": d} for n, d in self.counts.items()]
-        insert_ignore(self.conn, t, [{**r, "n": 0} for r in rows])
-        self.conn.execute(update(t).where(
-            t.c.ns == self.ns, t.c.queue == self.queue, t.c.name == bindparam("b_name"),
-            t.c.shard == shard).values(n=t.c.n + bindparam("b_n")),
-            [{"b_name": r["name"], "b_n": r["n"]} for r in rows])
+
+def add_counts(conn: Connection, t: Tables, key: dict[str, str],
+               counts: dict[str, int]) -> None:
+    """Add ``counts`` to one random shard of the queue's counters (one statement)."""
+    table = t.counters
+    shard = random.randrange(COUNTER_SHARDS)
+    rows = [{**key, "name": n, "shard": shard, "n": d} for n, d in counts.items()]
+    name = conn.dialect.name
+    stmt: Any
+    if name in ("postgresql", "sqlite"):
+        stmt = postgresql.insert(table) if name == "postgresql" else sqlite.insert(table)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[c.name for c in table.primary_key.columns],
+            set_={"n": table.c.n + stmt.excluded.n})
+    else:
+        stmt = mysql.insert(table)
+        stmt = stmt.on_duplicate_key_update(n=table.c.n + stmt.inserted.n)
+    conn.execute(stmt, rows)
 
 
 def counter_totals(conn: Connection, t: Tables, ns: str, queue: str) -> dict[str, int]:

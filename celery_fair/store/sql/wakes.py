@@ -30,7 +30,16 @@ class Wakes:
         self._cond = threading.Condition()
         self._woken: set[str] = set()
 
+    #: The channel a transaction notifies itself (PostgreSQL), None: no notifications.
+    channel: str | None = None
+
     def wake(self, queue: str) -> None:
+        """Wake the dispatchers of ``queue``, here and (where the database can) in other
+        processes."""
+        self.wake_here(queue)
+
+    def wake_here(self, queue: str) -> None:
+        """Wake this process's dispatchers (a transaction notified the others)."""
         with self._cond:
             self._woken.add(queue)
             self._cond.notify_all()
@@ -66,7 +75,7 @@ class NotifyWakes(Wakes):
         self._lock = threading.Lock()
 
     def wake(self, queue: str) -> None:
-        super().wake(queue)
+        self.wake_here(queue)
         with self.engine.connect() as conn:
             conn.execute(text("SELECT pg_notify(:c, :q)"), {"c": self.channel, "q": queue})
             conn.commit()
