@@ -154,7 +154,7 @@ def prefill(store: RedisStore, queue: str, envelope: Envelope, groups: list[str]
             envelope.headers["id"] = task_id
             envelope.properties["correlation_id"] = task_id
             value = envelope.encode(group, "b", 1, False)
-            script(keys=[prefix], args=[task_id, value, 0, now], client=pipe)
+            script(keys=[prefix], args=[task_id, value, 0, now, group, "b", 1, 0], client=pipe)
             total += 1
             if total % chunk == 0:
                 pipe.execute()

@@ -20,15 +20,22 @@ decodes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from kombu.utils.json import dumps, loads
 
+from . import limits
 from .errors import CorruptMessage
+from .store.models import Placement
 
 INTERACTIVE = "i"
 BACKGROUND = "b"
+#: The stored value's prefix: <class><front><cost>:<group length>:<group>.
+_PREFIX = re.compile(rb"([ib])([01])([^:]+):(\d+):")
+#: The due time (meta ``t``), first in the meta JSON.
+_DUE = re.compile(rb'\{"t": ?([\d.eE+-]+)')
 
 
 @dataclass
@@ -92,13 +99,37 @@ class Envelope:
         return group, klass, envelope
 
 
-def placement_of(value: bytes) -> tuple[str, str]:
-    """``(group, class)`` of a stored value, reading only its prefix (no JSON)."""
+def placement_of(value: bytes, hold_id: str = "") -> Placement:
+    """Where a stored value goes, read from its prefix only (no JSON), as ``common.lua``'s
+    ``decode`` reads it: for what reads a stored value's placement back (the publisher's
+    observers, ``fair inspect``, tests), never for ``hold``, which is given it.
+
+    Raises:
+        CorruptMessage: naming ``hold_id`` (when given), when the value is not one
+            celery_fair wrote (class, front, cost in range, group).
+    """
+    match = _PREFIX.match(value)
     try:
-        klass, group, _ = _prefix(value)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptMessage(f"held message could not be decoded: {exc!r}") from None
-    return group, klass
+        size = int(match.group(4)) if match else -1
+        group = value[match.end():match.end() + size].decode() if match else ""
+        cost = limits.cost(float(match.group(3))) if match else 0.0
+    except (ValueError, UnicodeDecodeError):
+        match = None
+    if match is None or not group or len(group.encode()) != size:
+        raise CorruptMessage(f"hold {hold_id or '?'}: the stored value does not decode "
+                             "(expected envelope.py's layout: class, front, cost in range, "
+                             "group)")
+    return Placement(group, match.group(1).decode(), cost, match.group(2) == b"1")
+
+
+def due_of(value: bytes) -> float | None:
+    """When a stored value became due (meta ``t``, epoch seconds), None when it has none
+    or its prefix does not decode; reads no more than the prefix and that number."""
+    match = _PREFIX.match(value)
+    if match is None:
+        return None
+    due = _DUE.match(value, match.end() + int(match.group(4)))
+    return float(due.group(1)) if due else None
 
 
 def _prefix(value: bytes) -> tuple[str, str, int]:

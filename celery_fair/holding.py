@@ -24,7 +24,7 @@ from .groups import current_scope
 from .headers import CLASS_HEADER, COST_HEADER, GROUP_HEADER, request_headers
 from .names import validate_cost, validate_group
 from .outage import Outage
-from .store.base import Store
+from .store.base import Placement, Store
 
 # The name this log has always had (the code lived in task.py): users filter on it.
 logger = logging.getLogger("celery_fair.task")
@@ -150,9 +150,10 @@ class HoldingProducer:
             exchange=exchange, routing_key=routing_key, queue=queue,
             delivery_mode=delivery_mode, priority=priority, properties=properties,
             due_at=max(now, due) / 1000)
-        group = headers[GROUP_HEADER]
-        value = envelope.encode(group, headers[CLASS_HEADER], headers[COST_HEADER], self._front)
-        self._store.hold(envelope.queue, envelope.task_id, value, due, now)
+        where = Placement(headers[GROUP_HEADER], headers[CLASS_HEADER], headers[COST_HEADER],
+                          self._front)
+        value = envelope.encode(where.group, where.klass, where.cost, where.front)
+        self._store.hold(envelope.queue, envelope.task_id, value, where, due, now)
 
 
 _publish_outage = Outage(logger, "celery_fair: holding fair tasks", expected=(FairError,))

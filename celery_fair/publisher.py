@@ -151,8 +151,8 @@ class KombuPublisher:
                                  f"routing key ({envelope.exchange!r}, "
                                  f"{envelope.routing_key!r})")
         if self._observed():
-            group, klass = placement_of(item.value)
-            self._notify("on_dispatch", queue, group, klass, envelope.due_at)
+            where = placement_of(item.value, item.hold_id)
+            self._notify("on_dispatch", queue, where.group, where.klass, envelope.due_at)
         return True
 
     def _decode(self, queue: str, item: Picked) -> Envelope | None:

@@ -26,6 +26,7 @@ from celery_fair import (
 )
 from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
+from celery_fair.store.base import Placement
 from celery_fair.task import store_for
 
 from .conftest import subprocess_env
@@ -373,7 +374,8 @@ def test_undecodable_messages_are_quarantined_and_the_rest_dispatches(
     redis_client.zadd(k.ready("b"), {"evil": 0})
     redis_client.sadd(k.groups, "evil")  # once its only message is gone, it is forgotten
     # a valid prefix over metadata that is not JSON: only the dispatcher can tell
-    store.hold(queue, "junk-2", b"b01:4:evil{not json\n[]", 0, 0)
+    store.hold(queue, "junk-2", b"b01:4:evil{not json\n[]", Placement("evil", "b", 1, False),
+               0, 0)
     # a due delayed entry of garbage
     redis_client.hset(k.msg, "junk-3", b"???")
     redis_client.zadd(k.delayed, {"junk-3": 1})

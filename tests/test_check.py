@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from celery_fair.check import Report, check
-from celery_fair.envelope import Envelope
+from celery_fair.envelope import Envelope, placement_of
 from celery_fair.store.base import Picked
 from celery_fair.store.redis import RedisStore
 
@@ -292,7 +292,7 @@ def test_report_json_and_cli_exit_codes(redis_server: Any, redis_client: redis.R
     queue = "q-" + namespace
     value = Envelope(b"[]", "application/json", "utf-8", {"id": "x", "task": "t"}, "",
                      queue, queue).encode("acme", "b", 1, False)
-    store.hold(queue, "x", value, 0, NOW)
+    store.hold(queue, "x", value, placement_of(value), 0, NOW)
     redis_client.hset(store.keys(queue).group("acme"), "n", 3)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -362,7 +362,8 @@ def hold_many(store: RedisStore, count: int, groups: int = 5) -> None:
         for i in range(start, min(count, start + 2000)):
             g = f"g{i % groups}"
             hid = f"{g}-{i}"
-            script(keys=[prefix], args=[hid, value_of(g, hid), 0, NOW], client=pipe)
+            script(keys=[prefix], args=[hid, value_of(g, hid), 0, NOW, g, "b", 1, 0],
+                   client=pipe)
         pipe.execute()
 
 

@@ -15,6 +15,7 @@ from celery import Celery
 from celery_fair.dispatcher import MAX_BACKOFF_SECONDS
 from celery_fair.envelope import Envelope
 from celery_fair.schedule import PRUNE_SECONDS
+from celery_fair.store.base import Placement
 from celery_fair.store.keys import queues_key
 from celery_fair.store.redis import RedisStore
 from celery_fair.task import store_for
@@ -166,11 +167,15 @@ def _value(queue: str, task_id: str) -> bytes:
     return envelope.encode("acme", "b", 1, False)
 
 
+#: Where ``_value`` goes.
+ACME = Placement("acme", "b", 1, False)
+
+
 def _hold(store: RedisStore, queue: str) -> None:
     """Hold a message as another process would (its own store object)."""
     task_id = uuid.uuid4().hex
-    RedisStore(store.client, store.namespace).hold(queue, task_id, _value(queue, task_id), 0,
-                                                   int(time.time() * 1000))
+    RedisStore(store.client, store.namespace).hold(queue, task_id, _value(queue, task_id),
+                                                   ACME, 0, int(time.time() * 1000))
 
 
 def test_wait_returns_the_queue_that_was_woken(app: Celery) -> None:
@@ -248,9 +253,9 @@ def test_forget_keeps_a_queue_with_anything_held_delayed_in_flight_or_quarantine
     store, queue = store_for(app), queue_of(app)
     now = int(time.time() * 1000)
     every = queues_key(store.namespace)
-    cases = {"held": lambda q: store.hold(q, "h", _value(q, "h"), 0, now),
-             "delayed": lambda q: store.hold(q, "d", _value(q, "d"), now + 60_000, now),
-             "in-flight": lambda q: (store.hold(q, "f", _value(q, "f"), 0, now),
+    cases = {"held": lambda q: store.hold(q, "h", _value(q, "h"), ACME, 0, now),
+             "delayed": lambda q: store.hold(q, "d", _value(q, "d"), ACME, now + 60_000, now),
+             "in-flight": lambda q: (store.hold(q, "f", _value(q, "f"), ACME, 0, now),
                                      store.pick(q, 1, None, now, 10_000)),
              "quarantined": lambda q: store.quarantine(q, "x", b"junk", "test")}
     for case, fill in cases.items():

@@ -17,8 +17,14 @@ from celery_fair.check import check
 from celery_fair.cli import fair
 from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
-from celery_fair.errors import ConfigurationError, FairError, StoreError
-from celery_fair.store.base import Policy
+from celery_fair.errors import (
+    ConfigurationError,
+    CorruptMessage,
+    FairError,
+    InvalidCost,
+    StoreError,
+)
+from celery_fair.store.base import Placement, Policy
 from celery_fair.store.redis import RESET, RedisStore
 
 from .test_store_scripts import NOW, Q, hold, pick, value
@@ -187,10 +193,15 @@ def test_a_hold_into_a_group_with_a_nan_tag_is_held_whole(store: RedisStore) -> 
     assert [p.hold_id for p in pick(store, 5)][-1] == held
 
 
-def test_a_hold_of_a_value_with_an_infinite_cost_is_refused(store: RedisStore,
-                                                            namespace: str) -> None:
-    with pytest.raises(StoreError, match="does not decode"):
-        store.hold(Q, "x", value("acme", cost=1e308 * 10), 0, NOW)
+def test_a_hold_of_an_infinite_cost_is_refused(store: RedisStore, namespace: str) -> None:
+    # as the placement argument: refused before anything is sent
+    with pytest.raises(InvalidCost, match="hold x: cost must be a finite number"):
+        store.hold(Q, "x", value("acme"), Placement("acme", "b", 1e308 * 10, False), 0, NOW)
+    assert list(dump(store.client, namespace)) == []
+    # in the value's prefix, under a placement in range: hold.lua refuses the disagreement
+    with pytest.raises(CorruptMessage, match="hold x: the stored value's prefix is not"):
+        store.hold(Q, "x", value("acme", cost=1e308 * 10), Placement("acme", "b", 1, False),
+                   0, NOW)
     assert list(dump(store.client, namespace)) == [f"{namespace}:queues"]  # known, no more
 
 

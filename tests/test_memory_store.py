@@ -4,14 +4,22 @@ are the Lua scripts' is test_store_model.py's claim; these are readable examples
 
 from __future__ import annotations
 
+import re
 import threading
+from typing import Any
 
 import pytest
 
 from celery_fair.config import SETTINGS
 from celery_fair.envelope import Envelope
-from celery_fair.errors import InvalidLimit, StoreError
-from celery_fair.store.base import BeginResult, Policy
+from celery_fair.errors import (
+    CorruptMessage,
+    InvalidCost,
+    InvalidGroup,
+    InvalidLimit,
+    InvalidOption,
+)
+from celery_fair.store.base import BeginResult, Placement, Policy
 from celery_fair.store.memory import wall_ms
 from celery_fair.testing import MemoryStore
 
@@ -32,7 +40,8 @@ def value(task_id: str, group: str, klass: str = "b", cost: float = 1.0,
 
 def hold(store: MemoryStore, task_id: str, group: str, klass: str = "b",
          cost: float = 1.0, due_ms: int = 0) -> str:
-    return store.hold(Q, task_id, value(task_id, group, klass, cost), due_ms, NOW)
+    return store.hold(Q, task_id, value(task_id, group, klass, cost),
+                      Placement(group, klass, cost, False), due_ms, NOW)
 
 
 def picked_ids(store: MemoryStore, limit: int = 100, capacity: int | None = None,
@@ -160,11 +169,24 @@ def test_a_cancel_resent_with_its_token_gets_the_same_answer(store: MemoryStore)
     assert picked_ids(store) == []
 
 
-def test_a_value_that_does_not_decode_is_refused_naming_the_hold(
-        store: MemoryStore) -> None:
-    with pytest.raises(StoreError, match="hold t1: the stored value does not decode"):
-        store.hold(Q, "t1", b"not ours", 0, NOW)
-    assert store.queue_figures(Q).group_count == 0
+@pytest.mark.parametrize("bad, error, says", [
+    (Placement("acme", "x", 1.0, False), InvalidOption, "class 'x' is invalid"),
+    (Placement("", "b", 1.0, False), InvalidGroup, "fair group is empty"),
+    (Placement("acme", "b", float("inf"), False), InvalidCost, "cost must be a finite number"),
+    (Placement("acme", "b", 1.0, "yes"), InvalidOption, "front 'yes' is invalid"),
+    (("acme", "b", 1.0, False), InvalidOption, "expected a Placement"),
+])
+def test_a_bad_placement_is_refused_naming_the_hold_and_nothing_is_written(
+        store: MemoryStore, bad: Any, error: type[Exception], says: str) -> None:
+    with pytest.raises(error, match=f"hold t1: .*{re.escape(says)}"):
+        store.hold(Q, "t1", value("t1", "acme"), bad, 0, NOW)
+    assert store.queue_figures(Q).group_count == 0 and store.queues() == []
+
+
+def test_a_value_that_is_not_bytes_is_refused_naming_the_hold(store: MemoryStore) -> None:
+    with pytest.raises(CorruptMessage, match="hold t1: the stored value has type str"):
+        store.hold(Q, "t1", "not bytes", Placement("acme", "b", 1.0, False), 0, NOW)
+    assert store.queue_figures(Q).group_count == 0 and store.queues() == []
 
 
 def test_wait_returns_the_queue_a_hold_wakes(store: MemoryStore) -> None:
@@ -182,7 +204,8 @@ def test_summaries_show_each_class_head_and_when_it_became_due(store: MemoryStor
     envelope = Envelope(body=b"{}", content_type="application/json",
                         content_encoding="utf-8", headers={"id": "t1", "task": "t"},
                         exchange="", routing_key=Q, queue=Q, due_at=1_700_000_000.5)
-    store.hold(Q, "t1", envelope.encode("acme", "i", 1.0, False), 0, NOW)
+    store.hold(Q, "t1", envelope.encode("acme", "i", 1.0, False),
+               Placement("acme", "i", 1.0, False), 0, NOW)
     hold(store, "t2", "acme", due_ms=NOW + 1_000)
     [figures] = store.summarize(Q, ["acme"])
     assert (figures.held_interactive, figures.held_background, figures.delayed) == (1, 0, 1)

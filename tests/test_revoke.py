@@ -22,7 +22,7 @@ from celery.exceptions import TaskRevokedError
 
 from celery_fair import cancel
 from celery_fair.dispatcher import Dispatcher
-from celery_fair.envelope import INTERACTIVE
+from celery_fair.envelope import INTERACTIVE, placement_of
 from celery_fair.store.redis import RedisStore, now_ms
 from celery_fair.store.scripts import source
 from celery_fair.task import store_for
@@ -54,7 +54,7 @@ def _ready(store: RedisStore, klass: str = "b") -> list[str]:
 
 def test_cancel_held_message(store):
     data = value("acme", body=b"task-1 body")
-    store.hold(Q, "task-1", data, 0, NOW)
+    store.hold(Q, "task-1", data, placement_of(data), 0, NOW)
     assert store.cancel(Q, ["task-1"]) == [("task-1", data)]
     assert store.snapshot(Q)["groups"] == []          # group forgotten: nothing left
     assert _ready(store) == [] and store.client.hlen(store.keys(Q).msg) == 0
@@ -145,7 +145,7 @@ def test_a_cancel_resent_after_a_lost_reply_still_returns_the_messages(store):
     same call again) must still hand back what the first call removed, copies included,
     or the caller never marks those tasks REVOKED and the messages are gone."""
     data = value("acme", body=b"task-1 body")
-    store.hold(Q, "task-1", data, 0, NOW)
+    store.hold(Q, "task-1", data, placement_of(data), 0, NOW)
     copy = hold(store, "acme", hold_id="task-1", body=b"a second publication")
     hold(store, "acme", hold_id="other")
     first = store.cancel(Q, ["task-1"], token="call-1")  # its reply is lost on the way back

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from celery_fair.config import SETTINGS
+from celery_fair.store.base import Placement
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import RedisServer
 
@@ -52,8 +53,9 @@ def run_tasks(store: RedisStore, count: int, now: int) -> int:
         for i in range(start, min(start + ROUND, count)):
             task_id = str(uuid.uuid4())
             group = GROUPS[i % len(GROUPS)]
-            store.hold(Q, task_id, value(group, body=b'[["%s"], {}, {}]' % task_id.encode(),
-                                         task_id=task_id), 0, now)
+            body = b'[["%s"], {}, {}]' % task_id.encode()
+            store.hold(Q, task_id, value(group, body=body, task_id=task_id),
+                       Placement(group, "b", 1, False), 0, now)
         while picked := store.pick(Q, batch, None, now, lease):
             for p in picked:
                 assert store.begin(Q, p.dispatch_id, now + lease, now_ms=now) == 1

@@ -33,7 +33,7 @@ from hypothesis.stateful import (
 from celery_fair.check import check
 from celery_fair.envelope import Envelope
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
-from celery_fair.store.base import Policy
+from celery_fair.store.base import Placement, Policy
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore
 
@@ -120,7 +120,8 @@ class StoreMachine(RuleBasedStateMachine):
             self.ids += 1
         hold_id = f"t{self.ids}"
         due = self.now + delay if delay else 0
-        self.both("hold", hold_id, stored(group, klass, cost, front, hold_id), due, self.now)
+        self.both("hold", hold_id, stored(group, klass, cost, front, hold_id),
+                  Placement(group, klass, cost, front), due, self.now)
 
     @rule(limit=st.integers(1, 5), capacity=st.sampled_from([None, None, 2, 4, 6]))
     def pick(self, limit: int, capacity: int | None) -> None:

@@ -18,8 +18,8 @@ import redis
 
 import celery_fair.store
 from celery_fair.config import SETTINGS
-from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope
-from celery_fair.store.base import BeginAnswer, BeginResult, Picked, Policy
+from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope, placement_of
+from celery_fair.store.base import BeginAnswer, BeginResult, Picked, Placement, Policy
 from celery_fair.store.redis import PRUNE_GRACE_MS, QUARANTINE_MAX, RESET, RedisStore, now_ms
 from celery_fair.store.scripts import OPERATIONS, source
 from celery_fair.testing import RedisServer
@@ -52,7 +52,7 @@ def hold(store: RedisStore, group: str, klass: str = BACKGROUND, cost: float = 1
          body: bytes | None = None) -> str:
     hid = hold_id or f"{group}-{next(_counter)}"
     data = value(group, klass, cost, front, body=body if body is not None else hid.encode())
-    return store.hold(Q, hid, data, due, now)
+    return store.hold(Q, hid, data, Placement(group, klass, cost, front), due, now)
 
 
 def group_of(item: Picked) -> str:
@@ -108,7 +108,7 @@ def configure(store: RedisStore, cap: int | None = None, reserve: int = RESERVE,
 
 def test_hold_immediate_is_pickable_verbatim(store: RedisStore, redis_client) -> None:
     data = value("acme", body=b"\x00binary\nbody\xff")
-    assert store.hold(Q, "task-1", data, 0, NOW) == "task-1"
+    assert store.hold(Q, "task-1", data, placement_of(data), 0, NOW) == "task-1"
     assert Q in store.queues()
     snap = snapshot_groups(store)
     assert snap["acme"]["held_background"] == 1 and snap["acme"]["delayed"] == 0
@@ -162,12 +162,13 @@ def test_duplicate_hold_id_gets_a_suffix_and_overwrites_nothing(store: RedisStor
     second = value("acme", body=b"second")
     third = value("other", body=b"third-delayed")
     fourth = value("other", body=b"fourth")
-    assert store.hold(Q, "same", first, 0, NOW) == "same"
-    id2 = store.hold(Q, "same", second, 0, NOW)
+    assert store.hold(Q, "same", first, placement_of(first), 0, NOW) == "same"
+    id2 = store.hold(Q, "same", second, placement_of(second), 0, NOW)
     assert id2 != "same" and id2.startswith("same")
-    id3 = store.hold(Q, "same", third, NOW + 100, NOW)  # delayed, same id again
+    # delayed, same id again
+    id3 = store.hold(Q, "same", third, placement_of(third), NOW + 100, NOW)
     assert id3 not in ("same", id2) and id3.startswith("same")
-    id4 = store.hold(Q, "same", fourth, 0, NOW)
+    id4 = store.hold(Q, "same", fourth, placement_of(fourth), 0, NOW)
     assert len({"same", id2, id3, id4}) == 4
 
     assert store.promote(Q, NOW + 100, 10) == (1, None)
@@ -179,8 +180,8 @@ def test_the_same_hold_sent_twice_is_held_once(store: RedisStore) -> None:
     """redis-py resends a call whose reply a dropped connection lost: the very same value
     under the same id is one publication, not a second copy (which would run twice)."""
     once = value("acme", body=b"payload")
-    assert store.hold(Q, "t1", once, 0, NOW) == "t1"
-    assert store.hold(Q, "t1", once, 0, NOW) == "t1"
+    assert store.hold(Q, "t1", once, placement_of(once), 0, NOW) == "t1"
+    assert store.hold(Q, "t1", once, placement_of(once), 0, NOW) == "t1"
     assert store.snapshot(Q)["held_background"] == 1
     assert [p.hold_id for p in pick(store, 10)] == ["t1"]
     assert pick(store, 10) == []
@@ -1184,7 +1185,7 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
         text = source(name)
         assert not re.search(r"^-- @include \w+$", text, re.MULTILINE), name
         assert (_LUA_DIR / f"{name}.lua").exists()
-    store.hold(Q, "x", value("g"), 0, NOW)
+    store.hold(Q, "x", value("g"), Placement("g", "b", 1, False), 0, NOW)
     [p] = store.pick(Q, 1, None, NOW, LEASE)
     store.confirm(Q, [p.dispatch_id], NOW + 1)
     store.renew(Q, [p.dispatch_id], NOW + 2)

@@ -9,6 +9,7 @@ import time
 
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.envelope import Envelope
+from celery_fair.store.base import Placement
 from celery_fair.store.redis import RedisStore
 from celery_fair.summary import EXTRA_TOTALS, SummaryWriter, build_summary, read_summaries
 from celery_fair.task import store_for
@@ -151,7 +152,8 @@ def test_a_message_held_without_due_time_has_no_wait(make_app):
                         content_encoding="utf-8", headers={"id": "old", "task": "t"},
                         exchange="", routing_key=queue, queue=queue)
     now = int(time.time() * 1000)
-    store.hold(queue, "old", envelope.encode("legacy", "b", 1, False), 0, now)
+    legacy = Placement("legacy", "b", 1.0, False)
+    store.hold(queue, "old", envelope.encode("legacy", "b", 1, False), legacy, 0, now)
     summary = build_summary(store, queue, None)
     assert _by_group(summary)["legacy"]["held_background"] == 1
     assert _by_group(summary)["legacy"]["oldest_wait"] is None

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..store.base import Placement as Placement  # a value of the store contract
+
 INTERACTIVE, BACKGROUND = "i", "b"
 CLASSES = (INTERACTIVE, BACKGROUND)  # interactive first
 #: :meth:`FairQueue.limit` arguments: leave a value as it is, or clear the runtime limit.
@@ -14,17 +16,6 @@ KEEP, RESET = "", "reset"
 #: Record states (DESIGN.md, "Dispatch state machine"); 'released' is a tombstone.
 PICKED, QUEUED, RUNNING, LOST, SUPERSEDED = "picked", "queued", "running", "lost", "superseded"
 _LIVE = (PICKED, QUEUED, RUNNING)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a stored value goes: its group and class, its cost, and whether it enters at
-    the head of its group (a retry) or at the tail."""
-
-    group: str
-    klass: str
-    cost: float
-    front: bool
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from .. import limits
-from ..store.base import BeginResult, Picked, Policy
+from ..store.base import BeginResult, Picked, Policy, check_hold
 from .common import (
     _LIVE,
     CLASSES,
@@ -37,13 +37,9 @@ class FairQueue(QueueData):
         ``hold.lua``.
 
         Raises:
-            InvalidCost: naming the hold, when the cost is out of range; nothing written.
-            ValueError: naming the hold, when the class or the group is not one.
+            what :func:`~celery_fair.store.base.check_hold` raises; nothing written.
         """
-        limits.cost(p.cost, f"cost of hold {hold_id}")
-        if p.klass not in CLASSES or not p.group:
-            raise ValueError(f"hold {hold_id}: class must be one of {CLASSES} and the group "
-                             f"a name, got {p.klass!r} and {p.group!r}")
+        p = check_hold(hold_id, value, p)
         held = self.msgs.get(hold_id)
         if held is not None and held.value == value:
             return hold_id  # the same publication, resent

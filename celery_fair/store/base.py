@@ -23,6 +23,7 @@ from typing import Any
 
 from .models import (
     CANCELLED_SECONDS,
+    PLACEMENT_CLASSES,
     PRUNE_GRACE_MS,
     QUARANTINE_MAX,
     TOMBSTONE_SECONDS,
@@ -34,20 +35,22 @@ from .models import (
     Location,
     Picked,
     Place,
+    Placement,
     Policy,
     Pushed,
     QueueFigures,
     as_json,
     busiest_first,
+    check_hold,
     limited_by,
     snapshot_of,
 )
 
-__all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PRUNE_GRACE_MS", "QUARANTINE_MAX",
-           "RESET", "TOMBSTONE_SECONDS", "BeginAnswer", "BeginResult", "DirectPush",
-           "GroupFigures", "GroupHeads", "Location", "Picked", "Place", "Policy", "Pushed",
-           "QueueFigures", "Store", "as_json", "busiest_first", "limited_by", "now_ms",
-           "snapshot_of"]
+__all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRUNE_GRACE_MS",
+           "QUARANTINE_MAX", "RESET", "TOMBSTONE_SECONDS", "BeginAnswer", "BeginResult",
+           "DirectPush", "GroupFigures", "GroupHeads", "Location", "Picked", "Place",
+           "Placement", "Policy", "Pushed", "QueueFigures", "Store", "as_json",
+           "busiest_first", "check_hold", "limited_by", "now_ms", "snapshot_of"]
 
 
 def now_ms() -> int:
@@ -85,17 +88,30 @@ class Store(abc.ABC):
     # -- lifecycle: hold, pick, confirm, begin, renew, release, reclaim, promote, ... ------
 
     @abc.abstractmethod
-    def hold(self, queue: str, hold_id: str, value: bytes, due_ms: int, now_ms: int) -> str:
-        """Atomically keep ``value`` in its group (or in the delayed set until ``due_ms``).
+    def hold(self, queue: str, hold_id: str, value: bytes, placement: Placement, due_ms: int,
+             now_ms: int) -> str:
+        """Atomically keep ``value`` in ``placement``'s group and class (at its head when
+        ``placement.front``; in the delayed set until ``due_ms`` when that is after
+        ``now_ms``). The placement comes as an argument: the contract never parses
+        ``value``, which it keeps and hands back byte for byte (``envelope.py``'s
+        encoding, whose prefix repeats the placement for the Redis scripts' later reads).
 
         Returns the hold id used: ``hold_id``, suffixed when a message with that id is
         already held (nothing is ever overwritten; so a resend holds a second copy, which
-        ``begin`` later skips as a duplicate of a run).
+        ``begin`` later skips as a duplicate of a run). The very same value under the same
+        id again is one publication resent: held once, ``hold_id`` returned.
 
         Raises:
+            InvalidOption: ``placement`` is not a :class:`Placement`, or its class is not
+                ``'i'``/``'b'`` or its front flag not a bool (:func:`check_hold`, before
+                anything is sent or written; the message names ``hold_id``).
+            InvalidGroup: the placement's group is not a group name (likewise).
+            InvalidCost: the placement's cost is out of range (likewise).
+            CorruptMessage: ``value`` is not bytes (likewise); or, in a backend that reads
+                the placement back from the value later (Redis), the value's prefix is not
+                ``envelope.py``'s encoding of ``placement``; nothing was written.
             StoreUnreachable: nothing was sent (so nothing is held).
             StoreFull: nothing was written (so nothing is held).
-            CorruptMessage: ``value``'s placement cannot be read; nothing was written.
             StoreError: any other failure; the message may be held (a reply lost).
         """
 

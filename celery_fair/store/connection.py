@@ -15,7 +15,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from ..errors import StoreConnectionError, StoreError, StoreFull
+from ..errors import CorruptMessage, StoreConnectionError, StoreError, StoreFull
 from .base import now_ms as base_now_ms
 
 
@@ -23,7 +23,7 @@ from .base import now_ms as base_now_ms
 def _explained(operation: str, queue: str) -> Iterator[None]:
     try:
         yield
-    except (StoreConnectionError, StoreFull):
+    except (StoreConnectionError, StoreFull, CorruptMessage):
         raise
     except StoreError as exc:
         # A script error is a damaged or foreign key: say where, and what finds it.
@@ -94,6 +94,13 @@ def _wrapped(where: str = "",
         # Redis refuses a script's first write when full, and only its first (a script
         # is atomic): nothing was written.
         raise StoreFull(f"celery_fair store full{at}: {exc}") from exc
+    except redis.ResponseError as exc:
+        # A pipeline puts the command (with a value's head) before the script's own error:
+        # keep only the error.
+        reply = str(exc).rpartition("of pipeline caused error: ")[2]
+        if reply.startswith("CORRUPT "):  # a script refused a value (hold.lua): no write
+            raise CorruptMessage(f"celery_fair store refused{at}: {reply[8:]}") from exc
+        raise StoreError(f"celery_fair store failed{at}: {exc}") from exc
     except redis.RedisError as exc:
         raise StoreError(f"celery_fair store failed{at}: {exc}") from exc
 

@@ -12,7 +12,6 @@ end-to-end claim.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 import uuid
@@ -20,8 +19,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .. import limits
-from ..errors import StoreError
+from ..envelope import due_of
 from ..names import validate_group
 from ..policy import CLASSES, KEEP, FairQueue, Placement, QueueState
 from .base import (
@@ -40,34 +38,11 @@ from .base import (
     QueueFigures,
     Store,
     busiest_first,
+    check_hold,
     limited_by,
     snapshot_of,
 )
 from .memory_reads import MemoryReads
-
-#: The stored value's prefix (envelope.py): <class><front><cost>:<group length>:<group>.
-_PREFIX = re.compile(rb"([ib])([01])([^:]+):(\d+):")
-#: The due time (meta ``t``), first in the meta JSON (envelope.py).
-_DUE = re.compile(rb'\{"t": ?([\d.eE+-]+)')
-
-
-def placement(hold_id: str, value: bytes) -> Placement:
-    """Where ``value`` goes, read from its prefix as ``common.lua``'s ``decode`` does.
-
-    Raises:
-        StoreError: naming ``hold_id``, when the value is not one celery_fair wrote.
-    """
-    match = _PREFIX.match(value)
-    try:
-        size = int(match.group(4)) if match else -1
-        group = value[match.end():match.end() + size].decode() if match else ""
-        cost = limits.cost(float(match.group(3))) if match else 0.0
-    except (ValueError, UnicodeDecodeError):
-        match = None
-    if match is None or not group or len(group.encode()) != size:
-        raise StoreError(f"hold {hold_id}: the stored value does not decode (expected "
-                         "envelope.py's layout: class, front, cost in range, group)")
-    return Placement(group, match.group(1).decode(), cost, match.group(2) == b"1")
 
 
 def wall_ms() -> int:
@@ -100,8 +75,9 @@ class MemoryStore(MemoryReads, Store):
 
     # -- the atomic operations ---------------------------------------------------------
 
-    def hold(self, queue: str, hold_id: str, value: bytes, due_ms: int, now_ms: int) -> str:
-        where = placement(hold_id, value)  # before anything is written
+    def hold(self, queue: str, hold_id: str, value: bytes, placement: Placement, due_ms: int,
+             now_ms: int) -> str:
+        where = check_hold(hold_id, value, placement)  # before anything is written
         with self._queue(queue) as fq:
             self._registered.add(queue)
             return fq.hold(hold_id, value, where, due_ms, now_ms)
@@ -305,7 +281,7 @@ class MemoryStore(MemoryReads, Store):
             for g in groups:
                 group = fq.groups.get(g)
                 heads = [fq.lists.get((k, g)) for k in CLASSES]
-                due = [_due(fq.msgs[h[0]].value) if h else None for h in heads]
+                due = [due_of(fq.msgs[h[0]].value) if h else None for h in heads]
                 out.append(GroupHeads(g, len(heads[0] or ()), len(heads[1] or ()),
                                       group.inflight if group else 0,
                                       group.delayed if group else 0, due[0], due[1]))
@@ -373,11 +349,3 @@ def _begun(reply: BeginResult | str) -> BeginAnswer:
 
 def _token() -> str:
     return uuid.uuid4().hex[:12] + "."
-
-
-def _due(value: bytes) -> float | None:
-    match = _PREFIX.match(value)
-    if match is None:
-        return None
-    due = _DUE.match(value, match.end() + int(match.group(4)))
-    return float(due.group(1)) if due else None

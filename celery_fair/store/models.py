@@ -10,7 +10,59 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import limits
+from ..errors import CorruptMessage, InvalidGroup, InvalidOption
+from ..names import validate_group
+
 # -- what the lifecycle operations take and answer ----------------------------------
+
+#: The classes of a held message: interactive (picked first) and background.
+PLACEMENT_CLASSES = ("i", "b")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a held message goes (what ``hold`` takes): its group and class, its cost, and
+    whether it enters at the head of its group (a retry) or at the tail."""
+
+    group: str
+    klass: str
+    cost: float
+    front: bool
+
+
+def check_hold(hold_id: str, value: Any, placement: Any) -> Placement:
+    """The placement of a hold when its arguments are ones a store may keep: every
+    backend's ``hold`` calls this before it writes anything, so all refuse alike.
+
+    Returns ``placement`` with its group as text and its cost as a float.
+
+    Raises:
+        CorruptMessage: ``value`` is not bytes.
+        InvalidOption: ``placement`` is not a :class:`Placement`, or its class or front
+            flag is not one.
+        InvalidGroup: the group is not a group name.
+        InvalidCost: the cost is out of range.
+    """
+    if not isinstance(value, (bytes, bytearray)):
+        raise CorruptMessage(f"hold {hold_id}: the stored value has type "
+                             f"{type(value).__name__}: expected bytes (envelope.py's encoding)")
+    if not isinstance(placement, Placement):
+        raise InvalidOption(f"hold {hold_id}: the placement has type "
+                            f"{type(placement).__name__}: expected a Placement")
+    if placement.klass not in PLACEMENT_CLASSES:
+        raise InvalidOption(f"hold {hold_id}: class {placement.klass!r} is invalid: expected "
+                            "'i' (interactive) or 'b' (background)")
+    if not isinstance(placement.front, bool):
+        raise InvalidOption(f"hold {hold_id}: front {placement.front!r} is invalid: "
+                            "expected True or False")
+    try:
+        group = validate_group(placement.group)
+    except InvalidGroup as exc:
+        raise InvalidGroup(f"hold {hold_id}: {exc}") from None
+    cost = limits.cost(placement.cost, f"hold {hold_id}: cost")
+    return Placement(group, placement.klass, cost, placement.front)
+
 
 class BeginResult(enum.IntEnum):
     """What ``begin`` says about a dispatch a worker is about to run."""

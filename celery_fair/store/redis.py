@@ -29,9 +29,11 @@ from .base import (
     BeginResult,
     DirectPush,
     Picked,
+    Placement,
     Policy,
     Pushed,
     Store,
+    check_hold,
 )
 from .checking import Checker
 from .connection import (
@@ -94,18 +96,20 @@ class RedisStore(RedisReads, Store):
 
     # -- the atomic operations ---------------------------------------------------------
 
-    def hold(self, queue: str, hold_id: str, value: bytes, due_ms: int, now_ms: int) -> str:
+    def hold(self, queue: str, hold_id: str, value: bytes, placement: Placement, due_ms: int,
+             now_ms: int) -> str:
         """See :meth:`Store.hold`; a lost reply raises :class:`HoldOutcomeUnknown`.
 
         The queue is registered on every hold, in the same round trip: should the set
         lose it (a partial flush, a failover), the next hold puts it back, and the
         dispatchers and `fair check` find the queue again."""
+        p = check_hold(hold_id, value, placement)
+        args = [hold_id, value, due_ms, now_ms, p.group, p.klass, p.cost, int(p.front)]
         with _wrapped(self.where, unreachable=StoreUnreachable):
             self._connect()
         try:
             with _explained("hold", queue):
-                [held] = self._pipelined(self.keys(queue).prefix,
-                                         [("hold", [hold_id, value, due_ms, now_ms])],
+                [held] = self._pipelined(self.keys(queue).prefix, [("hold", args)],
                                          register=queue)
         except StoreConnectionError as exc:
             raise HoldOutcomeUnknown(

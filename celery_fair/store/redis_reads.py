@@ -245,7 +245,8 @@ class RedisReads(Locating):
             value = client.hget(k.msg, task_id)
             if value is None:
                 return None
-            group, klass = placement_of(value)
+            placed = placement_of(value, task_id)
+            group, klass = placed.group, placed.klass
             where = Location(task_id, queue, group, CLASS_NAMES.get(klass, klass), "held")
             due = client.zscore(k.delayed, task_id)
             if due is not None:

@@ -6,19 +6,35 @@ ARGV[1]  hold id (the task id); made unique with a suffix if already held, unles
 ARGV[2]  stored value (envelope.py layout: class, front, cost, group, message)
 ARGV[3]  due time in ms (0: now)
 ARGV[4]  now in ms
+ARGV[5]  group  } the placement, given by the caller (Store.hold takes it as arguments;
+ARGV[6]  class  } RedisStore checked it with check_hold): this script places the message
+ARGV[7]  cost   } by these, and never derives them from the value
+ARGV[8]  front ('1': at the head of its group, a retry; '0': at its tail)
 Returns: the hold id used.
-Error (before anything is written): a value that does not decode (envelope.py layout,
-cost in range), a due time that is not a number, a key of a foreign type.
+Errors (before anything is written): CORRUPT when the value's prefix is not envelope.py's
+encoding of this placement; ERR for a placement out of range, a due time that is not a
+number, a key of a foreign type.
+Why the prefix is checked against the arguments: pick, promote, cancel and check read
+the placement back from the stored prefix later; a value whose prefix disagreed would be
+counted in one group here and in another there (in-flight counts and tags silently
+wrong). The check is cheap: the prefix is a few bytes of string ops, no JSON.
 Wakes dispatchers when the group became ready or the message is the next one due. ]]
 -- @include common
 local id, value = ARGV[1], ARGV[2]
 local due, now = finite(ARGV[3]), finite(ARGV[4])
-local m = decode(value)
-if not m or not due or not now then
-  return redis.error_reply('ERR hold ' .. id .. ': the stored value does not decode or ' ..
-                           'a time is not a finite number')
+local g, cls, cost, front = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
+if not due or not now or (cls ~= 'i' and cls ~= 'b') or #g == 0 or not cost
+   or not (cost > 0 and cost <= MAX_COST) then
+  return redis.error_reply('ERR hold ' .. id .. ': a time is not a finite number or the ' ..
+                           'placement is out of range (class i or b, a group, a cost in ' ..
+                           '(0, ' .. MAX_COST .. '])')
 end
-local cls, front, g = m.cls, m.front, m.g
+local m = decode(value)
+if not m or m.g ~= g or m.cls ~= cls or m.cost ~= cost or m.front ~= front then
+  return redis.error_reply('CORRUPT hold ' .. id .. ': the stored value\'s prefix is not ' ..
+                           'envelope.py\'s encoding of the placement given (class, front, ' ..
+                           'cost, group)')
+end
 
 -- A script stopped by an error keeps the writes it made. So every key this hold writes
 -- is read first: one of a foreign type fails the hold here, before its first write, and
