@@ -145,14 +145,3 @@ def _prefix(value: bytes) -> tuple[str, str, int]:
 def _cost_text(cost: float) -> str:
     return str(int(cost)) if float(cost).is_integer() else repr(float(cost))
 
-
-def due_of(value: bytes) -> float | None:
-    """When a stored value became due (meta ``t``, epoch seconds), None when it has none
-    or does not decode."""
-    try:
-        _, _, start = _prefix(value)
-        meta = value[start:value.index(b"\n", start)]
-        due = loads(meta).get("t")
-    except (ValueError, UnicodeDecodeError, AttributeError):
-        return None
-    return float(due) if isinstance(due, (int, float)) else None

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine
 from ... import limits
 from ...errors import HoldOutcomeUnknown, StoreConnectionError, StoreUnreachable
 from ...names import validate_group
-from ...policy import CLASSES, Placement
+from ...policy import Placement
 from ...redact import safe_url
 from ..base import (
     CANCELLED_SECONDS,
@@ -32,6 +32,7 @@ from ..base import (
     Store,
 )
 from ..connection import Bounds
+from ..models import check_hold
 from .controls import Controls
 from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
@@ -84,7 +85,7 @@ class SqlStore(SqlInspecting, Store):
     def hold(self, queue: str, hold_id: str, value: bytes, placement: Placement,
              due_ms: int, now_ms: int) -> str:
         """See :meth:`Store.hold`; a lost reply raises :class:`HoldOutcomeUnknown`."""
-        _check_placement(hold_id, placement)
+        placement = check_hold(hold_id, value, placement)
         try:
             held, woken = self._do("hold", queue, lambda c: self.life.hold(
                 c, queue, hold_id, value, placement, due_ms, now_ms))
@@ -211,9 +212,3 @@ class SqlStore(SqlInspecting, Store):
         self.wakes.close()
         self.engine.dispose()
 
-
-def _check_placement(hold_id: str, p: Placement) -> None:
-    limits.cost(p.cost, f"cost of hold {hold_id}")
-    if p.klass not in CLASSES:
-        raise ValueError(f"hold {hold_id}: class must be one of {CLASSES}, got {p.klass!r}")
-    validate_group(p.group)
