@@ -12,6 +12,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
 from . import limits
+from .cli_migrate import migrate
 from .cli_render import render_groups, render_status, show
 from .errors import FairError, InvalidLimit
 
@@ -335,6 +336,9 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: str) -> None:
         click.echo(f"warning: {sentence}", err=True)
     if report.problems:
         ctx.exit(1)
+
+
+fair.add_command(migrate)
 
 
 @click.group()

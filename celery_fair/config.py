@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -100,6 +101,11 @@ SETTINGS: tuple[Setting, ...] = (
             "kept on disk for whoever meets their dead process). None: "
             "`celery-fair-spool-<uid>` in the temporary directory. Created with mode 0700; "
             "refused when owned by another user or open to group or others."),
+    Setting("fair_store_table_prefix", "fair_",
+            "SQL store: prefix of its table names (letters, digits and underscores, "
+            "starting with a letter, at most 20 characters), so several apps or "
+            "environments share a database; each prefix is migrated on its own "
+            "(`celery -A proj fair migrate`)."),
 )
 _DEFAULTS = {s.name: s.default for s in SETTINGS}
 
@@ -146,6 +152,7 @@ class FairConfig:
     store_connect_timeout: float = 5.0
     store_retries: int = 3
     spool_dir: str | None = None  # None: spool.default_root()
+    store_table_prefix: str = "fair_"  # the SQL store's tables: <prefix>queues, ...
 
     @classmethod
     def from_app(cls, app: Celery) -> FairConfig:
@@ -184,6 +191,7 @@ class FairConfig:
                                             get("fair_store_connect_timeout")),
             store_retries=_count("fair_store_retries", get("fair_store_retries"), minimum=0),
             spool_dir=_optional_path("fair_spool_dir", get("fair_spool_dir")),
+            store_table_prefix=check_table_prefix(get("fair_store_table_prefix")),
         )
 
 
@@ -256,6 +264,17 @@ def _store_url(url: Any, broker_url: Any) -> str:
         raise _fail("fair_store_url", safe_url(url) if isinstance(url, str) else url,
                     f"a URL of a store celery_fair supports ({describe_schemes()})")
     return url
+
+
+def check_table_prefix(value: Any, name: str = "fair_store_table_prefix") -> str:
+    """A prefix of SQL table names: it is written into DDL, so only a safe identifier."""
+    if not isinstance(value, str) or not _TABLE_PREFIX.fullmatch(value):
+        raise _fail(name, value, "letters, digits and underscores, starting with a letter, "
+                                 "at most 20 characters (like 'fair_')")
+    return value
+
+
+_TABLE_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,19}")
 
 
 def _nonempty_str(name: str, value: Any) -> str:

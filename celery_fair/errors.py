@@ -42,6 +42,11 @@ class StoreUnreachable(StoreConnectionError):
     """The celery_fair store cannot be reached: nothing was sent to it."""
 
 
+class SchemaOutOfDate(StoreError):
+    """The SQL store's schema is missing or not the one this celery_fair expects: run
+    `celery -A proj fair migrate`."""
+
+
 class StoreFull(StoreError):
     """The celery_fair store is out of memory: nothing was written to it."""
 

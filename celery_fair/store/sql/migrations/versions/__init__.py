@@ -1,0 +1,1 @@
+"""The SQL store's revisions: frozen history, each naming its tables explicitly."""

@@ -1,0 +1,284 @@
+"""The SQL store's schema migrations (``fair migrate``) on real databases: SQLite (a
+file), PostgreSQL and MariaDB, each in a database of its own made for this module."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from celery import Celery
+from celery.bin.base import CLIContext
+from click.testing import CliRunner, Result
+from sqlalchemy import Column, Engine, Integer, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+
+from celery_fair.cli import fair
+from celery_fair.config import get_config
+from celery_fair.errors import ConfigurationError, SchemaOutOfDate
+from celery_fair.store.sql import (
+    SCHEMA_VERSION,
+    Bounds,
+    check_schema,
+    make_engine,
+    migrate,
+    schema_revision,
+    upgrade_sql,
+)
+from celery_fair.store.sql.schema import Tables
+
+from .conftest import subprocess_env
+from .procs import CELERY, ROOT
+
+#: A server's administrative URL: the module's database is made and dropped through it.
+SERVERS = {"postgresql": "postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+           "mariadb": "mysql+pymysql://root@127.0.0.1:3306/mysql"}
+
+
+def _server_database(backend: str) -> Iterator[str]:
+    admin_url = SERVERS[backend]
+    admin = make_engine(admin_url, Bounds(connect_timeout=3.0))
+    name = f"celery_fair_mig_{uuid.uuid4().hex[:10]}"
+    try:
+        with admin.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                f"CREATE DATABASE {name}")
+    except OperationalError as exc:
+        admin.dispose()
+        pytest.skip(f"{backend} is not reachable at {admin_url}: {exc.orig}")
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(
+                f"DROP DATABASE {name}")
+        admin.dispose()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql", "mariadb"])
+def database(request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh database of each backend, shared by the module's tests (each test uses
+    table prefixes of its own)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('migrate') / 'fair.db'}"
+    else:
+        yield from _server_database(request.param)
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:8]}_"
+
+
+@pytest.fixture
+def engine(database: str) -> Iterator[Engine]:
+    engine = make_engine(database, Bounds())
+    yield engine
+    engine.dispose()
+
+
+def schema_differences(engine: Engine, tables: Tables) -> list[Any]:
+    """What Alembic finds different between the database's tables of ``tables.prefix``
+    (its version table aside) and ``tables.metadata``."""
+    def ours(name: Any, kind: str, parent: Any) -> bool:
+        return kind != "table" or (name.startswith(tables.prefix)
+                                   and name != f"{tables.prefix}alembic_version")
+
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"include_name": ours})
+        return list(compare_metadata(context, tables.metadata))
+
+
+def app_for(url: str, **conf: Any) -> Celery:
+    app = Celery("proj", set_as_current=False)
+    app.conf.update(fair_store_url=url, **conf)
+    return app
+
+
+def fair_migrate(app: Celery, *args: str) -> Result:
+    obj = CLIContext(app=app, no_color=True, workdir=None)
+    return CliRunner().invoke(fair, ["migrate", *args], obj=obj, catch_exceptions=False)
+
+
+# -- migrate ------------------------------------------------------------------------------
+
+def test_migrate_from_empty_creates_the_schema_of_the_code(database: str, engine: Engine,
+                                                           prefix: str) -> None:
+    assert schema_revision(engine, prefix) is None
+    assert migrate(database, prefix) == (None, SCHEMA_VERSION)
+    assert schema_revision(engine, prefix) == SCHEMA_VERSION
+    assert schema_differences(engine, Tables(prefix)) == []
+    check_schema(engine, prefix, "test")  # current: no error
+
+
+def test_the_schema_comparison_sees_a_difference(database: str, engine: Engine,
+                                                 prefix: str) -> None:
+    # The test above passes only if the comparison can fail: a column the tables lack.
+    migrate(database, prefix)
+    tables = Tables(prefix)
+    tables.queues.append_column(Column("extra", Integer))
+    assert [d[0] for d in schema_differences(engine, tables)] == ["add_column"]
+
+
+def test_two_prefixes_live_side_by_side_in_one_database(database: str, engine: Engine,
+                                                        prefix: str) -> None:
+    other = "o" + prefix
+    assert migrate(database, prefix) == (None, SCHEMA_VERSION)
+    assert schema_revision(engine, other) is None  # its own version table
+    assert migrate(database, other) == (None, SCHEMA_VERSION)
+    for each in (prefix, other):
+        assert schema_differences(engine, Tables(each)) == []
+        assert schema_revision(engine, each) == SCHEMA_VERSION
+
+
+def test_migrating_again_changes_nothing_and_keeps_the_rows(database: str, engine: Engine,
+                                                            prefix: str) -> None:
+    migrate(database, prefix)
+    with engine.begin() as conn:
+        conn.execute(Tables(prefix).workers.insert().values(
+            ns="n", queue="q", worker="w1", concurrency=4, expires_ms=1))
+    assert migrate(database, prefix) == (SCHEMA_VERSION, SCHEMA_VERSION)
+    with engine.connect() as conn:
+        workers = Tables(prefix).workers
+        assert conn.execute(workers.select()).all() == [("n", "q", "w1", 4, 1)]
+
+
+def test_two_processes_migrating_at_once_both_succeed(database: str, engine: Engine,
+                                                      prefix: str) -> None:
+    results: list[tuple[str | None, str]] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(migrate(database, prefix))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    assert sorted(results, key=lambda r: r[0] is not None) == [(None, SCHEMA_VERSION),
+                                                                (SCHEMA_VERSION, SCHEMA_VERSION)]
+    assert schema_differences(engine, Tables(prefix)) == []
+
+
+def test_a_bad_table_prefix_is_refused_naming_it(database: str) -> None:
+    with pytest.raises(ConfigurationError, match="table_prefix='x; drop'.*letters"):
+        migrate(database, "x; drop")
+
+
+# -- check_schema -------------------------------------------------------------------------
+
+def test_check_schema_names_the_command_when_the_schema_is_missing(
+        database: str, engine: Engine, prefix: str) -> None:
+    with pytest.raises(SchemaOutOfDate) as info:
+        check_schema(engine, prefix, "dispatcher")
+    message = str(info.value)
+    assert message.startswith("dispatcher: ")
+    assert "has no celery_fair schema" in message and repr(prefix) in message
+    assert f"expects revision {SCHEMA_VERSION}" in message
+    assert "celery -A proj fair migrate" in message
+    assert make_url(database).database.split("/")[-1] in message  # names the database
+
+
+def test_check_schema_names_the_command_when_the_revision_is_another(
+        database: str, engine: Engine, prefix: str) -> None:
+    migrate(database, prefix)
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {prefix}alembic_version SET version_num = '9999'"))
+    with pytest.raises(SchemaOutOfDate) as info:
+        check_schema(engine, prefix, "worker")
+    message = str(info.value)
+    assert "revision 9999" in message and f"expects revision {SCHEMA_VERSION}" in message
+    assert "celery -A proj fair migrate" in message
+    assert "a newer celery_fair migrated it" in message  # 9999 is no revision of ours
+
+
+def test_check_schema_shows_the_database_without_its_password(prefix: str) -> None:
+    # PostgreSQL's trust authentication ignores the password: the URL carries one anyway.
+    engine = make_engine(SERVERS["postgresql"].replace("postgres@", "postgres:s3cret@"),
+                         Bounds(connect_timeout=3.0))
+    try:
+        with pytest.raises(SchemaOutOfDate) as info:
+            check_schema(engine, prefix, "dispatcher")
+    except OperationalError as exc:
+        pytest.skip(f"postgresql is not reachable: {exc.orig}")
+    finally:
+        engine.dispose()
+    message = str(info.value)
+    assert "s3cret" not in message
+    assert "postgresql+psycopg://postgres:**@127.0.0.1:5432/postgres" in message
+
+
+# -- the command --------------------------------------------------------------------------
+
+def test_fair_migrate_check_exits_1_until_migrated_then_0(database: str, prefix: str) -> None:
+    app = app_for(database, fair_store_table_prefix=prefix)
+    missing = fair_migrate(app, "--check")
+    assert missing.exit_code == 1
+    assert "celery -A proj fair migrate" in missing.output
+
+    done = fair_migrate(app)
+    assert done.exit_code == 0, done.output
+    assert done.output.startswith("migrated ") and f"(prefix {prefix}): none -> " \
+        f"{SCHEMA_VERSION}" in done.output
+
+    current = fair_migrate(app, "--check")
+    assert current.exit_code == 0, current.output
+    assert f"is current: revision {SCHEMA_VERSION}" in current.output
+    again = fair_migrate(app)
+    assert f"{SCHEMA_VERSION} -> {SCHEMA_VERSION} (already current)" in again.output
+
+
+def test_fair_migrate_sql_prints_the_ddl_and_changes_nothing(database: str, engine: Engine,
+                                                            prefix: str) -> None:
+    result = fair_migrate(app_for(database, fair_store_table_prefix=prefix), "--sql")
+    assert result.exit_code == 0, result.output
+    assert f"CREATE TABLE {prefix}queues" in result.output
+    assert f"CREATE TABLE {prefix}alembic_version" in result.output
+    assert schema_revision(engine, prefix) is None
+    assert result.output == upgrade_sql(database, prefix)
+
+
+def test_fair_migrate_as_a_celery_process(database: str, engine: Engine, prefix: str) -> None:
+    env = subprocess_env({"fair_store_url": database, "fair_store_table_prefix": prefix},
+                         "redis://127.0.0.1:1/0", "mig")
+    done = subprocess.run([CELERY, "-A", "tests.proj", "fair", "migrate"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"none -> {SCHEMA_VERSION}" in done.stdout
+    assert schema_revision(engine, prefix) == SCHEMA_VERSION
+
+
+def test_fair_migrate_on_a_redis_store_has_nothing_to_do() -> None:
+    result = fair_migrate(app_for("redis://:secret@127.0.0.1:1/0"))
+    assert result.exit_code == 0
+    assert "nothing to migrate" in result.output and "Redis" in result.output
+    assert "secret" not in result.output
+
+
+def test_fair_migrate_with_a_bad_prefix_names_the_setting(tmp_path: Path) -> None:
+    app = app_for(f"sqlite:///{tmp_path / 'fair.db'}", fair_store_table_prefix="1abc")
+    result = fair_migrate(app)
+    assert result.exit_code == 1
+    assert "fair_store_table_prefix='1abc'" in result.output
+    assert not (tmp_path / "fair.db").exists()
+
+
+def test_the_table_prefix_setting_defaults_to_fair_and_is_limited_to_20_characters() -> None:
+    assert get_config(app_for("sqlite:///x.db")).store_table_prefix == "fair_"
+    assert get_config(app_for("sqlite:///x.db", fair_store_table_prefix="a" * 20)) \
+        .store_table_prefix == "a" * 20
+    with pytest.raises(ConfigurationError, match="fair_store_table_prefix.*at most 20"):
+        get_config(app_for("sqlite:///x.db", fair_store_table_prefix="a" * 21))
