@@ -19,7 +19,7 @@ from celery import Celery, bootsteps, signals
 from celery.worker import state as worker_state
 
 from .config import get_config
-from .errors import FairError
+from .errors import FairError, SchemaOutOfDate
 from .headers import DISPATCH_HEADER, QUEUE_HEADER, request_headers
 from .lifecycle import (
     PendingReleases,
@@ -305,6 +305,8 @@ class LeaseStep(bootsteps.StartStopStep):
         self.keeper = LeaseKeeper(app, parent.hostname, queues, _concurrency(parent))
         try:
             self.keeper.beat()  # register capacity before the first task arrives
+        except SchemaOutOfDate:
+            raise  # no store to work with until `fair migrate`: the worker must not start
         except FairError as exc:  # the worker runs tasks without the store too
             logger.warning("celery_fair: store unreachable at worker start, the lease "
                            "keeper retries in the background: %s", exc)

@@ -12,6 +12,7 @@ SQLite: the write lock ``BEGIN IMMEDIATE`` takes), so the second finds the schem
 from __future__ import annotations
 
 import io
+import logging
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -101,9 +102,15 @@ def schema_revision(conn_or_engine: Connection | Engine,
     if isinstance(conn_or_engine, Engine):
         with conn_or_engine.connect() as conn:
             return schema_revision(conn, table_prefix)
-    context = MigrationContext.configure(
-        conn_or_engine, opts={"version_table": f"{table_prefix}alembic_version"})
-    return context.get_current_revision()
+    # Alembic logs its context at INFO on every configure: noise in a dispatcher's log.
+    quiet = logging.getLogger("alembic.runtime.migration")
+    level, quiet.level = quiet.level, logging.WARNING
+    try:
+        context = MigrationContext.configure(
+            conn_or_engine, opts={"version_table": f"{table_prefix}alembic_version"})
+        return context.get_current_revision()
+    finally:
+        quiet.setLevel(level)
 
 
 def check_schema(engine: Engine, table_prefix: str = DEFAULT_PREFIX,

@@ -23,6 +23,7 @@ from ..base import (
     snapshot_of,
 )
 from .engine import transaction
+from .migrate import check_schema
 from .schema import Tables
 from .unit import counter_totals, insert_ignore, upsert
 
@@ -46,7 +47,20 @@ class SqlReads:
     retries: int
 
     def _read(self, what: str, work: Callable[[Connection], T]) -> T:
+        self.require_schema()
         return transaction(self.engine, f"{self.where}: {what}", work, self.retries)
+
+    _schema_ok = False
+
+    def require_schema(self) -> None:
+        """Refuse to work on a missing or out-of-date schema (checked once per store).
+
+        Raises:
+            SchemaOutOfDate: naming the database and ``celery -A proj fair migrate``.
+        """
+        if not self._schema_ok:
+            check_schema(self.engine, self.t.prefix, "store")
+            self._schema_ok = True
 
     def _q(self, table: Any, queue: str) -> Any:
         return and_(table.c.ns == self.namespace, table.c.queue == queue)
@@ -257,6 +271,9 @@ class SqlReads:
         return []
 
     def ping(self) -> None:
+        """Raise StoreConnectionError unless the database answers, SchemaOutOfDate
+        unless its schema is current."""
+        self._schema_ok = False
         self._read("ping", lambda c: c.execute(select(1)).scalar_one())
 
     def inspect(self, queue: str) -> QueueState:

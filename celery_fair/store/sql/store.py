@@ -72,6 +72,7 @@ class SqlStore(SqlInspecting, Store):
         return cls(make_engine(url, bounds), namespace, table_prefix, retries=bounds.retries)
 
     def _do(self, name: str, queue: str, work: Callable[[Connection], T]) -> T:
+        self.require_schema()
         return transaction(self.engine, f"{self.where}: {name} on {queue!r}", work,
                            self.retries)
 
