@@ -103,7 +103,7 @@ def schema_revision(conn_or_engine: Connection | Engine,
         with conn_or_engine.connect() as conn:
             return schema_revision(conn, table_prefix)
     # Alembic logs its context at INFO on every configure: noise in a dispatcher's log.
-    quiet = logging.getLogger("alembic.runtime.migration")
+    quiet = logging.getLogger("alembic")
     level, quiet.level = quiet.level, logging.WARNING
     try:
         context = MigrationContext.configure(
