@@ -25,8 +25,12 @@ from kombu.asynchronous import set_event_loop
 
 from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
-from celery_fair.testing import RedisServer, free_port, redis_server_binary  # noqa: F401
+from celery_fair.store import store_for_url
+from celery_fair.store.base import Store
+from celery_fair.store.redis import RedisStore
+from celery_fair.testing import MemoryStore, RedisServer, free_port, redis_server_binary  # noqa: F401
 
+from .backends import BACKENDS, Database, create_database
 from .proj import Ledger, create_app
 
 
@@ -66,6 +70,53 @@ def namespace() -> str:
 @pytest.fixture
 def redis_client(redis_server: RedisServer) -> redis.Redis:
     return redis.Redis(port=redis_server.port)
+
+
+@pytest.fixture(scope="session")
+def sql_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], str]]:
+    """``sql_url(kind)``: the URL of the session's migrated database of ``kind``
+    ("sqlite", "postgresql" or "mariadb"), made on first use and dropped at the end (see
+    tests/backends.py). Skips the test when the SQL store is not built yet or the
+    server cannot be reached."""
+    made: dict[str, Database] = {}
+    refused: dict[str, str] = {}
+
+    def url(kind: str) -> str:
+        if kind in refused:  # a server found unreachable once is not tried again
+            pytest.skip(refused[kind])
+        if kind not in made:
+            try:
+                made[kind] = create_database(kind, tmp_path_factory.mktemp(kind))
+            except pytest.skip.Exception as skip:
+                refused[kind] = str(skip.msg)
+                raise
+        return made[kind].url
+
+    yield url
+    for database in made.values():
+        database.drop()
+
+
+@pytest.fixture(params=BACKENDS)
+def any_store(request: Any, sql_url: Callable[[str], str]) -> Iterator[Store]:
+    """A fresh :class:`Store` of each backend in turn (memory, redis, sqlite, postgresql,
+    mariadb), under a namespace of its own: on a SQL server the tables are shared by the
+    session and the namespace is the test's "schema" (its rows carry it). Flushed and
+    closed afterwards."""
+    kind, namespace = request.param, "t" + uuid.uuid4().hex[:10]
+    store: Store
+    if kind == "memory":
+        store = MemoryStore(namespace)
+    elif kind == "redis":
+        server = request.getfixturevalue("redis_server")
+        store = RedisStore(redis.Redis(port=server.port), namespace)
+    else:
+        store = store_for_url(sql_url(kind), namespace)
+    try:
+        yield store
+    finally:
+        store.flush()
+        store.close()
 
 
 RABBITMQ_URL = os.environ.get("CELERY_FAIR_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672")
