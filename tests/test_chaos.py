@@ -124,8 +124,11 @@ def test_chaos_campaign_on_postgresql_loses_nothing() -> None:
     assert figures.tasks == 2000
     assert figures.tasks_lost == 0, figures.lost_examples
     assert figures.completed == 2000
-    assert figures.duplicates_executed == 0, figures.duplicate_examples
+    # As on Redis, a worker SIGKILLed in the moment between a task's end and its release
+    # (one store transaction here) leaves a run the lease brings back: a duplicate the
+    # campaign explains (worker_kill). Nothing else may run twice or beside its cap.
+    assert figures.duplicate_causes.get("unexplained", 0) == 0, figures.duplicate_examples
     assert figures.leaked_slots == 0
     assert figures.ledger_running == 0
-    assert figures.cap_violations == 0, figures.cap_examples
+    assert figures.cap_violation_causes.get("unexplained", 0) == 0, figures.cap_examples
     assert figures.check_problems == 0, figures.checks
