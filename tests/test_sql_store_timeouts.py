@@ -25,7 +25,7 @@ BOUNDS = Bounds(socket_timeout=0.3, connect_timeout=0.3, retries=2)
 #: 1 + 2 tries of at most connect + socket timeout each, plus at most 1 s backoff between.
 LONGEST = 3 * (0.3 + 0.3) + 2 * 1.0
 #: How long the store stops answering: far longer than the bound.
-CUT = 15.0
+CUT = 8.0
 
 
 @pytest.mark.xfail(strict=True, reason="SQL store bug: make_engine (store/sql/engine.py) "
