@@ -162,13 +162,29 @@ def broker(request: Any) -> str:
     return str(request.param)
 
 
+@pytest.fixture(params=["redis", "postgresql"])
+def store_backend(request: Any) -> str:
+    """Run a test once per store of celery_fair: Redis, and the SQL store on the
+    session's PostgreSQL database. The broker, results and ledger stay where they were."""
+    return str(request.param)
+
+
+def fair_store_url(request: Any, redis_url: str) -> str:
+    """celery_fair's store for a test: Redis, unless it uses ``store_backend``."""
+    kind = (request.getfixturevalue("store_backend")
+            if "store_backend" in request.fixturenames else "redis")
+    return redis_url if kind == "redis" else str(request.getfixturevalue("sql_url")(kind))
+
+
 @pytest.fixture
 def make_app(redis_server: RedisServer, namespace: str,
              request: Any) -> Callable[..., Celery]:
     """Build the test project app; settings override the defaults.
 
     ``make_app(broker="amqp")`` (or a test using the ``broker`` fixture) puts the Celery
-    broker on RabbitMQ; results, the ledger and celery_fair's store stay on Redis.
+    broker on RabbitMQ; results, the ledger and celery_fair's store stay on Redis. A test
+    using the ``store_backend`` fixture runs again with celery_fair's store on PostgreSQL
+    (``fair_store_url``; results and the ledger stay on Redis).
     """
 
     def make(broker: str | None = None, **conf: Any) -> Celery:
@@ -176,6 +192,7 @@ def make_app(redis_server: RedisServer, namespace: str,
                           if "broker" in request.fixturenames else "redis")
         store = redis_server.url + "/0"
         url = store if kind == "redis" else request.getfixturevalue("rabbitmq").url
+        conf.setdefault("fair_store_url", fair_store_url(request, store))
         app = create_app(url, namespace, "q-" + namespace, store=store, **conf)
         reset_config(app)
         return app
