@@ -16,7 +16,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Table, func, insert, select
+from sqlalchemy import Connection, Table, delete, func, insert, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from ...policy.decisions import CLASSES, entry_tag, in_force
@@ -301,10 +301,13 @@ class Unit:
             self.s.run(self.conn, "notify", {"channel": self.notify, "payload": self.queue})
 
     def _flush_groups(self) -> None:
-        rows = [{**self.key, "b_grp": g, **{c: row[c] for c in GROUP_COLUMNS}}
-                for g, row in self.groups.items() if row is not None]
-        if rows:
-            self.s.run(self.conn, "group_save", rows)
+        rows = [row for row in self.groups.values() if row is not None]
+        if len(rows) == 1:
+            row = rows[0]
+            self.s.run(self.conn, "group_save", {**self.key, "b_grp": row["grp"],
+                                                 **{c: row[c] for c in GROUP_COLUMNS}})
+        elif rows:
+            self.s.many(self.conn, "groups_save", rows)
 
     def _flush_ready(self) -> None:
         gone: dict[str, list[str]] = {}
@@ -315,12 +318,12 @@ class Unit:
                 gone.setdefault(klass, []).append(g)
             elif tag is not None and tag != before:
                 put.append({**self.key, "klass": klass, "grp": g, "tag": tag})
-        drop = [{**self.key, "klass": k, "grp": g} for k, names in gone.items()
-                for g in sorted(names)]
-        if drop:
-            self.s.run(self.conn, "ready_drop", drop)
-        if put:
-            self.s.run(self.conn, "ready_put", put)
+        t = self.t.ready
+        for klass, names in gone.items():
+            for chunk in _chunks(sorted(names), 500):
+                self.conn.execute(delete(t).where(t.c.ns == self.ns, t.c.queue == self.queue,
+                                                  t.c.klass == klass, t.c.grp.in_(chunk)))
+        self.s.many(self.conn, "ready_put", put)
 
 
 def counter_totals(conn: Connection, t: Tables, ns: str, queue: str) -> dict[str, int]:
