@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, text
 
 from ...policy.decisions import PICKED, advance, dispatch_id, task_of
 from ..models import Picked
@@ -28,6 +28,7 @@ class Picking:
         self.lists: dict[tuple[str, str], collections.deque[Any]] = {}
         self.records: list[dict[str, Any]] = []
         self.last: dict[tuple[str, str], int] = {}  # the place of the last message taken
+        self.per = want + 1  # messages read at once from one group
 
     def _head(self) -> tuple[str, str, float] | None:
         for klass in ("i", "b"):
@@ -44,6 +45,8 @@ class Picking:
         taken: list[str] = []
         u.lock_groups(g for k in self.heads for g in self.heads[k])
         u.load_limits(g for k in self.heads for g in self.heads[k])
+        reached = sum(len(heads) for heads in self.heads.values())
+        self.per = -(-self.want // max(reached, 1)) + 1  # an even share, and one more
         for klass in ("i", "b"):
             self._prefetch(klass, sorted(self.heads[klass]))
         while len(out) < self.want and (head := self._head()) is not None:
@@ -64,22 +67,29 @@ class Picking:
         return out
 
     def _prefetch(self, klass: str, groups: list[str]) -> None:
-        """The first messages of every group read from the ready set, in one query: as
-        many per group as an even share of the pick, and one more (a group that gives
-        more is read again after its last message read)."""
-        if not groups:
+        """On PostgreSQL, the first messages of every group read from the ready set in one
+        query (an index range per group, each with its LIMIT, through LATERAL): as many per
+        group as an even share of the pick, and one more; a group that gives more is read
+        again after its last message. Elsewhere each group is read when first reached
+        (MariaDB has no LATERAL; SQLite has no round trips to save)."""
+        if not groups or self.u.conn.dialect.name != "postgresql":
             return
-        per = -(-self.want // len(groups)) + 1
-        m = self.s.t.messages.c
-        rank = func.row_number().over(partition_by=m.grp, order_by=m.seq).label("rank")
-        inner = select(m.grp, m.hold_id, m.cost, m.front, m.value, m.seq, rank).where(
-            m.ns == self.u.ns, m.queue == self.u.queue, m.klass == klass, m.grp.in_(groups),
-            m.seq.is_not(None)).subquery()
-        for row in self.u.conn.execute(select(inner).where(inner.c.rank <= per)
-                                       .order_by(inner.c.grp, inner.c.seq)):
-            self.lists.setdefault((klass, row.grp), collections.deque()).append(row)
+        found: dict[str, list[Any]] = {}
+        for row in self.u.conn.execute(self._lateral(), {
+                **self.u.key, "klass": klass, "groups": groups, "per": self.per}):
+            found.setdefault(row.grp, []).append(row)
         for g in groups:
-            self.lists.setdefault((klass, g), collections.deque())
+            self.lists[(klass, g)] = collections.deque(found.get(g, ()))
+
+    def _lateral(self) -> Any:
+        table = self.s.t.messages.name  # a validated prefix and a fixed name
+        return text(
+            "SELECT h.grp, h.hold_id, h.cost, h.front, h.value, h.seq "
+            "FROM unnest(CAST(:groups AS text[])) AS g(grp) CROSS JOIN LATERAL ("
+            f"SELECT m.grp, m.hold_id, m.cost, m.front, m.value, m.seq FROM {table} m "
+            "WHERE m.ns = :ns AND m.queue = :queue AND m.klass = :klass "
+            'AND m.grp = g.grp COLLATE "C" AND m.seq IS NOT NULL '
+            "ORDER BY m.seq LIMIT :per) AS h ORDER BY h.grp, h.seq")
 
     def _pop(self, klass: str, g: str) -> Any:
         key = (klass, g)
@@ -87,7 +97,7 @@ class Picking:
         if not queue:
             after = self.last.get(key, -(2 ** 62))
             queue.extend(self.s.run(self.u.conn, "message_heads", {
-                **self.u.key, "klass": klass, "grp": g, "n": self.want, "after": after}))
+                **self.u.key, "klass": klass, "grp": g, "n": self.per, "after": after}))
         msg = queue.popleft()
         self.last[key] = msg.seq
         return msg

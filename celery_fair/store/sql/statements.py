@@ -23,7 +23,6 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
-    or_,
     select,
     update,
 )
@@ -215,8 +214,7 @@ class Statements:
     def _inflight(self, _: str) -> Any:
         d = self.t.dispatches
         live: list[Any] = [literal_column(f"'{state}'") for state in LIVE]  # no expanding IN
-        return select(func.count()).select_from(d).where(_mine(d), or_(
-            *(d.c.state == state for state in live)))
+        return select(func.count()).select_from(d).where(_mine(d), d.c.state.in_(live))
 
     def dispatch_set(self, conn: Connection, params: dict[str, Any]) -> None:
         """Set the columns of ``params`` (but its keys) of one dispatch."""
