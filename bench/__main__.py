@@ -39,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("what", nargs="+", help="all, report, or scenarios: "
                         + ", ".join(SCENARIOS))
     parser.add_argument("--quick", action="store_true", help="smaller workloads")
+    parser.add_argument("--smoke", action="store_true",
+                        help="tiny workloads: only that the scenarios run (the tests)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions (default 3)")
     parser.add_argument("--e2e-tasks", type=int, default=10_000,
                         help="tasks per end-to-end drain (default 10,000: a full run then "
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == ["all"]:
         results_file(args.store).unlink(missing_ok=True)
     bench = Bench(quick=args.quick, reps=args.reps, e2e_tasks=args.e2e_tasks,
-                  store=args.store)
+                  store=args.store, smoke=args.smoke)
     started = time.time()
     load_before = os.getloadavg()
     try:

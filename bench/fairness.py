@@ -172,9 +172,9 @@ def groups(bench: Bench) -> dict[str, Any]:
 def pick_groups(bench: Bench) -> dict[str, Any]:
     """Store pick rate (messages/s) with 10 and 10,000 backlogged groups: the SQL store's
     target (issue 11), also run on Redis. Fewer picks on a SQL store, whose holds (the
-    fill) are ~20x slower than Redis's pipelined script."""
-    return _pick_sizes(bench, "pick_groups", [10, 10000],
-                       (1000 if bench.quick else 5000) if bench.sql else 20000)
+    fill) are ~20x slower than Redis's pipelined script; 1,000 groups in a smoke run."""
+    return _pick_sizes(bench, "pick_groups", [10, bench.size(10000, 10000, 1000)],
+                       bench.size(5000, 1000, 500) if bench.sql else 20000)
 
 
 def _pick_sizes(bench: Bench, scenario: str, sizes: list[int], picks: int

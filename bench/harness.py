@@ -42,8 +42,9 @@ class Bench:
     host and a database of its own), and a fresh namespace per app."""
 
     def __init__(self, quick: bool = False, reps: int = 3, e2e_tasks: int = 10_000,
-                 store: str = "redis") -> None:
-        self.quick = quick
+                 store: str = "redis", smoke: bool = False) -> None:
+        self.quick = quick or smoke
+        self.smoke = smoke
         self.reps = reps
         self.e2e_tasks = e2e_tasks
         self.store = store
@@ -56,6 +57,13 @@ class Bench:
         if store != "redis":
             self.vhost = RabbitVhost()
             self.database = Database(store)
+
+    def size(self, full: int, quick: int, smoke: int | None = None) -> int:
+        """A workload's size: ``smoke`` (only that the scenario runs: the tests), quick or
+        full."""
+        if self.smoke and smoke is not None:
+            return smoke
+        return quick if self.quick else full
 
     @property
     def sql(self) -> bool:

@@ -1,0 +1,71 @@
+"""``python -m bench.profile {hold,dispatch} [--store S] [-n N] [--top K]``: cProfile of
+the fair ``delay()`` or of the dispatcher's steps on a store, as the benchmark runs them
+(same harness, same broker), printing the top costs by own time and by cumulative time.
+For whoever optimizes a store: the benchmark says how fast, this says where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+
+from celery_fair.dispatcher import Dispatcher
+from celery_fair.task import store_for
+
+from .harness import Bench, captured_envelope, prefill
+from .sqlstores import STORES
+
+
+def profile_hold(bench: Bench, n: int) -> cProfile.Profile:
+    task = bench.app().tasks["proj.fair"]
+    task.delay("warm")
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(n):
+        task.delay("acme")
+    profiler.disable()
+    return profiler
+
+
+def profile_dispatch(bench: Bench, n: int) -> cProfile.Profile:
+    app = bench.app(fair_max_inflight=10**9, fair_batch_size=500, fair_direct_push=False,
+                    fair_lease_seconds=3600)  # as the dispatch scenario
+    queue = app.conf.task_default_queue
+    prefill(store_for(app), queue, captured_envelope(app), [f"g{i}" for i in range(100)],
+            n // 100)
+    dispatcher = Dispatcher(app)
+    profiler = cProfile.Profile()
+    moved = 0
+    profiler.enable()
+    while moved < n:
+        moved += dispatcher.step().dispatched
+    profiler.disable()
+    dispatcher.close()
+    bench.drop_queue(app, queue)
+    return profiler
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
+    parser.add_argument("what", choices=("hold", "dispatch"))
+    parser.add_argument("--store", choices=STORES, default="postgresql")
+    parser.add_argument("-n", type=int, default=2000, help="tasks (default 2,000)")
+    parser.add_argument("--top", type=int, default=25, help="rows per listing")
+    args = parser.parse_args(argv)
+    bench = Bench(store=args.store)
+    try:
+        run = profile_hold if args.what == "hold" else profile_dispatch
+        stats = pstats.Stats(run(bench, args.n), stream=sys.stdout)
+    finally:
+        bench.close()
+    print(f"== {args.what} on {args.store}, {args.n} tasks: by own time")
+    stats.sort_stats("tottime").print_stats(args.top)
+    print(f"== {args.what} on {args.store}, {args.n} tasks: by cumulative time")
+    stats.sort_stats("cumulative").print_stats(args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
