@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"choose from {', '.join(offered)}")
     if args.what == ["all"]:
         results_file(args.store).unlink(missing_ok=True)
+    # A run stopped with SIGTERM still drops its database and virtual host (finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bench = Bench(quick=args.quick, reps=args.reps, e2e_tasks=args.e2e_tasks,
                   store=args.store, smoke=args.smoke)
     started = time.time()
