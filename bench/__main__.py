@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import fairness, throughput
-from .harness import Bench, results_file, write_run_info
+from .harness import Bench, commit, results_file, write_run_info
 from .sqlstores import STORES
 
 SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     bench = Bench(quick=args.quick, reps=args.reps, e2e_tasks=args.e2e_tasks,
                   store=args.store, smoke=args.smoke)
-    started = time.time()
+    started, measured = time.time(), commit()
     load_before = os.getloadavg()
     try:
         for name in names:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.close()
     if args.what == ["all"]:
-        write_run_info(started, load_before, args.store)
+        write_run_info(started, load_before, args.store, measured)
     return 0
 
 

@@ -355,10 +355,11 @@ def commit() -> str:
 
 
 def write_run_info(started: float, load_before: tuple[float, float, float],
-                   store: str = "redis") -> None:
-    """What a full run ran on: commit, machine, duration, load (bench/results/run.json;
+                   store: str = "redis", measured: str | None = None) -> None:
+    """What a full run ran on: commit (``measured``: read when the run began, as the tree
+    may change during a long run), machine, duration, load (bench/results/run.json;
     run-<store>.json for another store)."""
-    info = {"commit": commit(), "machine": machine(), "started": started,
+    info = {"commit": measured or commit(), "machine": machine(), "started": started,
             "seconds": round(time.time() - started), "load_before": load_before,
             "load_after": os.getloadavg()}
     RESULTS.mkdir(exist_ok=True)
