@@ -17,7 +17,10 @@ capped groups, in R rounds, and drains them with real subprocess workers (prefor
   wait and land afterwards;
 - restarts Redis (broker and store; AOF, ``appendfsync everysec``) the way a service
   manager does (SIGTERM: Redis writes its AOF out before it exits) and crashes it (SIGKILL)
-  and, with ``--broker amqp``, SIGKILLs and restarts a private RabbitMQ node.
+  and, with ``--broker amqp``, SIGKILLs and restarts a private RabbitMQ node;
+- with ``--store postgresql``, keeps celery-fair's store in a private PostgreSQL server
+  (``bench/postgres.py``; Redis is then the broker only) and crashes it ``--store-crashes``
+  times: SIGKILL of the postmaster, restarted on the same port and data directory.
 
 A Redis crash under ``appendfsync everysec`` may forget writes it had already acknowledged:
 Redis replies before its AOF write while a background fsync is slow (up to 2 s of them).
@@ -106,6 +109,10 @@ class Plan:
     store_outages: int = 1
     store_outage_seconds: float = 4.0
     broker: str = "redis"
+    # Where celery-fair's store is: "redis" (the broker's Redis) or "postgresql" (a
+    # private server the campaign starts, crashes store_crashes times and restarts).
+    store: str = "redis"
+    store_crashes: int = 2
     # How long a dead worker's slots stay held: its acks_late runs are held again when
     # their leases run out (the broker's copies are skipped); short keeps rounds quick.
     # (Without kept bytes a redelivered copy would have to find its slot still held, so
@@ -124,6 +131,7 @@ class Figures:
     tasks: int = 0
     groups: int = 0
     broker: str = "redis"
+    store: str = "redis"
     kills: dict[str, int] = field(default_factory=Counter)
     namespaced_workers: int = 0  # how many workers ran in PID namespaces of their own
     namespaced_runs: int = 0  # runs they did (their pool's parent is pid 1 there)
@@ -177,11 +185,14 @@ class Campaign:
         self.caps = {g: 1 + i % 3 for i, g in enumerate(self.group_names)}
         fsync = plan.redis_fsync or ("always" if plan.redis_crashes else "everysec")
         self.figures = Figures(tasks=0, groups=plan.groups, broker=plan.broker,
-                               redis_fsync=fsync)
+                               store=plan.store, redis_fsync=fsync)
         self.redis = RedisNode(fsync, log=self.workdir / "redis.log")
         self.canary = Canary(self.redis.url)
         self.rabbit: Any = None
-        self.proxy = StoreProxy(self.redis.port) if plan.store_outages else None
+        self.postgres = _store_node(plan.store, self.workdir)
+        self.store_url = self.postgres.url if self.postgres else self.redis.url
+        store_port = self.postgres.port if self.postgres else self.redis.port
+        self.proxy = StoreProxy(store_port) if plan.store_outages else None
         self.ledger = Ledger.create(caps=self.caps)
         self.workers: list[CeleryProc] = []  # killed at random, replaced
         self.namespaced: list[CeleryProc] = []  # never killed: the other containers
@@ -219,13 +230,13 @@ class Campaign:
         return self.redis.url
 
     def _make_app(self) -> Celery:
-        app = chaos_proj.create_app(self._broker_url(), self.redis.url, self.namespace,
+        app = chaos_proj.create_app(self._broker_url(), self.store_url, self.namespace,
                                     self.queue, self.ledger, **self._conf())
         reset_config(app)
         return app
 
     def _env(self) -> dict[str, str]:
-        return chaos_proj.environment(self._broker_url(), self.redis.url, self.namespace,
+        return chaos_proj.environment(self._broker_url(), self.store_url, self.namespace,
                                       self.queue, self.ledger, self._conf())
 
     def _log(self, name: str) -> Path:
@@ -238,7 +249,7 @@ class Campaign:
         name = f"w{self._seq}-{self.namespace}@%h"
         env = self._env()
         if proxied and self.proxy is not None:
-            env["CHAOS_STORE"] = self.proxy.url
+            env["CHAOS_STORE"] = _through(self.store_url, self.proxy)
         proc = CeleryProc(["worker", "-P", "prefork", "-c", str(self.plan.concurrency),
                            "--without-mingle", "--without-gossip", "--without-heartbeat",
                            "-l", "WARNING", "-n", name], env,
@@ -293,6 +304,8 @@ class Campaign:
                   + ["redis"] * _share(plan.redis_restarts, rounds, number)
                   + ["redis_crash"] * _share(plan.redis_crashes, rounds, number)
                   + ["rabbitmq"] * _share(plan.rabbitmq_restarts, rounds, number)
+                  + ["store_crash"] * (_share(plan.store_crashes, rounds, number)
+                                       if self.postgres else 0)
                   + ["store_outage"] * _share(plan.store_outages, rounds, number))
         self.rng.shuffle(events)
         # Each event strikes while the round's tasks drain, at a random point of it.
@@ -338,12 +351,13 @@ class Campaign:
             self.proxy.cut(self.rng.uniform(0.5, self.plan.store_outage_seconds))
             self.figures.kills["store_outage"] += 1
             self.events.append((time.time(), "store_outage", 0))
-        elif what in ("redis", "redis_crash", "rabbitmq"):
+        elif what in ("redis", "redis_crash", "rabbitmq", "store_crash"):
             self.events.append((time.time(), "outage", 0))
-            server = self.rabbit if what == "rabbitmq" else self.redis
+            server = {"rabbitmq": self.rabbit, "store_crash": self.postgres}.get(
+                what, self.redis)
             crash = what != "redis"
             server.restart(down=self.rng.uniform(0.2, 2.0), crash=crash)
-            self.figures.kills[what if what == "redis_crash" else f"{what}_restart"] += 1
+            self.figures.kills[what if "crash" in what else f"{what}_restart"] += 1
             self.events.append((time.time(), "outage", 0))
 
     def _kill_worker(self) -> None:
@@ -456,6 +470,8 @@ class Campaign:
 
     def _whereabouts(self, task_id: str) -> dict[str, Any]:
         """Where a task that never completed is: held, a dispatch record, the broker."""
+        if self.postgres is not None:
+            return self._located(task_id)
         store = store_for(self.app)
         client, k = store.client, store.keys(self.queue)
         try:
@@ -481,6 +497,16 @@ class Campaign:
         except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the verdict
             return {"error": repr(exc)}
 
+    def _located(self, task_id: str) -> dict[str, Any]:
+        """Where a task that never completed is, as the store contract's ``locate`` says
+        (a SQL store has no Redis keys to read)."""
+        try:
+            where = store_for(self.app).locate(task_id)
+        except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the verdict
+            return {"error": repr(exc)}
+        return {"location": asdict(where) if where is not None else None,
+                "runs": [r for r in self.ledger.runs() if r[0] == task_id]}
+
     def close(self) -> None:
         self._stop.set()
         with self._lock:
@@ -493,6 +519,8 @@ class Campaign:
             self.proxy.close()
         if self.rabbit is not None:
             self.rabbit.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
         self.redis.stop()
         self.ledger.drop()
 
@@ -533,6 +561,29 @@ class Canary:
             if value <= acked:
                 self.lost += acked - value + 1
             acked = value
+
+
+def _store_node(store: str, workdir: Path) -> Any:
+    """The private PostgreSQL of ``--store postgresql``; None for ``redis`` (the
+    broker's Redis is the store)."""
+    if store == "redis":
+        return None
+    if store != "postgresql":
+        raise ValueError(f"--store {store!r} is not a store the campaign runs: expected "
+                         "'redis' or 'postgresql'")
+    from .postgres import PostgresNode
+
+    return PostgresNode(log=workdir / "postgres.log")
+
+
+def _through(url: str, proxy: StoreProxy) -> str:
+    """``url`` with its host and port replaced by the relay's (a Redis or SQL URL)."""
+    from sqlalchemy.engine import make_url
+
+    if url.startswith("redis"):
+        return proxy.url
+    return make_url(url).set(host="127.0.0.1", port=proxy.port).render_as_string(
+        hide_password=False)
 
 
 def _share(total: int, parts: int, index: int) -> int:

@@ -55,7 +55,7 @@ class Bench:
         self.database: Database | None = None
         self._apps: list[Celery] = []
         if store != "redis":
-            self.vhost = RabbitVhost()
+            self.vhost = RabbitVhost("fair-bench-")
             self.database = Database(store)
 
     def size(self, full: int, quick: int, smoke: int | None = None) -> int:

@@ -20,7 +20,8 @@ class StoreProxy:
     def __init__(self, target_port: int) -> None:
         self.target = ("127.0.0.1", target_port)
         self.listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"redis://127.0.0.1:{self.listener.getsockname()[1]}/0"
+        self.port = self.listener.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"  # for a Redis store
         self._up = threading.Event()
         self._up.set()
         self._closed = False

@@ -28,10 +28,13 @@ ROOT = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).with_name("celery"))
 
 
-def _wait(predicate: object, timeout: float, what: str) -> None:
+def _wait(predicate: object, timeout: float, what: str, fail: bool = True) -> None:
+    """Poll ``predicate`` until true; after ``timeout`` raise (``fail``) or return."""
     deadline = time.monotonic() + timeout
     while not predicate():  # type: ignore[operator]
         if time.monotonic() > deadline:
+            if not fail:
+                return
             raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
 

@@ -32,7 +32,7 @@ _TICK = os.sysconf("SC_CLK_TCK")
 class RabbitVhost:
     """A RabbitMQ virtual host of our own on the running server (deleted afterwards)."""
 
-    def __init__(self, prefix: str = "fair-bench-") -> None:
+    def __init__(self, prefix: str = "fair-test-") -> None:
         self.name = prefix + uuid.uuid4().hex[:8]
         self._ctl("add_vhost", self.name)
         self._ctl("set_permissions", "-p", self.name, "guest", ".*", ".*", ".*")

@@ -35,6 +35,7 @@ from .store import store_for
 from .store.base import Picked, Store
 from .store.base import now_ms as _now_ms
 from .summary import SummaryWriter
+from .urls import REDIS_SCHEMES, scheme_of
 
 logger = logging.getLogger(__name__)
 
@@ -239,10 +240,12 @@ class Dispatcher:
             except StoreConnectionError as exc:
                 cause, left = exc.__cause__ or exc, deadline - time.monotonic()
                 if left <= 0 or self.stopping.is_set():
+                    server = ("Redis" if scheme_of(self.config.store_url) in REDIS_SCHEMES
+                              else "the database")  # a SQL store's URL is no Redis
                     raise StoreConnectionError(
                         f"cannot reach the celery_fair store at {where} ({cause}); start "
-                        "Redis there, or set fair_store_url (default: the broker URL) to "
-                        "where it runs") from None
+                        f"{server} there, or set fair_store_url (default: the broker URL) "
+                        "to where it runs") from None
                 if not waited:
                     logger.warning("celery_fair store %s not reachable yet (%s); waiting up "
                                    "to %.0fs for it", where, cause, left)

@@ -24,8 +24,12 @@ from kombu.asynchronous import set_event_loop
 from bench.sqlstores import RabbitVhost
 from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
-from celery_fair.testing import RedisServer, free_port, redis_server_binary  # noqa: F401
+from celery_fair.store import store_for_url
+from celery_fair.store.base import Store
+from celery_fair.store.redis import RedisStore
+from celery_fair.testing import MemoryStore, RedisServer, free_port, redis_server_binary  # noqa: F401
 
+from .backends import BACKENDS, Database, create_database
 from .proj import Ledger, create_app
 
 
@@ -68,8 +72,55 @@ def redis_client(redis_server: RedisServer) -> redis.Redis:
 
 
 @pytest.fixture(scope="session")
+def sql_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], str]]:
+    """``sql_url(kind)``: the URL of the session's migrated database of ``kind``
+    ("sqlite", "postgresql" or "mariadb"), made on first use and dropped at the end (see
+    tests/backends.py). Skips the test when the SQL store is not built yet or the
+    server cannot be reached."""
+    made: dict[str, Database] = {}
+    refused: dict[str, str] = {}
+
+    def url(kind: str) -> str:
+        if kind in refused:  # a server found unreachable once is not tried again
+            pytest.skip(refused[kind])
+        if kind not in made:
+            try:
+                made[kind] = create_database(kind, tmp_path_factory.mktemp(kind))
+            except pytest.skip.Exception as skip:
+                refused[kind] = str(skip.msg)
+                raise
+        return made[kind].url
+
+    yield url
+    for database in made.values():
+        database.drop()
+
+
+@pytest.fixture(params=BACKENDS)
+def any_store(request: Any, sql_url: Callable[[str], str]) -> Iterator[Store]:
+    """A fresh :class:`Store` of each backend in turn (memory, redis, sqlite, postgresql,
+    mariadb), under a namespace of its own: on a SQL server the tables are shared by the
+    session and the namespace is the test's "schema" (its rows carry it). Flushed and
+    closed afterwards."""
+    kind, namespace = request.param, "t" + uuid.uuid4().hex[:10]
+    store: Store
+    if kind == "memory":
+        store = MemoryStore(namespace)
+    elif kind == "redis":
+        server = request.getfixturevalue("redis_server")
+        store = RedisStore(redis.Redis(port=server.port), namespace)
+    else:
+        store = store_for_url(sql_url(kind), namespace)
+    try:
+        yield store
+    finally:
+        store.flush()
+        store.close()
+
+
+@pytest.fixture(scope="session")
 def rabbitmq() -> Iterator[RabbitVhost]:
-    vhost = RabbitVhost("fair-test-")
+    vhost = RabbitVhost()
     yield vhost
     vhost.delete()
 
@@ -80,13 +131,29 @@ def broker(request: Any) -> str:
     return str(request.param)
 
 
+@pytest.fixture(params=["redis", "postgresql"])
+def store_backend(request: Any) -> str:
+    """Run a test once per store of celery_fair: Redis, and the SQL store on the
+    session's PostgreSQL database. The broker, results and ledger stay where they were."""
+    return str(request.param)
+
+
+def fair_store_url(request: Any, redis_url: str) -> str:
+    """celery_fair's store for a test: Redis, unless it uses ``store_backend``."""
+    kind = (request.getfixturevalue("store_backend")
+            if "store_backend" in request.fixturenames else "redis")
+    return redis_url if kind == "redis" else str(request.getfixturevalue("sql_url")(kind))
+
+
 @pytest.fixture
 def make_app(redis_server: RedisServer, namespace: str,
              request: Any) -> Callable[..., Celery]:
     """Build the test project app; settings override the defaults.
 
     ``make_app(broker="amqp")`` (or a test using the ``broker`` fixture) puts the Celery
-    broker on RabbitMQ; results, the ledger and celery_fair's store stay on Redis.
+    broker on RabbitMQ; results, the ledger and celery_fair's store stay on Redis. A test
+    using the ``store_backend`` fixture runs again with celery_fair's store on PostgreSQL
+    (``fair_store_url``; results and the ledger stay on Redis).
     """
 
     def make(broker: str | None = None, **conf: Any) -> Celery:
@@ -94,6 +161,7 @@ def make_app(redis_server: RedisServer, namespace: str,
                           if "broker" in request.fixturenames else "redis")
         store = redis_server.url + "/0"
         url = store if kind == "redis" else request.getfixturevalue("rabbitmq").url
+        conf.setdefault("fair_store_url", fair_store_url(request, store))
         app = create_app(url, namespace, "q-" + namespace, store=store, **conf)
         reset_config(app)
         return app

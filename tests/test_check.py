@@ -19,7 +19,7 @@ from celery_fair.store.base import Picked
 from celery_fair.store.redis import RedisStore
 
 from .conftest import subprocess_env, wait_for
-from .test_store_scripts import NOW, Q, hold, pick
+from .store_helpers import NOW, Q, hold, pick
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CELERY = os.path.join(os.path.dirname(sys.executable), "celery")
@@ -105,7 +105,7 @@ def test_queue_inflight_drift(store: RedisStore, redis_client: redis.Redis) -> N
 
 def test_stuck_cap_is_found_and_freed(store: RedisStore, redis_client: redis.Redis) -> None:
     """A phantom in-flight slot at the cap keeps the group out of the ready set for ever."""
-    from .test_store_scripts import configure
+    from .store_helpers import configure
 
     configure(store, cap=1)
     hold(store, "acme")
@@ -368,7 +368,7 @@ def hold_many(store: RedisStore, count: int, groups: int = 5) -> None:
 
 
 def value_of(group: str, hold_id: str) -> bytes:
-    from .test_store_scripts import value
+    from .store_helpers import value
 
     return value(group, body=hold_id.encode())
 

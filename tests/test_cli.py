@@ -161,6 +161,18 @@ def test_dispatch_exits_at_once_naming_an_unreachable_store(redis_server, namesp
     assert "cannot reach the celery_fair store" in out and "--wait-for-store" in out, out
 
 
+def test_dispatch_names_the_database_not_redis_for_an_unreachable_sql_store(
+        redis_server, namespace) -> None:
+    store = f"postgresql+psycopg://postgres:s3cret@127.0.0.1:{free_port()}/fair"
+    env = subprocess_env({"fair_store_url": store}, redis_server.url + "/0", namespace)
+    done = subprocess.run([CELERY, "-A", "tests.proj", "fair", "dispatch"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert "cannot reach the celery_fair store" in out and "s3cret" not in out, out
+    assert "start the database there" in out and "Redis" not in out, out
+
+
 def test_dispatch_waits_for_the_store_when_asked(redis_server, namespace, tmp_path) -> None:
     """--wait-for-store: a store that comes up within the time is served."""
     store = RedisServer()

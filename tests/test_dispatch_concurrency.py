@@ -2,6 +2,8 @@
 
 The dispatchers are real ``celery -A tests.proj fair dispatch`` processes (and, in one test,
 Dispatcher threads) racing over the same fair queue, feeding a real in-thread worker.
+Every test runs twice (``store_backend``): celery_fair's store on Redis, then on
+PostgreSQL (the broker, results and ledger stay on Redis).
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ def dispatch_processes(n: int, conf: dict[str, Any], broker: str, namespace: str
         assert codes == [0] * n, f"dispatchers did not stop cleanly: {codes}\n{logs}"
 
 
+def _store_conf(app: Any) -> dict[str, Any]:
+    """What a dispatcher process needs to use the test app's store (Redis or SQL)."""
+    return {"fair_store_url": app.conf.fair_store_url}
+
+
 def _logs(procs: list[CeleryProcess]) -> str:
     return "\n".join(p.output() for p in procs)
 
@@ -58,10 +65,12 @@ def _hold_many(app: Any, n: int) -> list[str]:
 
 
 def test_two_dispatcher_processes_run_every_task_once(app, worker, ledger, redis_server,
-                                                      namespace, tmp_path, redis_client):
+                                                      namespace, tmp_path, redis_client,
+                                                      store_backend):
     labels = _hold_many(app, N_TASKS)
     with worker(concurrency=8), \
-            dispatch_processes(2, {}, redis_server.url + "/0", namespace, tmp_path) as procs:
+            dispatch_processes(2, _store_conf(app), redis_server.url + "/0", namespace,
+                               tmp_path) as procs:
         wait_for(lambda: ledger.ends() >= N_TASKS or not all(p.alive() for p in procs),
                  timeout=150, interval=0.1, what=f"{N_TASKS} tasks to run")
         assert all(p.alive() for p in procs), _logs(procs)
@@ -77,8 +86,13 @@ def test_two_dispatcher_processes_run_every_task_once(app, worker, ledger, redis
     assert store_for(app).snapshot(_queue(app))["inflight"] == 0
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct-push", "kombu-publish"])
-def test_two_dispatcher_threads_run_every_task_once(app, worker, ledger, direct):
+# Direct push is the Redis store's capability: on PostgreSQL both would publish with kombu.
+@pytest.mark.parametrize(("store_backend", "direct"),
+                         [("redis", True), ("redis", False), ("postgresql", False)],
+                         ids=["redis-direct-push", "redis-kombu-publish",
+                              "postgresql-kombu-publish"], indirect=["store_backend"])
+def test_two_dispatcher_threads_run_every_task_once(app, worker, ledger, direct,
+                                                    store_backend):
     """With direct push the pick script itself moves each message into the real queue (one
     atomic call: nothing separate to count); without it each dispatcher publishes what it
     picked with kombu, and no hold id is published twice."""
@@ -112,7 +126,7 @@ def test_two_dispatcher_threads_run_every_task_once(app, worker, ledger, direct)
         assert len(picked) == n and set(picked.values()) == {1}
 
 
-def test_racing_picks_never_return_a_message_twice(app):
+def test_racing_picks_never_return_a_message_twice(app, store_backend):
     """Store level: 4 threads pick concurrently from 2,000 held messages."""
     add = app.tasks["proj.add"]
     for i in range(N_TASKS):
@@ -182,7 +196,7 @@ class InflightSampler(threading.Thread):
 
 @pytest.mark.parametrize("interactive", [False, True], ids=["background", "interactive"])
 def test_two_dispatchers_never_overshoot_group_caps(make_app, worker, redis_server, namespace,
-                                                    tmp_path, interactive):
+                                                    tmp_path, interactive, store_backend):
     app = make_app(**CAP_CONF)
     ledger = app.ledger
     task = app.tasks["proj.preview" if interactive else "proj.work"]
@@ -198,8 +212,8 @@ def test_two_dispatchers_never_overshoot_group_caps(make_app, worker, redis_serv
     # A worker with more threads than the caps allow in total: only the caps limit.
     threads = sum(bound.values()) + 3
     with worker(concurrency=threads, the_app=app), InflightSampler(app) as sampler, \
-            dispatch_processes(2, CAP_CONF, redis_server.url + "/0", namespace,
-                               tmp_path) as procs:
+            dispatch_processes(2, {**CAP_CONF, **_store_conf(app)}, redis_server.url + "/0",
+                               namespace, tmp_path) as procs:
         wait_for(lambda: ledger.ends() >= len(labels) or not all(p.alive() for p in procs),
                  timeout=120, interval=0.05, what="all capped tasks to run")
         assert all(p.alive() for p in procs), _logs(procs)

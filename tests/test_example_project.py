@@ -1,6 +1,10 @@
 """example_project/ end to end, as its README runs it: a redis-server of its own, the
 Django dev server, a Celery worker and a dispatcher (each its own process), and load.py
-playing one big customer and three small ones over HTTP."""
+playing one big customer and three small ones over HTTP.
+
+It runs twice: on Redis (``docshop.settings``), then with no Redis anywhere
+(``docshop.settings_postgres``: a RabbitMQ virtual host is the broker, the session's
+PostgreSQL database keeps the held tasks and the results; no redis-server is started)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,18 +62,47 @@ class Service:
         return f"--- {self.name} ---\n" + self.log.read_text(errors="replace")[-3000:]
 
 
+@pytest.fixture(params=["redis", "rabbitmq-postgresql"])
+def stack(request: Any) -> Iterator[dict[str, str]]:
+    """Where the site's broker, results and held tasks are: the environment selecting
+    them, and the store's URL and key prefix."""
+    if request.param == "redis":
+        redis = RedisServer()
+        yield {"DOCSHOP_REDIS_URL": redis.url + "/0", "store": redis.url + "/0",
+               "DOCSHOP_FAIR_PREFIX": "fair"}
+        redis.stop()
+        return
+    store = request.getfixturevalue("sql_url")("postgresql")
+    yield {"DJANGO_SETTINGS_MODULE": "docshop.settings_postgres",
+           "DOCSHOP_AMQP_URL": request.getfixturevalue("rabbitmq").url,
+           "DOCSHOP_POSTGRES_URL": store, "store": store,
+           "DOCSHOP_FAIR_PREFIX": "t" + uuid.uuid4().hex[:10]}  # the database is shared
+
+
+def _celery_conf(env: dict[str, str]) -> dict[str, str]:
+    """The docshop Celery app's whole configuration (CELERY_* names too), and the
+    broker, results and store under their setting names, as its processes see them."""
+    code = ("import json; from docshop.celery import app; c = app.conf; "
+            "print(json.dumps({**{k: repr(v) for k, v in c.items()}, **{k: repr(c.get(k)) "
+            "for k in ('broker_url', 'result_backend', 'fair_store_url')}}))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=PROJECT, env=env, check=True,
+                          capture_output=True, text=True, timeout=60)
+    return dict(json.loads(done.stdout))
+
+
 @pytest.fixture
-def docshop(tmp_path: Path) -> Iterator[dict[str, Any]]:
+def docshop(tmp_path: Path, stack: dict[str, str]) -> Iterator[dict[str, Any]]:
     """The whole site running; yields its URL, environment and services."""
-    redis = RedisServer()
     port = free_port()
-    env = dict(os.environ, DOCSHOP_REDIS_URL=redis.url + "/0",
-               DOCSHOP_DB=str(tmp_path / "db.sqlite3"), DOCSHOP_DEBUG="0",
-               DOCSHOP_CONVERT_SECONDS="0.1", DOCSHOP_PREVIEW_SECONDS="0.02")
+    env = dict(os.environ, DOCSHOP_DB=str(tmp_path / "db.sqlite3"), DOCSHOP_DEBUG="0",
+               DOCSHOP_CONVERT_SECONDS="0.1", DOCSHOP_PREVIEW_SECONDS="0.02",
+               **{k: v for k, v in stack.items() if k.startswith(("DOCSHOP_", "DJANGO_"))})
     services: list[Service] = []
     try:
         subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=PROJECT,
                        env=env, check=True, timeout=60)
+        subprocess.run([CELERY, "-A", "docshop", "fair", "migrate"], cwd=PROJECT, env=env,
+                       check=True, timeout=60, capture_output=True)
         services += [
             Service("web", [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}",
                             "--noreload"], env, tmp_path),
@@ -79,7 +113,7 @@ def docshop(tmp_path: Path) -> Iterator[dict[str, Any]]:
                     tmp_path),
         ]
         url = f"http://127.0.0.1:{port}"
-        store = store_for_url(redis.url + "/0", "fair")
+        store = store_for_url(stack["store"], stack["DOCSHOP_FAIR_PREFIX"])
         wait_for(lambda: _answers(url), timeout=60, interval=0.2, what="the web app")
         wait_for(lambda: store.worker_capacity("docshop", int(time.time() * 1000)) == 4,
                  timeout=60, interval=0.2, what="the worker's 4 threads registered")
@@ -90,7 +124,6 @@ def docshop(tmp_path: Path) -> Iterator[dict[str, Any]]:
     finally:
         for service in services:
             service.stop()
-        redis.stop()
 
 
 def _answers(url: str) -> bool:
@@ -104,6 +137,16 @@ def _answers(url: str) -> bool:
 def _documents(url: str, customer: str) -> list[dict[str, Any]]:
     with urllib.request.urlopen(f"{url}/api/customers/{customer}/documents/") as resp:
         return list(json.loads(resp.read())["documents"])
+
+
+def test_the_postgresql_variant_names_no_redis(tmp_path):
+    """docshop.settings_postgres: broker, results and store all elsewhere than Redis."""
+    conf = _celery_conf(dict(os.environ, DJANGO_SETTINGS_MODULE="docshop.settings_postgres",
+                             DOCSHOP_DB=str(tmp_path / "db.sqlite3")))
+    assert {k: v for k, v in conf.items() if "redis" in v.lower()} == {}
+    assert conf["broker_url"].startswith("'amqp://")
+    assert conf["result_backend"].startswith("'db+postgresql+psycopg://")
+    assert conf["fair_store_url"].startswith("'postgresql+psycopg://")
 
 
 @pytest.mark.timeout(150)

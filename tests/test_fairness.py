@@ -1,7 +1,10 @@
 """Fairness end to end: real in-thread Celery workers, a real dispatcher, a real Redis.
 
 Every assertion is about order and counts recorded by the tasks themselves (the ledger),
-never about how long something took, so the tests hold on a busy machine.
+never about how long something took, so the tests hold on a busy machine. The tests
+taking ``store_backend`` run twice: celery_fair's store on Redis, then on PostgreSQL
+(the SQL store; broker, results and ledger stay on Redis). The last test reads and
+edits a Redis key of the store itself (the queue set), so it is Redis's alone.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def wait_started(app: Celery, predicate: Callable[[list[dict[str, Any]]], bool],
                     timeout=TIMEOUT, what=what)
 
 
-def test_round_robin_with_one_slot(make_app, worker, dispatcher) -> None:
+def test_round_robin_with_one_slot(make_app, worker, dispatcher, store_backend) -> None:
     app = make_app(fair_max_inflight=1)
     work = app.tasks["proj.work"]
     groups = ["tenant-c", "tenant-a", "tenant-b"]
@@ -66,7 +69,29 @@ def test_round_robin_with_one_slot(make_app, worker, dispatcher) -> None:
     assert app.ledger.max_all() == 1
 
 
-def test_group_caps_and_capacity(make_app, worker, dispatcher) -> None:
+def test_weights_share_one_slot_three_to_one(make_app, worker, dispatcher,
+                                             store_backend) -> None:
+    app = make_app(fair_max_inflight=1, fair_group_weights={"heavy": 3})
+    work = app.tasks["proj.work"]
+    results = []
+    for g in ("light", "heavy"):  # light's whole backlog arrives first
+        results += [work.delay(g, f"{g}-{i}") for i in range(30)]
+    with worker(concurrency=1, the_app=app), dispatcher(the_app=app):
+        for r in results:
+            r.get(timeout=TIMEOUT)
+    order = [s["group"] for s in started(app)]
+    assert Counter(order) == {"heavy": 30, "light": 30}
+    # While both are backlogged (heavy's 30 go in the first 40 dispatches), heavy gets 3
+    # dispatches to light's 1 at every point of the order: H L H H H L H H H L ...
+    assert Counter(order[:40]) == {"heavy": 30, "light": 10}, order[:40]
+    for n in range(1, 41):
+        head = Counter(order[:n])
+        assert abs(head["heavy"] - 3 * head["light"]) <= 3, (n, order[:n])
+    assert order[40:] == ["light"] * 20
+    assert app.ledger.max_all() == 1
+
+
+def test_group_caps_and_capacity(make_app, worker, dispatcher, store_backend) -> None:
     app = make_app(fair_default_concurrency=2, fair_group_concurrency={"solo": 1},
                    fair_max_inflight=3)
     work = app.tasks["proj.work"]
@@ -88,7 +113,7 @@ def test_group_caps_and_capacity(make_app, worker, dispatcher) -> None:
     assert ledger.max_all() == 3
 
 
-def test_interactive_before_background(make_app, worker, dispatcher) -> None:
+def test_interactive_before_background(make_app, worker, dispatcher, store_backend) -> None:
     app = make_app(fair_max_inflight=1)
     work, preview = app.tasks["proj.work"], app.tasks["proj.preview"]
     for i in range(40):
@@ -113,8 +138,8 @@ def test_interactive_before_background(make_app, worker, dispatcher) -> None:
     assert app.ledger.max_all() == 1
 
 
-def test_interactive_reserve_lets_a_capped_group_through(make_app, worker,
-                                                         dispatcher) -> None:
+def test_interactive_reserve_lets_a_capped_group_through(make_app, worker, dispatcher,
+                                                         store_backend) -> None:
     app = make_app(fair_default_concurrency=1, fair_interactive_reserve=1,
                    fair_max_inflight=4)
     work, preview = app.tasks["proj.work"], app.tasks["proj.preview"]
@@ -141,7 +166,7 @@ def test_interactive_reserve_lets_a_capped_group_through(make_app, worker,
     assert app.ledger.max_running() == {"A": 2}
 
 
-def test_big_backlog_does_not_delay_a_newcomer(make_app, worker, dispatcher) -> None:
+def test_big_backlog_does_not_delay_a_newcomer(make_app, worker, dispatcher, store_backend) -> None:
     app = make_app(fair_max_inflight=4)
     work = app.tasks["proj.work"]
     store = store_for(app)

@@ -27,7 +27,7 @@ from celery_fair.errors import (
 from celery_fair.store.base import Placement, Policy
 from celery_fair.store.redis import RESET, RedisStore
 
-from .test_store_scripts import NOW, Q, hold, pick, value
+from .store_helpers import NOW, Q, hold, pick, value
 
 
 @pytest.fixture

@@ -38,7 +38,7 @@ from .helpers import (
     wait_settled,
 )
 from .procs import CELERY, ROOT, CeleryProcess
-from .test_store_scripts import NOW, Q, hold, pick, snapshot_groups, value
+from .store_helpers import NOW, Q, hold, pick, snapshot_groups, value
 
 # -- cancel.lua ---------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from celery_fair.store.base import Placement
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import RedisServer
 
-from .test_store_scripts import NOW, Q, value
+from .store_helpers import NOW, Q, value
 
 DEFAULTS = {s.name: s.default for s in SETTINGS}
 TASKS = 50_000

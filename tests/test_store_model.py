@@ -1,6 +1,7 @@
-"""The two implementations of the policy make the same decisions: hypothesis drives the
-Redis store (the Lua scripts, on the real redis-server) and the memory store (the Python
-policy, ``celery_fair.policy``) with the same operations and the same clock: hold, pick,
+"""Every backend makes the memory store's decisions: hypothesis drives one backend at a
+time (the Redis store's Lua scripts on the real redis-server; the SQL store on SQLite,
+PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
+with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
 configure, limit and cancel (resent under its token).
 
@@ -8,15 +9,22 @@ After every step both must agree: what each operation returned (the dispatch ids
 messages a pick took, in order), and, through the common inspection
 (:class:`~celery_fair.policy.QueueState`), every ready set with its tags, the groups'
 tags, virtual time, in-flight and delayed counts, the held lists in order, the queue's
-figures, each group's figures and each dispatch's state. At the end of each run the
-Redis invariant checker must find nothing.
+figures, each group's figures and each dispatch's state (Redis's state is read from its
+keys here, so the policy knows nothing of Redis; the SQL store answers ``inspect`` as the
+memory store does). At the end of each run the backend's invariant checker must find
+nothing.
+
+Examples per backend: ``FAIR_MODEL_EXAMPLES`` (Redis, default 200) and
+``FAIR_MODEL_EXAMPLES_SQL`` (each SQL backend, default 40: a SQL operation is a few
+transactions, and the whole CI has a budget).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import redis
@@ -33,9 +41,12 @@ from hypothesis.stateful import (
 from celery_fair.check import check
 from celery_fair.envelope import Envelope
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
-from celery_fair.store.base import Placement, Policy
+from celery_fair.store import store_for_url
+from celery_fair.store.base import Placement, Policy, Store
 from celery_fair.store.redis import RedisStore
-from celery_fair.testing import MemoryStore
+from celery_fair.testing import MemoryStore, RedisServer
+
+from .backends import SQL_BACKENDS
 
 Q = "modelq"
 GROUPS = ["a", "b", "c", "dd"]
@@ -81,10 +92,12 @@ def redis_state(store: RedisStore, queue: str, groups: list[str]) -> QueueState:
 
 
 class StoreMachine(RuleBasedStateMachine):
-    def __init__(self, client: redis.Redis) -> None:
+    """The backend ``other`` (a fresh namespace each run) against the memory store."""
+
+    def __init__(self, other: Store, state: Callable[[str], QueueState]) -> None:
         super().__init__()
-        self.client = client
-        self.redis = RedisStore(client, "m" + uuid.uuid4().hex[:10])
+        self.other = other  # the backend under test
+        self.state = state
         self.memory = MemoryStore()
         self.now = 1_700_000_000_000
         self.ids = 0
@@ -94,18 +107,19 @@ class StoreMachine(RuleBasedStateMachine):
 
     def both(self, operation: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``operation`` on both stores; they must answer the same."""
-        expected = getattr(self.redis, operation)(Q, *args, **kwargs)
+        expected = getattr(self.other, operation)(Q, *args, **kwargs)
         got = getattr(self.memory, operation)(Q, *args, **kwargs)
         assert got == expected, operation
         return expected
 
     def teardown(self) -> None:
-        report = check(self.redis, queues=[Q])
-        assert report.ok, str(report)
-        assert self.memory.check(Q, False, self.now, LEASE) == []
-        keys = list(self.client.scan_iter(match=f"{self.redis.namespace}:*", count=1000))
-        if keys:
-            self.client.delete(*keys)
+        try:
+            report = check(self.other, queues=[Q])
+            assert report.ok, str(report)
+            assert self.memory.check(Q, False, self.now, LEASE) == []
+        finally:
+            self.other.flush()
+            self.other.close()
 
     @initialize(cap=st.sampled_from([None, 1, 2, 3]), reserve=st.sampled_from([0, 1]))
     def start(self, cap: int | None, reserve: int) -> None:
@@ -141,7 +155,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def confirm(self, data: Any) -> None:
         dids = self._some(data)
-        assert sorted(self.redis.confirm(Q, dids, self.now + LEASE)) == \
+        assert sorted(self.other.confirm(Q, dids, self.now + LEASE)) == \
             sorted(self.memory.confirm(Q, dids, self.now + LEASE))
 
     @rule(data=st.data(), acks_late=st.booleans(), on_host=st.booleans(),
@@ -219,28 +233,46 @@ class StoreMachine(RuleBasedStateMachine):
         ids = data.draw(st.lists(st.sampled_from([f"t{i}" for i in range(1, self.ids + 1)]),
                                  min_size=1, max_size=3))
         token = f"c{self.tokens}"
-        assert sorted(self.redis.cancel(Q, ids, token=token)) == \
+        assert sorted(self.other.cancel(Q, ids, token=token)) == \
             sorted(self.memory.cancel(Q, ids, token=token))
 
     @invariant()
     def same_state(self) -> None:
-        assert self.memory.inspect(Q) == redis_state(self.redis, Q, GROUPS)
+        assert self.memory.inspect(Q) == self.state(Q)
         self.both_read("queue_figures")
         self.both_read("group_figures", GROUPS)
         for did in self.dispatched:
             self.both_read("dispatch_state", did)
         for i in range(1, self.ids + 1):  # where each task stands, held or dispatched
-            assert self.memory.locate(f"t{i}") == self.redis.locate(f"t{i}"), f"t{i}"
+            assert self.memory.locate(f"t{i}") == self.other.locate(f"t{i}"), f"t{i}"
 
     def both_read(self, operation: str, *args: Any) -> None:
         assert getattr(self.memory, operation)(Q, *args) == \
-            getattr(self.redis, operation)(Q, *args), (operation, args)
+            getattr(self.other, operation)(Q, *args), (operation, args)
 
 
-@pytest.mark.timeout(600)  # a failure's shrinking takes longer than a passing run
-def test_redis_and_memory_stores_make_the_same_decisions(redis_client: redis.Redis) -> None:
-    examples = int(os.environ.get("FAIR_MODEL_EXAMPLES", "200"))
+def redis_machine(server: RedisServer) -> StoreMachine:
+    store = RedisStore(redis.Redis(port=server.port), "m" + uuid.uuid4().hex[:10])
+    return StoreMachine(store, lambda queue: redis_state(store, queue, GROUPS))
+
+
+def sql_machine(url: str) -> StoreMachine:
+    store: Any = store_for_url(url, "m" + uuid.uuid4().hex[:10])
+    return StoreMachine(store, store.inspect)
+
+
+@pytest.mark.timeout(900)  # a failure's shrinking takes longer than a passing run
+@pytest.mark.parametrize("backend", ("redis", *SQL_BACKENDS))
+def test_every_backend_makes_the_memory_stores_decisions(backend: str, request: Any) -> None:
+    if backend == "redis":
+        server = request.getfixturevalue("redis_server")
+        examples = int(os.environ.get("FAIR_MODEL_EXAMPLES", "200"))
+        machine = functools.partial(redis_machine, server)
+    else:
+        url = request.getfixturevalue("sql_url")(backend)
+        examples = int(os.environ.get("FAIR_MODEL_EXAMPLES_SQL", "40"))
+        machine = functools.partial(sql_machine, url)
     run_state_machine_as_test(
-        lambda: StoreMachine(redis_client),
+        machine,
         settings=settings(max_examples=examples, stateful_step_count=60, deadline=None,
                           suppress_health_check=list(HealthCheck), database=None))

@@ -15,7 +15,8 @@ interactive before background, a per-group cap with an interactive reserve above
 dispatch leases that hold a message again at its group's head when they run out.
 """
 
-from .common import CLASSES, KEEP, RESET, Placement, QueueData, QueueState, Record
+from .common import KEEP, RESET, Placement, QueueData, QueueState, Record
+from .decisions import CLASSES
 from .operations import FairQueue
 
 __all__ = ["CLASSES", "KEEP", "RESET", "FairQueue", "Placement", "QueueData", "QueueState",

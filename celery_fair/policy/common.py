@@ -8,14 +8,19 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..store.base import Placement as Placement  # a value of the store contract
+from .decisions import (
+    CLASSES,
+    LIVE,
+    LOST,
+    RUNNING,
+    SUPERSEDED,
+    eligible,
+    entry_tag,
+)
 
-INTERACTIVE, BACKGROUND = "i", "b"
-CLASSES = (INTERACTIVE, BACKGROUND)  # interactive first
 #: :meth:`FairQueue.limit` arguments: leave a value as it is, or clear the runtime limit.
 KEEP, RESET = "", "reset"
-#: Record states (DESIGN.md, "Dispatch state machine"); 'released' is a tombstone.
-PICKED, QUEUED, RUNNING, LOST, SUPERSEDED = "picked", "queued", "running", "lost", "superseded"
-_LIVE = (PICKED, QUEUED, RUNNING)
+_LIVE = LIVE
 
 
 @dataclass
@@ -129,14 +134,7 @@ class QueueData:
         return self.weights.get(g, self.default_weight)
 
     def _eligible(self, klass: str, g: str, n: int) -> bool:
-        if not self._held(klass, g):
-            return False
-        cap = self.cap_of(g)
-        if cap < 0:
-            return True
-        if cap == 0:  # a pause: the reserve is room above a cap, not a way past it
-            return False
-        return n < cap + (self.reserve if klass == INTERACTIVE else 0)
+        return eligible(klass, self._held(klass, g), n, self.cap_of(g), self.reserve)
 
     def _refresh(self, g: str) -> bool:
         """Make g's ready-set membership match its eligibility; a group entering starts
@@ -146,11 +144,11 @@ class QueueData:
         entered = False
         for klass in CLASSES:
             if group is not None and self._eligible(klass, g, n):
-                tag, vt = group.tags.get(klass, 0.0), self.vt.get(klass, 0.0)
-                if vt > tag:
-                    tag = group.tags[klass] = vt
+                tag = entry_tag(group.tags.get(klass), self.vt.get(klass))
+                if tag is not None:
+                    group.tags[klass] = tag
                 entered = entered or g not in self.ready[klass]
-                self.ready[klass][g] = tag
+                self.ready[klass][g] = tag or 0.0
             else:
                 self.ready[klass].pop(g, None)
         return entered

@@ -8,20 +8,28 @@ from typing import TypeVar
 from .. import limits
 from ..store.base import BeginResult, Picked, Policy, check_hold
 from .common import (
-    _LIVE,
-    CLASSES,
     KEEP,
-    LOST,
-    PICKED,
-    QUEUED,
     RESET,
-    RUNNING,
-    SUPERSEDED,
     Group,
     Held,
     Placement,
     QueueData,
     Record,
+)
+from .decisions import (
+    CLASSES,
+    LIVE,
+    LOST,
+    PICKED,
+    QUEUED,
+    RUNNING,
+    SUPERSEDED,
+    advance,
+    copy_id,
+    dispatch_id,
+    may_release,
+    requeues,
+    skip_copy,
 )
 
 N = TypeVar("N", int, float)
@@ -45,7 +53,7 @@ class FairQueue(QueueData):
             return hold_id  # the same publication, resent
         if held is not None:
             self._count("dup", 1)
-            hold_id = f"{hold_id}~{self.stat['dup']}"
+            hold_id = copy_id(hold_id, self.stat["dup"])
             self._index_copy(hold_id)
         self.msgs[hold_id] = Held(value, p)
         group = self.groups.setdefault(p.group, Group())
@@ -71,7 +79,6 @@ class FairQueue(QueueData):
              token: str) -> list[Picked]:
         """Take up to ``want`` messages in fair order; see ``pick.lua``."""
         self._count("picks", 1)
-        prefix = f"{token}{self.stat['picks']}."
         if capacity is not None:
             want = min(want, capacity - self.stat.get("inflight", 0))
         out: list[Picked] = []
@@ -84,9 +91,9 @@ class FairQueue(QueueData):
             self._count("held:" + klass, -1)
             group = self.groups[g]
             self.vt[klass] = tag
-            tag = group.tags[klass] = tag + held.placement.cost / self.weight_of(g)
+            tag = group.tags[klass] = advance(tag, held.placement.cost, self.weight_of(g))
             group.inflight += 1
-            did = f"{prefix}{len(out) + 1}"
+            did = dispatch_id(token, self.stat["picks"], len(out) + 1)
             self.records[did] = Record(PICKED, held.placement, hold_id, held.value)
             self.leases[did] = now_ms + lease_ms
             out.append(Picked(did, hold_id, held.value))
@@ -120,24 +127,25 @@ class FairQueue(QueueData):
         a run of ``host`` that holds it: the caller sees whether that run is gone and
         calls again with it as ``taken_over``."""
         rec = self.records.get(did)
-        if (rec is not None and rec.state == SUPERSEDED) or (rec is None and did in self.done):
+        state = rec.state if rec is not None else ("released" if did in self.done else None)
+        verdict = None if rec is None and state is None else skip_copy(
+            state, rec.runner if rec else "", rec.kept if rec else False,
+            rec is not None and rec.value is not None, self.leases.get(did), now_ms, run,
+            taken_over, host)
+        if isinstance(verdict, str):
+            return verdict
+        if verdict is not None:
             self._count("skipped", 1)
-            return BeginResult.SKIP
-        if rec is not None and rec.state == RUNNING and rec.runner not in ("", run, taken_over) \
-                and rec.kept and rec.value is not None and self.leases.get(did, 0) > now_ms:
-            if host and rec.runner.startswith(host):
-                return rec.runner
-            self._count("skipped", 1)
-            return BeginResult.SKIP
-        state = self._hold_lease(did, deadline_ms)
-        if rec is None or state is None:
+            return verdict
+        held = self._hold_lease(did, deadline_ms)
+        if rec is None or held is None:
             return BeginResult.RUN_UNKNOWN
         rec.state, rec.runner = RUNNING, run
         if acks_late:
             rec.kept = True
         else:
             rec.kept, rec.value = False, None
-        return BeginResult.RUN_REACQUIRED if state == LOST else BeginResult.RUN
+        return BeginResult.RUN_REACQUIRED if held == LOST else BeginResult.RUN
 
     def renew(self, dids: list[str], deadline_ms: int) -> int:
         """Extend the leases of dispatches a worker holds; see ``renew.lua``."""
@@ -150,7 +158,7 @@ class FairQueue(QueueData):
         rec = self.records.get(did)
         if rec is None or rec.state == SUPERSEDED:
             return False
-        if run and rec.runner and rec.runner != run:
+        if not may_release(rec.runner, run):
             return False  # another run took it over
         del self.records[did]
         if done_until_ms is not None:
@@ -170,9 +178,9 @@ class FairQueue(QueueData):
         for _, _, did in due[:limit]:
             del self.leases[did]
             rec = self.records.get(did)
-            if rec is None or rec.state not in _LIVE:
+            if rec is None or rec.state not in LIVE:
                 continue
-            if rec.value is not None and (rec.state != RUNNING or rec.kept):
+            if requeues(rec.state, rec.kept, rec.value is not None):
                 self._hold_again(did, rec)
                 rec.state, rec.value, rec.kept = SUPERSEDED, None, False
                 requeued += 1
@@ -188,7 +196,7 @@ class FairQueue(QueueData):
         assert rec.value is not None
         hold_id = rec.hold_id
         if hold_id in self.msgs:
-            hold_id = f"{hold_id}~{did}"
+            hold_id = copy_id(hold_id, did)
         self._index_copy(hold_id)
         self.msgs[hold_id] = Held(rec.value, rec.placement)
         self._list(rec.klass, rec.group).appendleft(hold_id)

@@ -15,21 +15,21 @@ from ...policy.decisions import CLASSES, task_of
 from ..base import KEEP as KEEP_LIMIT
 from ..base import RESET as RESET_LIMIT
 from ..models import Policy
-from .schema import Tables
+from .statements import Statements
 from .unit import Unit, upsert
 
 
 class Controls:
     """Cancel, quarantine, configure and limit, for one store's tables and namespace."""
 
-    def __init__(self, t: Tables, ns: str, channel: str | None = None) -> None:
-        self.t, self.ns, self.channel = t, ns, channel
+    def __init__(self, s: Statements, ns: str, notify: str | None = None) -> None:
+        self.s, self.t, self.ns, self.notify = s, s.t, ns, notify
 
     # -- cancel ---------------------------------------------------------------------------
 
     def cancel(self, conn: Connection, queue: str, task_ids: list[str], token: str,
                keep_until_ms: int, wall_ms: int) -> list[tuple[str, bytes]]:
-        u = Unit(conn, self.t, self.ns, queue, True, self.channel)
+        u = Unit(conn, self.s, self.ns, queue, True, self.notify)
         c = self.t.cancels.c
         known = conn.execute(select(c.answer).where(
             c.ns == self.ns, c.queue == queue, c.token == token, c.expires_ms > wall_ms)
@@ -95,7 +95,7 @@ class Controls:
 
     def configure(self, conn: Connection, queue: str, policy: Policy) -> None:
         limits.check_policy(policy)
-        u = Unit(conn, self.t, self.ns, queue, True, self.channel)
+        u = Unit(conn, self.s, self.ns, queue, True, self.notify)
         g = self.t.groups.c
         u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))
                       .scalars())
@@ -129,7 +129,7 @@ class Controls:
               weight: float | str) -> tuple[int, float, bool]:
         """Set, keep or clear g's runtime cap and weight; returns both in force and
         whether g entered a ready set."""
-        u = Unit(conn, self.t, self.ns, queue, False, self.channel)
+        u = Unit(conn, self.s, self.ns, queue, False, self.notify)
         u.group(g)
         u.load_ready([(k, g) for k in CLASSES])  # before the change
         lt = self.t.limits.c

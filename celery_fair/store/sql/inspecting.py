@@ -86,7 +86,7 @@ class SqlInspecting(SqlReads, Locating):
         return self._read("check", lambda c: self._check(c, queue, repair))
 
     def _check(self, c: Connection, queue: str, repair: bool) -> list[tuple[str, str, str, str]]:
-        u = Unit(c, self.t, self.namespace, queue, lock_queue=True)
+        u = Unit(c, self.s, self.namespace, queue, lock_queue=True)
         m, d, g = self.t.messages.c, self.t.dispatches.c, self.t.groups.c
         counted: dict[str, dict[str, int]] = {}
         for grp, klass, seq_set, n in c.execute(select(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, select, update
+from sqlalchemy import Connection, and_, func, select, update
 
 from ...policy import Placement
 from ...policy.decisions import (
@@ -26,8 +26,8 @@ from ...policy.decisions import (
     task_of,
 )
 from ..models import BeginAnswer, BeginResult, Picked
-from .schema import Tables
-from .unit import Unit, insert_ignore
+from .statements import Statements
+from .unit import Unit
 
 _LIVE = list(LIVE)
 
@@ -35,18 +35,17 @@ _LIVE = list(LIVE)
 class Lifecycle:
     """The lifecycle steps, for one store's tables and namespace."""
 
-    def __init__(self, t: Tables, ns: str, channel: str | None = None) -> None:
-        self.t, self.ns, self.channel = t, ns, channel
+    def __init__(self, s: Statements, ns: str, notify: str | None = None) -> None:
+        self.s, self.t, self.ns, self.notify = s, s.t, ns, notify
 
     def unit(self, conn: Connection, queue: str, lock_queue: bool = False) -> Unit:
-        return Unit(conn, self.t, self.ns, queue, lock_queue, self.channel)
+        return Unit(conn, self.s, self.ns, queue, lock_queue, self.notify)
 
     # -- messages ------------------------------------------------------------------------
 
     def _message(self, conn: Connection, queue: str, hold_id: str) -> dict[str, Any] | None:
-        m = self.t.messages.c
-        row = conn.execute(select(self.t.messages).where(
-            m.ns == self.ns, m.queue == queue, m.hold_id == hold_id)).mappings().first()
+        row = self.s.run(conn, "message", {"ns": self.ns, "queue": queue, "hold_id": hold_id}
+                         ).mappings().first()
         return None if row is None else dict(row)
 
     def _place(self, u: Unit, g: str, front: bool) -> int:
@@ -62,10 +61,11 @@ class Lifecycle:
     def _insert_message(self, u: Unit, hold_id: str, value: bytes, p: Placement,
                         seq: int | None, due_ms: int | None) -> bool:
         """Insert a message; False (nothing written) when one is held under that id."""
-        return insert_ignore(u.conn, self.t.messages, [{
+        result = self.s.run(u.conn, "message_new", {
             **u.key, "hold_id": hold_id, "task_id": task_of(hold_id), "grp": p.group,
             "klass": p.klass, "cost": p.cost, "front": p.front, "seq": seq, "due_ms": due_ms,
-            "value": value}]) == 1
+            "value": value})
+        return (len(result.all()) if result.returns_rows else result.rowcount) == 1
 
     def _enqueue(self, u: Unit, hold_id: str, p: Placement) -> bool:
         """Move a delayed message into its group's list."""
@@ -114,10 +114,8 @@ class Lifecycle:
                    .scalar_one())
 
     def _first_due(self, conn: Connection, queue: str) -> str | None:
-        m = self.t.messages.c
-        first: str | None = conn.execute(select(m.hold_id).where(
-            m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None)
-        ).order_by(m.due_ms, m.hold_id).limit(1)).scalar()
+        first: str | None = self.s.run(conn, "first_due", {"ns": self.ns, "queue": queue}
+                                       ).scalar()
         return first
 
     # -- pick -----------------------------------------------------------------------------
@@ -138,9 +136,7 @@ class Lifecycle:
         return out
 
     def inflight(self, conn: Connection, queue: str) -> int:
-        d = self.t.dispatches.c
-        return int(conn.execute(select(func.count()).select_from(self.t.dispatches).where(
-            d.ns == self.ns, d.queue == queue, d.state.in_(_LIVE))).scalar_one())
+        return int(self.s.run(conn, "inflight", {"ns": self.ns, "queue": queue}).scalar_one())
 
     # -- confirm, begin, renew, release ---------------------------------------------------
 
@@ -156,18 +152,13 @@ class Lifecycle:
     def dispatch(self, u: Unit, did: str, wall_ms: int) -> dict[str, Any] | None:
         """The record of ``did``, locked (a dispatch's row before its group's: the order
         every transaction takes them in); an expired tombstone reads as none."""
-        d = self.t.dispatches.c
-        row = u.conn.execute(select(self.t.dispatches).where(
-            d.ns == self.ns, d.queue == u.queue, d.did == did).with_for_update()
-        ).mappings().first()
+        row = self.s.run(u.conn, "dispatch_lock", {**u.key, "did": did}).mappings().first()
         if row is None or (row["expires_ms"] is not None and row["expires_ms"] <= wall_ms):
             return None
         return dict(row)
 
     def _set(self, u: Unit, did: str, **values: Any) -> None:
-        d = self.t.dispatches.c
-        u.conn.execute(update(self.t.dispatches).where(
-            d.ns == self.ns, d.queue == u.queue, d.did == did).values(**values))
+        self.s.dispatch_set(u.conn, {**u.key, "did": did, **values})
 
     def _hold_lease(self, u: Unit, rec: dict[str, Any], deadline_ms: int) -> str | None:
         """``common._hold_lease``: a worker holds the dispatch; a lost one takes a slot
@@ -234,10 +225,8 @@ class Lifecycle:
         if rec is None or rec["state"] in (SUPERSEDED, "released") \
                 or not may_release(rec["runner"], run):
             return False
-        d = self.t.dispatches.c
         if done_until_ms is None:
-            conn.execute(delete(self.t.dispatches).where(d.ns == self.ns, d.queue == queue,
-                                                         d.did == did))
+            self.s.run(conn, "dispatch_drop", {**u.key, "did": did})
         else:
             self._set(u, did, state="released", value=None, lease_ms=None,
                       expires_ms=done_until_ms)
@@ -289,10 +278,7 @@ class Lifecycle:
         return requeued, lost
 
     def _locked(self, u: Unit, did: str) -> dict[str, Any] | None:
-        d = self.t.dispatches.c
-        row = u.conn.execute(select(self.t.dispatches).where(
-            d.ns == self.ns, d.queue == u.queue, d.did == did).with_for_update()
-        ).mappings().first()
+        row = self.s.run(u.conn, "dispatch_lock", {**u.key, "did": did}).mappings().first()
         return None if row is None else dict(row)
 
     def _hold_again(self, u: Unit, rec: dict[str, Any]) -> None:
@@ -370,12 +356,8 @@ class _Picking:
     def _pop(self, klass: str, g: str) -> Any:
         key = (klass, g)
         if not self.lists.get(key):
-            m = self.life.t.messages.c
-            self.lists[key] = collections.deque(self.u.conn.execute(
-                select(m.hold_id, m.cost, m.front, m.value).where(
-                    m.ns == self.u.ns, m.queue == self.u.queue, m.klass == klass,
-                    m.grp == g, m.seq.is_not(None)
-                ).order_by(m.seq).limit(self.want)))
+            self.lists[key] = collections.deque(self.life.s.run(self.u.conn, "message_heads", {
+                **self.u.key, "klass": klass, "grp": g, "n": self.want}))
         return self.lists[key].popleft()
 
     def _record(self, did: str, msg: Any, klass: str, g: str) -> None:
@@ -386,10 +368,7 @@ class _Picking:
                              "expires_ms": None})
 
     def _write(self, taken: list[str]) -> None:
-        t = self.life.t
         if taken:
-            m = t.messages.c
-            for i in range(0, len(taken), 500):
-                self.u.conn.execute(delete(t.messages).where(
-                    m.ns == self.u.ns, m.queue == self.u.queue, m.hold_id.in_(taken[i:i + 500])))
-            self.u.conn.execute(insert(t.dispatches), self.records)
+            s = self.life.s
+            s.run(self.u.conn, "message_drop", [{**self.u.key, "hold_id": h} for h in taken])
+            s.run(self.u.conn, "dispatch_new", self.records)

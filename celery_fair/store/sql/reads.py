@@ -25,6 +25,7 @@ from ..base import (
 from .engine import transaction
 from .migrate import check_schema
 from .schema import Tables
+from .statements import Statements
 from .unit import counter_totals, insert_ignore, upsert
 
 T = TypeVar("T")
@@ -41,6 +42,7 @@ class SqlReads:
 
     engine: Engine
     t: Tables
+    s: Statements
     namespace: str
     where: str
     wakes: Any
@@ -60,6 +62,8 @@ class SqlReads:
         """
         if not self._schema_ok:
             check_schema(self.engine, self.t.prefix, "store")
+            if hasattr(self.wakes, "listen"):
+                self.wakes.listen()
             self._schema_ok = True
 
     def _q(self, table: Any, queue: str) -> Any:

@@ -38,6 +38,7 @@ from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
 from .lifecycle import Lifecycle
 from .schema import DEFAULT_PREFIX, Tables
+from .statements import Statements
 from .wakes import Wakes, wakes_for
 
 T = TypeVar("T")
@@ -59,9 +60,10 @@ class SqlStore(SqlInspecting, Store):
         self.namespace = namespace
         self.where = where or safe_url(engine.url.render_as_string(hide_password=True))
         self.t = Tables(table_prefix)
+        self.s = Statements(self.t)
         self.wakes = wakes or wakes_for(engine, namespace)
-        self.life = Lifecycle(self.t, namespace, self.wakes.channel)
-        self.controls = Controls(self.t, namespace, self.wakes.channel)
+        self.life = Lifecycle(self.s, namespace, self.wakes.notice)
+        self.controls = Controls(self.s, namespace, self.wakes.notice)
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "fair", bounds: Bounds | None = None,

@@ -16,15 +16,15 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Table, func, insert, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from ...policy.decisions import CLASSES, entry_tag, in_force
 from ...policy.decisions import eligible as _eligible
 from .schema import Tables
+from .statements import GROUP_COLUMNS, Statements
 
 COUNTER_SHARDS = 16
-_GROUP_COLUMNS = ("inflight", "delayed", "held_i", "held_b", "tag_i", "tag_b", "head", "tail")
 
 
 def insert_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> int:
@@ -71,11 +71,11 @@ class Unit:
     before a change follows from the row it locked, and only a change of eligibility
     writes a ready row."""
 
-    def __init__(self, conn: Connection, t: Tables, ns: str, queue: str,
-                 lock_queue: bool = False, channel: str | None = None) -> None:
-        self.conn, self.t, self.ns, self.queue = conn, t, ns, queue
+    def __init__(self, conn: Connection, s: Statements, ns: str, queue: str,
+                 lock_queue: bool = False, notify: str | None = None) -> None:
+        self.conn, self.s, self.t, self.ns, self.queue = conn, s, s.t, ns, queue
         self.key = {"ns": ns, "queue": queue}
-        self.channel = channel  # PostgreSQL: NOTIFY this channel when woken
+        self.notify = notify  # PostgreSQL: the channel to NOTIFY (the queue) when woken
         self._q: dict[str, Any] | None = self._queue_row(True) if lock_queue else None
         self.groups: dict[str, dict[str, Any] | None] = {}
         self._seen: dict[str, tuple[int, int, int] | None] = {}  # g -> (held i, b, inflight)
@@ -96,16 +96,11 @@ class Unit:
         return self._q
 
     def _queue_row(self, lock: bool) -> dict[str, Any]:
-        t = self.t.queues
-        query = select(t).where(t.c.ns == self.ns, t.c.queue == self.queue)
-        if lock:
-            query = query.with_for_update()
-        row = self.conn.execute(query).mappings().first()
+        name = "queue_lock" if lock else "queue"
+        row = self.s.run(self.conn, name, self.key).mappings().first()
         if row is None:
-            insert_ignore(self.conn, t, [{**self.key, "registered": False, "default_cap": -1,
-                                          "reserve": 0, "default_weight": 1.0, "picks": 0,
-                                          "dups": 0}])
-            row = self.conn.execute(query).mappings().one()
+            self.s.run(self.conn, "queue_new", self.key)
+            row = self.s.run(self.conn, name, self.key).mappings().one()
         return dict(row)
 
     def register(self) -> None:
@@ -115,9 +110,7 @@ class Unit:
         self._q = self._queue_row(True)
         if not self._q["registered"]:
             self._q["registered"] = True
-            t = self.t.queues
-            self.conn.execute(update(t).where(t.c.ns == self.ns, t.c.queue == self.queue)
-                              .values(registered=True))
+            self.s.run(self.conn, "queue_register", self.key)
 
     def vt(self, klass: str) -> float | None:
         return self.q[f"vt_{klass}"]  # type: ignore[no-any-return]
@@ -133,17 +126,26 @@ class Unit:
         wanted = sorted({g for g in names if g not in self.groups})
         if not wanted:
             return
+        if len(wanted) == 1:
+            row = self.s.run(self.conn, "group_lock", {**self.key, "grp": wanted[0]}
+                             ).mappings().first()
+            self._loaded(wanted[0], None if row is None else dict(row))
+            return
         t = self.t.groups
         for chunk in _chunks(wanted, 500):
             rows = self.conn.execute(select(t).where(
                 t.c.ns == self.ns, t.c.queue == self.queue, t.c.grp.in_(chunk)
             ).order_by(t.c.grp).with_for_update()).mappings()
             for row in rows:
-                self.groups[row["grp"]] = dict(row)
-                self._seen[row["grp"]] = (row["held_i"], row["held_b"], row["inflight"])
+                self._loaded(row["grp"], dict(row))
         for g in wanted:
-            self.groups.setdefault(g, None)
-            self._seen.setdefault(g, None)
+            if g not in self.groups:
+                self._loaded(g, None)
+
+    def _loaded(self, g: str, row: dict[str, Any] | None) -> None:
+        self.groups[g] = row
+        self._seen[g] = None if row is None else (row["held_i"], row["held_b"],
+                                                  row["inflight"])
 
     def group(self, g: str, create: bool = False) -> dict[str, Any] | None:
         """Group ``g``'s row, locked (None: no work; with ``create`` a new one, the queue
@@ -154,9 +156,7 @@ class Unit:
             self.register()
             # Two holds may create the group at once: one inserts, the other waits for it
             # and locks the row it committed.
-            insert_ignore(self.conn, self.t.groups, [{
-                **self.key, "grp": g, "inflight": 0, "delayed": 0, "held_i": 0, "held_b": 0,
-                "tag_i": None, "tag_b": None, "head": 0, "tail": 1}])
+            self.s.run(self.conn, "group_new", {**self.key, "grp": g})
             del self.groups[g], self._seen[g]
             self.lock_groups([g])
             row = self.groups[g]
@@ -167,9 +167,7 @@ class Unit:
         if row is not None and not (row["inflight"] > 0 or row["delayed"] > 0
                                     or row["held_i"] > 0 or row["held_b"] > 0):
             self.groups[g] = None
-            t = self.t.groups
-            self.conn.execute(delete(t).where(t.c.ns == self.ns, t.c.queue == self.queue,
-                                              t.c.grp == g))
+            self.s.run(self.conn, "group_drop", {**self.key, "grp": g})
 
     # -- caps and weights ---------------------------------------------------------------
 
@@ -182,14 +180,10 @@ class Unit:
         t = self.t.limits
         found: dict[str, Any] = {}  # group -> its limits row
         if len(wanted) == 1 and self._q is None:
-            q = self.t.queues
-            joined = q.outerjoin(t, and_(t.c.ns == q.c.ns, t.c.queue == q.c.queue,
-                                         t.c.grp == wanted[0]))
-            row = self.conn.execute(select(q, t.c.conf_cap, t.c.conf_weight, t.c.limit_cap,
-                                           t.c.limit_weight).select_from(joined).where(
-                q.c.ns == self.ns, q.c.queue == self.queue)).mappings().first()
+            row = self.s.run(self.conn, "queue_with_limits", {**self.key, "grp": wanted[0]}
+                             ).mappings().first()
             if row is not None:
-                self._q = {c.name: row[c.name] for c in q.columns}
+                self._q = {c.name: row[c.name] for c in self.t.queues.columns}
                 found[wanted[0]] = row
         for chunk in _chunks(wanted, 500) if not found else ():
             for found_row in self.conn.execute(select(t).where(
@@ -237,10 +231,8 @@ class Unit:
 
     def head_of_ready(self, klass: str, limit: int) -> list[tuple[str, float]]:
         """The first ``limit`` groups of the class's ready set, (tag, name) order."""
-        t = self.t.ready
-        rows = list(self.conn.execute(select(t.c.grp, t.c.tag).where(
-            t.c.ns == self.ns, t.c.queue == self.queue, t.c.klass == klass
-        ).order_by(t.c.tag, t.c.grp).limit(limit)))
+        rows: list[Any] = list(self.s.run(self.conn, "ready_head", {
+            **self.key, "klass": klass, "n": limit}))
         for g, tag in rows:
             self._know((klass, g), tag)
         return [(g, tag) for g, tag in rows]
@@ -297,26 +289,24 @@ class Unit:
         self._flush_groups()
         self._flush_ready()
         if self.counts:
-            add_counts(self.conn, self.t, self.key, self.counts)
+            shard = random.randrange(COUNTER_SHARDS)
+            self.s.run(self.conn, "count_add", [{**self.key, "name": n, "shard": shard,
+                                                 "n": d} for n, d in self.counts.items()])
         if self.queue_changed:
-            t = self.t.queues
-            self.conn.execute(update(t).where(t.c.ns == self.ns, t.c.queue == self.queue)
-                              .values(vt_i=self.q["vt_i"], vt_b=self.q["vt_b"],
-                                      picks=self.q["picks"], dups=self.q["dups"]))
-        if self.woken and self.channel:
-            self.conn.execute(select(func.pg_notify(self.channel, self.queue)))
+            q = self.q
+            self.s.run(self.conn, "queue_save", {**self.key, "vt_i": q["vt_i"],
+                                                 "vt_b": q["vt_b"], "picks": q["picks"],
+                                                 "dups": q["dups"]})
+        if self.woken and self.notify:
+            self.s.run(self.conn, "notify", {"channel": self.notify, "payload": self.queue})
 
     def _flush_groups(self) -> None:
-        rows = [{"b_grp": g, **{c: row[c] for c in _GROUP_COLUMNS}}
+        rows = [{**self.key, "b_grp": g, **{c: row[c] for c in GROUP_COLUMNS}}
                 for g, row in self.groups.items() if row is not None]
         if rows:
-            t = self.t.groups
-            self.conn.execute(update(t).where(
-                t.c.ns == self.ns, t.c.queue == self.queue, t.c.grp == bindparam("b_grp")
-            ).values({c: bindparam(c) for c in _GROUP_COLUMNS}), rows)
+            self.s.run(self.conn, "group_save", rows)
 
     def _flush_ready(self) -> None:
-        t = self.t.ready
         gone: dict[str, list[str]] = {}
         put = []
         for (klass, g), tag in self.ready.items():
@@ -325,30 +315,12 @@ class Unit:
                 gone.setdefault(klass, []).append(g)
             elif tag is not None and tag != before:
                 put.append({**self.key, "klass": klass, "grp": g, "tag": tag})
-        for klass, names in gone.items():
-            for chunk in _chunks(sorted(names), 500):
-                self.conn.execute(delete(t).where(t.c.ns == self.ns, t.c.queue == self.queue,
-                                                  t.c.klass == klass, t.c.grp.in_(chunk)))
-        upsert(self.conn, t, put, ["tag"])
-
-
-def add_counts(conn: Connection, t: Tables, key: dict[str, str],
-               counts: dict[str, int]) -> None:
-    """Add ``counts`` to one random shard of the queue's counters (one statement)."""
-    table = t.counters
-    shard = random.randrange(COUNTER_SHARDS)
-    rows = [{**key, "name": n, "shard": shard, "n": d} for n, d in counts.items()]
-    name = conn.dialect.name
-    stmt: Any
-    if name in ("postgresql", "sqlite"):
-        stmt = postgresql.insert(table) if name == "postgresql" else sqlite.insert(table)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[c.name for c in table.primary_key.columns],
-            set_={"n": table.c.n + stmt.excluded.n})
-    else:
-        stmt = mysql.insert(table)
-        stmt = stmt.on_duplicate_key_update(n=table.c.n + stmt.inserted.n)
-    conn.execute(stmt, rows)
+        drop = [{**self.key, "klass": k, "grp": g} for k, names in gone.items()
+                for g in sorted(names)]
+        if drop:
+            self.s.run(self.conn, "ready_drop", drop)
+        if put:
+            self.s.run(self.conn, "ready_put", put)
 
 
 def counter_totals(conn: Connection, t: Tables, ns: str, queue: str) -> dict[str, int]:

@@ -30,8 +30,9 @@ class Wakes:
         self._cond = threading.Condition()
         self._woken: set[str] = set()
 
-    #: The channel a transaction notifies itself (PostgreSQL), None: no notifications.
-    channel: str | None = None
+    #: The channel a transaction that wakes a queue notifies (PostgreSQL; the payload is
+    #: the queue's name); None: no notifications.
+    notice: str | None = None
 
     def wake(self, queue: str) -> None:
         """Wake the dispatchers of ``queue``, here and (where the database can) in other
@@ -65,20 +66,31 @@ class Wakes:
 
 
 class NotifyWakes(Wakes):
-    """PostgreSQL's LISTEN/NOTIFY (see the module docstring)."""
+    """PostgreSQL's LISTEN/NOTIFY (see the module docstring). Every wake-up, this
+    process's included, arrives as a notification (a transaction that woke a queue
+    notifies at its commit), so each wakes a waiter once."""
 
     def __init__(self, engine: Engine, namespace: str) -> None:
         super().__init__()
         self.engine = engine
         self.channel = "fair_" + hashlib.sha1(namespace.encode()).hexdigest()[:16]
+        self.notice = self.channel
         self._listener: Any = None
         self._lock = threading.Lock()
 
     def wake(self, queue: str) -> None:
-        self.wake_here(queue)
         with self.engine.connect() as conn:
             conn.execute(text("SELECT pg_notify(:c, :q)"), {"c": self.channel, "q": queue})
             conn.commit()
+
+    def wake_here(self, queue: str) -> None:
+        """Nothing: the transaction's notification wakes this process too."""
+
+    def listen(self) -> None:
+        """Start listening (a store does before its first transaction, so a wake-up it
+        causes itself is not missed)."""
+        with self._lock:
+            self._listen()
 
     def _listen(self) -> Any:
         if self._listener is None or self._listener.closed:
@@ -93,25 +105,24 @@ class NotifyWakes(Wakes):
 
     def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
         names = set(queues)
-        with self._cond:
-            found = self._take(names)
-        if found:
-            return found
+        deadline = time.monotonic() + max(timeout, 0.0)
         with self._lock:
-            try:
-                conn = self._listen()
-                woken = {n.payload for n in conn.notifies(timeout=max(timeout, 0.0),
-                                                         stop_after=1)}
-                woken |= {n.payload for n in conn.notifies(timeout=0.0)}
-            except Exception as exc:  # a lost listener: look at everything once
-                log.warning("celery_fair: listening for wake-ups failed (%s); reconnecting",
-                            type(exc).__name__)
-                self.close()
-                time.sleep(min(timeout, 1.0))
-                return names
-        with self._cond:
-            self._woken -= woken
-        return woken & names
+            while not (found := self._take(names)):
+                left = deadline - time.monotonic()
+                try:
+                    conn = self._listen()
+                    notices = list(conn.notifies(timeout=max(left, 0.0), stop_after=1))
+                    notices += list(conn.notifies(timeout=0.0))
+                except Exception as exc:  # a lost listener: look at everything once
+                    log.warning("celery_fair: listening for wake-ups failed (%s); "
+                                "reconnecting", type(exc).__name__)
+                    self.close()
+                    time.sleep(min(max(left, 0.0), 1.0))
+                    return names
+                self._woken |= {n.payload for n in notices}
+                if left <= 0:
+                    return self._take(names)
+        return found
 
     def close(self) -> None:
         listener, self._listener = self._listener, None

@@ -1,0 +1,442 @@
+"""Redis-only behaviour of the Redis store, against the real redis-server: the wake list,
+the scripts themselves (assembly, NOSCRIPT, no keyspace scans), the tombstones' TTLs,
+the key layout and what the tests can only see in the keys. The contract every backend
+keeps is tests/test_store_contract_*.py's.
+
+Times are passed in explicitly (milliseconds), so every test is deterministic: nothing
+here depends on the wall clock or on scheduling.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+
+import celery_fair.store
+from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope, placement_of
+from celery_fair.store.base import BeginResult, Placement
+from celery_fair.store.redis import PRUNE_GRACE_MS, QUARANTINE_MAX, RedisStore, now_ms
+from celery_fair.store.scripts import OPERATIONS, source
+from celery_fair.testing import RedisServer
+
+from .store_helpers import (
+    LEASE,
+    NOW,
+    Q,
+    _assert_counters_exact,
+    configure,
+    group_of,
+    hold,
+    pick,
+    snapshot_groups,
+    value,
+)
+
+
+@pytest.fixture
+def store(redis_client: redis.Redis, namespace: str) -> RedisStore:
+    return RedisStore(redis_client, namespace)
+
+
+def lease_of(store: RedisStore, dispatch_id: str) -> float | None:
+    return store.client.zscore(store.keys(Q).leases, dispatch_id)
+
+
+
+_KEYSPACE = re.compile(r"""redis\s*\.\s*p?call\s*\(\s*['"](keys|scan)['"]""", re.IGNORECASE)
+_LUA_DIR = Path(celery_fair.store.__file__).parent / "lua"
+
+
+def test_hold_immediate_is_pickable_verbatim(store: RedisStore, redis_client) -> None:
+    data = value("acme", body=b"\x00binary\nbody\xff")
+    assert store.hold(Q, "task-1", data, placement_of(data), 0, NOW) == "task-1"
+    assert Q in store.queues()
+    snap = snapshot_groups(store)
+    assert snap["acme"]["held_background"] == 1 and snap["acme"]["delayed"] == 0
+    # a newly ready group leaves exactly one wake marker
+    assert redis_client.llen(store.keys(Q).wake) == 1
+    hold(store, "acme")
+    assert redis_client.llen(store.keys(Q).wake) == 1
+
+    got = pick(store, 1)
+    assert len(got) == 1
+    assert got[0].hold_id == "task-1"
+    assert got[0].value == data  # stored and returned byte for byte
+    group, klass, envelope = Envelope.decode(got[0].value)
+    assert (group, klass, envelope.body) == ("acme", BACKGROUND, b"\x00binary\nbody\xff")
+
+
+def test_hold_delayed_waits_until_due(store: RedisStore, redis_client) -> None:
+    wake = store.keys(Q).wake
+    due = NOW + 5_000
+    hold(store, "other", due=due + 4_000)
+    redis_client.delete(wake)
+    hid = hold(store, "acme", due=due)
+    assert redis_client.llen(wake) == 1  # now the next one due: dispatchers re-plan
+    redis_client.delete(wake)
+    hold(store, "other", due=due + 1)
+    assert redis_client.llen(wake) == 0  # not the next one due: nobody needs waking
+    snap = snapshot_groups(store)
+    assert snap["acme"]["delayed"] == 1 and snap["acme"]["held_background"] == 0
+    assert snap["other"]["delayed"] == 2
+    assert store.snapshot(Q)["delayed"] == 3
+    assert pick(store, 10) == []
+    assert store.client.zscore(store.keys(Q).delayed, hid) == due
+
+    assert store.promote(Q, due - 1, 100) == (0, due)
+    assert pick(store, 10, now=due - 1) == []
+    assert store.promote(Q, due, 100) == (1, due + 1)
+    got = pick(store, 10, now=due)
+    assert [p.hold_id for p in got] == [hid]
+    assert store.snapshot(Q)["delayed"] == 2
+
+
+def test_pick_reads_the_default_cap_once_per_call_not_per_message() -> None:
+    """A group capped by the queue's default costs pick no more reads than a group with
+    a cap of its own: the default is read once per call and passed down (``cap_of``).
+    Counted with Redis ``commandstats`` on a server of its own (nothing else runs there)."""
+    server = RedisServer()
+    try:
+        client = redis.Redis(port=server.port)
+        store = RedisStore(client, "caps")
+        reads = {}
+        for name, caps in (("default", {}), ("own", {f"g{i}": 3 for i in range(5)})):
+            client.flushall()
+            configure(store, cap=3, caps=caps)
+            for i in range(5):
+                for _ in range(4):
+                    hold(store, f"g{i}")
+            client.config_resetstat()
+            assert Counter(group_of(p) for p in pick(store, 100)) == \
+                {f"g{i}": 3 for i in range(5)}
+            reads[name] = client.info("commandstats")["cmdstat_hget"]["calls"]
+        assert reads["default"] == reads["own"], reads
+    finally:
+        server.stop()
+
+
+def test_release_of_a_finished_dispatch_keeps_a_tombstone_that_skips_redelivery(
+        store: RedisStore, redis_client) -> None:
+    configure(store, cap=1)
+    hold(store, "a")
+    hold(store, "a")
+    [p] = pick(store, 10)
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.release(Q, p.dispatch_id, 7200) is True
+    dk, done = store.keys(Q).dispatch(p.dispatch_id), store.keys(Q).done(p.dispatch_id)
+    assert redis_client.exists(dk) == 0  # the record goes; the tombstone is its id alone,
+    assert redis_client.hkeys(done) == [p.dispatch_id.encode()]  # in a small shared hash
+    assert 7190 < redis_client.ttl(done) <= 7200
+    assert store.dispatch_state(Q, p.dispatch_id) == "released"
+    assert redis_client.zscore(store.keys(Q).leases, p.dispatch_id) is None
+    [nxt] = pick(store, 10)  # the slot came back: the group's next task is dispatched
+    # the broker redelivers the finished message (its ack died): skipped, takes no slot
+    assert store.begin(Q, p.dispatch_id, NOW + 40_000) is BeginResult.SKIP
+    assert store.renew(Q, [p.dispatch_id], NOW + 40_000) == 0
+    assert redis_client.exists(dk) == 0
+    assert redis_client.zscore(store.keys(Q).leases, p.dispatch_id) is None
+    assert snapshot_groups(store)["a"]["inflight"] == 1
+    assert int(redis_client.hget(store.keys(Q).stat, "skipped")) == 1
+    # the skipped copy's own release (postrun IGNORED) and any later one change nothing
+    assert store.release(Q, p.dispatch_id, 7200) is False
+    assert store.release(Q, p.dispatch_id) is False
+    assert redis_client.exists(dk) == 0 and redis_client.hexists(done, p.dispatch_id)
+    assert snapshot_groups(store)["a"]["inflight"] == 1
+    assert store.release(Q, nxt.dispatch_id, 7200) is True
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.check(Q, False, NOW + 50_000, 30_000) == []  # tombstones are valid
+
+
+def test_a_shorter_done_ttl_never_cuts_other_tombstones_short(store: RedisStore,
+                                                               redis_client) -> None:
+    hold(store, "a")
+    hold(store, "a")
+    first, second = pick(store, 10)
+    done = store.keys(Q).done(first.dispatch_id)
+    assert done == store.keys(Q).done(second.dispatch_id)  # one pick call: one hash
+    assert store.release(Q, first.dispatch_id, 7200)
+    assert store.release(Q, second.dispatch_id, 60)  # a worker with a shorter setting
+    assert 7190 < redis_client.ttl(done) <= 7200
+    assert store.begin(Q, first.dispatch_id, NOW + 30_000) is BeginResult.SKIP
+
+
+def test_a_released_record_of_an_older_version_still_skips_its_copy(
+        store: RedisStore, redis_client) -> None:
+    hold(store, "a")
+    [p] = pick(store, 10)
+    assert store.release(Q, p.dispatch_id)  # no tombstone
+    redis_client.hset(store.keys(Q).dispatch(p.dispatch_id), "s", "released")
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.SKIP
+
+
+def test_release_without_tombstone_lets_a_redelivered_copy_run(
+        store: RedisStore, redis_client) -> None:
+    # fair_done_ttl 0, or a release that must not block a redelivery (revoked, rejected,
+    # a lost pool process with task_reject_on_worker_lost): the record goes
+    hold(store, "a")
+    [p] = pick(store, 1)
+    assert store.begin(Q, p.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.release(Q, p.dispatch_id, 0) is True
+    assert redis_client.exists(store.keys(Q).dispatch(p.dispatch_id)) == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 40_000) is BeginResult.RUN_UNKNOWN
+
+
+def test_release_of_a_lost_dispatch_that_finished_keeps_a_tombstone(
+        store: RedisStore, redis_client) -> None:
+    # the worker outlived its lease (slot reclaimed, record lost) and then finished
+    hold(store, "a")
+    [p] = pick(store, 1)
+    store.begin(Q, p.dispatch_id, NOW + 30_000)
+    assert store.reclaim(Q, NOW + 31_000, 10) == (0, 1)
+    assert store.release(Q, p.dispatch_id, 60) is False  # no slot to free twice
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 40_000) is BeginResult.SKIP
+    assert store.snapshot(Q)["inflight"] == 0
+
+
+def test_release_wakes_dispatchers(store: RedisStore, redis_client) -> None:
+    hold(store, "a")
+    [p] = pick(store, 1)
+    redis_client.delete(store.keys(Q).wake)
+    store.release(Q, p.dispatch_id)
+    assert redis_client.llen(store.keys(Q).wake) == 1
+    assert store.wait([Q], 0.01) == {Q}
+    assert store.wait([Q], 0.01) == set()
+
+
+def test_confirm_then_begin_runs(store: RedisStore) -> None:
+    hold(store, "a")
+    [p] = pick(store, 1)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 30_000) == []
+    assert lease_of(store, p.dispatch_id) == NOW + 30_000  # the long lease replaced the short
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000) is BeginResult.RUN
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000) is BeginResult.RUN  # redelivery
+    assert lease_of(store, p.dispatch_id) == NOW + 60_000
+    assert store.release(Q, p.dispatch_id)
+    assert store.client.zcard(store.keys(Q).leases) == 0
+
+
+def test_confirm_after_worker_already_ran_the_dispatch_is_not_stale(
+        store: RedisStore) -> None:
+    """A fast worker may begin (and even finish) a task before the dispatcher confirms."""
+    hold(store, "a")
+    hold(store, "a")
+    running, done = pick(store, 2)
+    assert store.begin(Q, running.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.begin(Q, done.dispatch_id, NOW + 30_000) is BeginResult.RUN
+    assert store.release(Q, done.dispatch_id)
+    assert store.confirm(Q, [running.dispatch_id, done.dispatch_id], NOW + 50_000) == []
+    assert store.snapshot(Q)["inflight"] == 1
+    assert lease_of(store, done.dispatch_id) is None  # no lease resurrected for it
+    assert lease_of(store, running.dispatch_id) == NOW + 30_000  # begin's lease stands
+    # nor is a dispatch whose worker began it and then died (its slot was reclaimed)
+    assert store.reclaim(Q, NOW + 30_000, 100) == (0, 1)
+    assert store.confirm(Q, [running.dispatch_id], NOW + 70_000) == []
+    assert lease_of(store, running.dispatch_id) is None
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.begin(Q, running.dispatch_id, NOW + 80_000) is BeginResult.RUN_REACQUIRED
+
+
+def test_begin_unknown_dispatch(store: RedisStore, redis_client) -> None:
+    assert store.begin(Q, "no-such-dispatch", NOW + 1_000) is BeginResult.RUN_UNKNOWN
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.client.zcard(store.keys(Q).leases) == 0
+    assert not redis_client.exists(store.keys(Q).dispatch("no-such-dispatch"))
+
+
+def test_reclaim_queued_without_bytes_is_lost(store: RedisStore, redis_client) -> None:
+    """A queued record without the message (confirmed by an older version) cannot be
+    held again: its slot comes back and the broker is left to redeliver it."""
+    hold(store, "a")
+    [p] = pick(store, 1)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 1_000) == []
+    redis_client.hdel(store.keys(Q).dispatch(p.dispatch_id), "v")
+    assert store.reclaim(Q, NOW + 1_000, 100) == (0, 1)
+    assert store.snapshot(Q)["inflight"] == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 2_000) is BeginResult.RUN_REACQUIRED
+
+
+def test_release_of_lost_dispatch_frees_nothing_twice(store: RedisStore) -> None:
+    hold(store, "a")
+    hold(store, "a")
+    [p] = pick(store, 1)
+    store.confirm(Q, [p.dispatch_id], NOW + 1_000)
+    assert store.begin(Q, p.dispatch_id, NOW + 1_000) is BeginResult.RUN  # acks early
+    assert store.reclaim(Q, NOW + 1_000, 100) == (0, 1)
+    assert store.snapshot(Q)["inflight"] == 0
+    # the task ends after its slot was reclaimed: nothing to free, no negative count
+    assert store.release(Q, p.dispatch_id) is False
+    assert store.snapshot(Q)["inflight"] == 0
+    assert snapshot_groups(store)["a"]["inflight"] == 0
+    assert store.begin(Q, p.dispatch_id, NOW + 2_000) is BeginResult.RUN_UNKNOWN
+
+
+def test_reclaim_of_a_picked_record_without_its_message_frees_the_slot(
+        store: RedisStore) -> None:
+    """A picked record that lost its bytes (damage, or an older version's repair) cannot
+    be held again: its slot comes back and the record is 'lost' (a copy the dispatcher did
+    publish runs and takes a slot again), instead of a script error after the lease was
+    removed, which leaked the slot for good."""
+    hold(store, "a", hold_id="t1")
+    hold(store, "a", hold_id="t2")
+    configure(store, cap=1)
+    (p,) = pick(store, 1, lease=1_000)
+    dk = store.keys(Q).dispatch(p.dispatch_id)
+    store.client.hdel(dk, "v")
+    assert store.reclaim(Q, NOW + 2_000, 100) == (0, 1)
+    assert store.client.hget(dk, "s") == b"lost"
+    assert store.snapshot(Q)["inflight"] == 0
+    assert [q.hold_id for q in pick(store, 10, now=NOW + 2_000)] == ["t2"]  # slot free
+    assert store.begin(Q, p.dispatch_id, NOW + 60_000, now_ms=NOW + 2_000) == \
+        BeginResult.RUN_REACQUIRED
+
+
+def test_worker_capacity_only_reads_and_registering_prunes_the_long_dead(
+        store: RedisStore, redis_client) -> None:
+    key = store.keys(Q).workers
+    now = now_ms()
+    store.register_worker(Q, "live", 4, now + 30_000, now)
+    store.register_worker(Q, "just-expired", 2, now - 1, now)
+    store.register_worker(Q, "long-dead", 8, now - PRUNE_GRACE_MS - 1_000, now)
+    # an entry written by a registration of its own is pruned by the next one
+    assert redis_client.hexists(key, "long-dead") is False
+    redis_client.hset(key, "long-dead", f"{now - PRUNE_GRACE_MS - 1_000}:8")
+    assert store.worker_capacity(Q, now) == 4  # expired workers never count
+    assert store.worker_capacity(Q, now + 30_001) == 0
+    # ... and reading wrote nothing
+    assert set(redis_client.hkeys(key)) == {b"live", b"just-expired", b"long-dead"}
+    store.register_worker(Q, "live", 4, now + 30_000, now)
+    assert set(redis_client.hkeys(key)) == {b"live", b"just-expired"}  # within the grace
+    assert store.prune_workers(Q, now) == 1
+    assert set(redis_client.hkeys(key)) == {b"live"}
+    assert store.worker_capacity(Q, now) == 4
+
+
+def test_idle_groups_are_forgotten(store: RedisStore, redis_client) -> None:
+    k = store.keys(Q)
+    hold(store, "a")
+    hold(store, "b", klass=INTERACTIVE)
+    hold(store, "c", due=NOW + 100)
+    assert set(snapshot_groups(store)) == {"a", "b", "c"}
+    got = pick(store, 10)
+    assert set(snapshot_groups(store)) == {"a", "b", "c"}  # in flight / delayed
+    assert snapshot_groups(store)["a"]["inflight"] == 1
+    for p in got:
+        store.release(Q, p.dispatch_id)
+    assert set(snapshot_groups(store)) == {"c"}  # still has a delayed message
+    assert not redis_client.exists(k.group("a"), k.group("b"))
+    store.promote(Q, NOW + 100, 10)
+    [p] = pick(store, 10, now=NOW + 100)
+    assert store.confirm(Q, [p.dispatch_id], NOW + 1_000) == []
+    assert store.begin(Q, p.dispatch_id, NOW + 1_000) is BeginResult.RUN
+    assert store.reclaim(Q, NOW + 1_000, 10) == (0, 1)  # lost with its worker
+    assert snapshot_groups(store) == {}
+    for cls in ("i", "b"):
+        assert redis_client.zcard(k.ready(cls)) == 0
+    assert list(redis_client.scan_iter(match=f"{k.prefix}:g:*")) == []
+    assert list(redis_client.scan_iter(match=f"{k.prefix}:q:*")) == []
+    assert store.snapshot(Q)["inflight"] == 0
+    # a forgotten group comes back like a new one
+    hold(store, "a")
+    assert [group_of(x) for x in pick(store, 10)] == ["a"]
+
+
+def test_no_script_scans_the_keyspace() -> None:
+    files = {str(p.relative_to(_LUA_DIR)): p.read_text(encoding="utf-8")
+             for p in sorted(_LUA_DIR.rglob("*.lua"))}
+    assert "include/common.lua" in files
+    assert {f"{name}.lua" for name in OPERATIONS} <= set(files)
+    for name in OPERATIONS:
+        files[f"{name} (assembled)"] = source(name)
+    for name, text in files.items():
+        assert not _KEYSPACE.search(text), f"{name} scans the keyspace"
+        # nor hides the command name in a variable
+        for line in text.splitlines():
+            if re.search(r"redis\s*\.\s*p?call\s*\(\s*[^'\"\s]", line):
+                pytest.fail(f"{name}: redis.call with a computed command name: {line}")
+    # the check itself works
+    assert _KEYSPACE.search("redis.call('KEYS', '*')")
+    assert _KEYSPACE.search('redis.pcall( "scan", 0)')
+
+
+def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -> None:
+    for name in OPERATIONS:
+        text = source(name)
+        assert not re.search(r"^-- @include \w+$", text, re.MULTILINE), name
+        assert (_LUA_DIR / f"{name}.lua").exists()
+    store.hold(Q, "x", value("g"), Placement("g", "b", 1, False), 0, NOW)
+    [p] = store.pick(Q, 1, None, NOW, LEASE)
+    store.confirm(Q, [p.dispatch_id], NOW + 1)
+    store.renew(Q, [p.dispatch_id], NOW + 2)
+    store.begin(Q, p.dispatch_id, NOW + 3)
+    store.reclaim(Q, NOW, 10)
+    store.promote(Q, NOW, 10)
+    store.release(Q, p.dispatch_id)
+    configure(store)
+    store.limit(Q, "g", 2)
+    store.cancel(Q, ["not-held"])
+    store.summarize(Q, ["g"])
+    store.check(Q, False, NOW, LEASE)
+    store.forget_queue(Q)
+    store.wait([Q], 0)
+    assert [n for n, s in store._scripts.items() if not redis_client.script_exists(s.sha)[0]] == []
+
+
+def test_the_quarantine_keeps_the_newest_entries_and_logs_each_one_dropped(
+        store: RedisStore, redis_client, caplog) -> None:
+    k = store.keys(Q)
+    for i in range(QUARANTINE_MAX + 3):  # values celery_fair did not write
+        redis_client.hset(k.msg, f"junk-{i}", b"garbage")
+        redis_client.rpush(k.held("b", "evil"), f"junk-{i}")
+    redis_client.zadd(k.ready("b"), {"evil": 0})
+    redis_client.sadd(k.groups, "evil")
+    hold(store, "acme", hold_id="fine")
+    caplog.set_level(logging.ERROR)
+    assert [p.hold_id for p in pick(store, 10)] == ["fine"]  # the rest was quarantined
+    assert redis_client.hlen(k.quarantine) == QUARANTINE_MAX
+    assert redis_client.hlen(k.quarantine_why) == QUARANTINE_MAX
+    assert redis_client.llen(k.quarantine_order) == QUARANTINE_MAX
+    kept = {key.decode() for key in redis_client.hkeys(k.quarantine)}
+    assert kept == {f"junk-{i}" for i in range(3, QUARANTINE_MAX + 3)}  # the newest
+    dropped = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(dropped) == 3
+    assert all(f"junk-{i} dropped" in line for i, line in enumerate(dropped))
+
+
+def test_configure_rebuilds_the_held_counters(store: RedisStore) -> None:
+    for g in ("a", "a", "b"):
+        hold(store, g)
+    store.client.delete(store.keys(Q).stat, store.keys(Q).backlog)  # e.g. an older version
+    configure(store)
+    _assert_counters_exact(store)
+    assert store.top_groups(Q, 5) == [("a", 2), ("b", 1)]
+
+
+@pytest.mark.parametrize("placement, error", [
+    (["acme", "x", "1", "0"], "placement is out of range"),  # class
+    (["", "b", "1", "0"], "placement is out of range"),  # group
+    (["acme", "b", "inf", "0"], "placement is out of range"),  # cost
+    (["other", "b", "1", "0"], "prefix is not envelope.py's encoding"),  # not the value's
+    (["acme", "i", "1", "0"], "prefix is not envelope.py's encoding"),
+    (["acme", "b", "2", "0"], "prefix is not envelope.py's encoding"),
+    (["acme", "b", "1", "1"], "prefix is not envelope.py's encoding"),
+], ids=repr)
+def test_hold_lua_refuses_a_placement_out_of_range_or_not_the_values_and_writes_nothing(
+        store: RedisStore, redis_client: redis.Redis, placement: list[str],
+        error: str) -> None:
+    # What RedisStore.hold checks first, the script checks again: pick and the others
+    # read the placement back from the value, so the two must never disagree.
+    hold(store, "acme")
+    before = {key: redis_client.dump(key) for key in redis_client.scan_iter(
+        match=f"{store.namespace}:*")}
+    with pytest.raises(redis.ResponseError, match=re.escape(error)):
+        store._scripts["hold"](keys=[store.keys(Q).prefix],
+                               args=["x", value("acme"), 0, NOW, *placement])
+    after = {key: redis_client.dump(key) for key in redis_client.scan_iter(
+        match=f"{store.namespace}:*")}
+    assert after == before
