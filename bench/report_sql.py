@@ -77,36 +77,50 @@ def _run_line(store: str) -> str:
 
 #: What limits the SQL store where it misses a target (profiled: see the issue's notes).
 LIMITS: list[str] = [
-    "Profiled on PostgreSQL with `python -m bench.profile hold|dispatch --store "
-    "postgresql` (cProfile; the machine loaded by other jobs, so read the shares, not "
-    "the seconds). The store was measured as it is, not tuned.", "",
-    "- **hold**: a fair `delay()` is one transaction of three statements (lock the group "
-    "row, `unit.lock_groups`; insert the message, `insert_ignore`; update the group and "
-    "ready rows, `unit._flush_groups`) plus BEGIN and COMMIT, where plain `delay()` is "
-    "one AMQP publish. 1,000 holds: 15.2 s, of which `engine.transaction` 13.4 s "
-    "(`lock_groups` 5.8, `_flush_groups` 2.8, `_insert_message` 2.3, BEGIN/COMMIT the "
-    "rest) and psycopg waiting on the server 9.5 s; SQLAlchemy's statement compiling and "
-    "cache keys ~1 s. So round trips to the database, not CPU, set the rate: the client "
-    "CPU per hold is ~1.5 ms against plain's ~0.3 ms, the server's ~0.4 ms.",
+    "At commit 77172a2 no target was met on any of the three databases. Profiled on "
+    "PostgreSQL at that commit (the store with its statements built "
+    "once, `store/sql/statements.py`) with `python -m bench.profile hold|dispatch|pick "
+    "--store postgresql` (cProfile). The store was measured as it is, not tuned.", "",
+    "- **hold**: a fair `delay()` is BEGIN, three statements (lock the group row, "
+    "`unit.lock_groups`; insert the message; update the group and ready rows, "
+    "`unit._flush_groups`) and COMMIT: five round trips to the database (5,006 psycopg "
+    "waits for 1,000 holds), where plain `delay()` is one AMQP publish without a "
+    "confirm. 1,000 holds: 2.7 s, of which `engine.transaction` 2.0 s (`lock_groups` "
+    "0.6, COMMIT 0.7, the insert 0.34) and psycopg waiting on the server 1.5 s; the "
+    "client's own work is small (statement compiling is gone). Fewer round trips per "
+    "hold (one statement, or psycopg's pipeline mode for the three) is what would move "
+    "the ratio.",
     "- **dispatch**: on RabbitMQ the dispatcher publishes with a publisher confirm per "
     "message, waited for one at a time (`amqp` `basic_publish_confirm`). 3,000 "
-    "dispatches: 24.3 s, of which publishing 15.6 s (14.0 s in `basic_publish_confirm`, "
-    "9.5 s of it reading the confirm), the store's pick 7.8 s (`_Picking._pop`, a SELECT "
-    "per group, 4.2 s) and confirm the rest. The broker's confirms bound it before the "
-    "store does; plain kombu publish without confirms does several times the rate.",
+    "dispatches: 8.8 s, of which publishing 5.9 s (5.1 s in `basic_publish_confirm`, "
+    "most of it `recv` of the confirm) and the store's pick 2.7 s (`_Picking._write`, "
+    "the 500 deletes and 500 inserts, 1.6 s). RabbitMQ's confirms, one at a time, bound "
+    "the dispatcher before the store does: plain kombu publish without confirms does "
+    "8-38x the rate on the same broker.",
     "- **pick_groups**: `python -m bench.profile pick --groups 2000 -n 1000`: two picks "
-    "of 500 took 3.7 s, of which `_Picking._pop` 2.3 s (a SELECT of its own per group "
-    "read: with many groups, one per message) and `_Picking._head` 0.74 s (each message "
-    "taken scans every head read: 500 x 500 key calls per pick). And that SELECT's plan "
-    "goes wrong: psycopg prepares a statement after 5 runs, and PostgreSQL's generic plan "
-    "for it (`SET plan_cache_mode = force_generic_plan`, then `EXPLAIN ANALYZE EXECUTE`) "
-    "uses the index `fair_messages_due` (ns, queue) and filters every message of the "
-    "queue (1,192 rows removed to read one group of 50), where the custom plan uses "
-    "`fair_messages_list`. Each group's read then costs O(messages in the queue): ~7 ms "
-    "of the database's CPU per message with 10,000 groups.",
-    "- **end_to_end**: a fair task adds the hold, a pick and confirm in the dispatcher, "
-    "and `begin` and `release` transactions in the worker: the CPU per task columns "
-    "show where.",
+    "of 500 took 2.9 s: `_Picking._write` 1.3 s, `_Picking._pop` 0.77 s (a SELECT of "
+    "its own per group read: with many groups, one per message) and `_Picking._head` "
+    "0.52 s (each message taken scans every head read: 500 x 500 key calls per pick). "
+    "And on PostgreSQL the per-group SELECT's plan goes wrong on a table filled since "
+    "its last ANALYZE (a new database here; any burst in production): with 20,000 "
+    "messages in 10,000 groups and no statistics yet, both the custom and the generic "
+    "plan read one group through the index `fair_messages_due` (ns, queue), filtering "
+    "19,998 rows (12 ms), where `fair_messages_list` takes 0.03 ms (after `ANALYZE "
+    "fair_messages`). So each group's read costs O(messages in the queue): ~8 ms of the "
+    "database's CPU per picked message with 10,000 groups; it also hits 10 groups when "
+    "the plan goes that way (the run below: 528 picks/s at 10 groups, 4,592 in an "
+    "earlier run). Making `fair_messages_due` partial (`WHERE due_ms IS NOT NULL`: only "
+    "delayed messages have a due time) left the planner `fair_messages_list` even "
+    "without statistics (0.06 ms; checked by hand on such a table, whose CREATE INDEX "
+    "also refreshed its row count).",
+    "- **end_to_end**: on MariaDB and SQLite a dispatcher in another process learns of "
+    "a release only by looking again every 0.1 s (`wakes.POLL_SECONDS`: they have no "
+    "NOTIFY), taking at most the queue's capacity then (8 worker slots + 2 ahead): at "
+    "most ~100 tasks/s, whatever the store's speed. On PostgreSQL (NOTIFY) a sampling "
+    "profile (py-spy, 2,000 tasks) puts the worker's time in `release` (35 %) and "
+    "`begin` (17 %) transactions and the dispatcher's in its store calls (73 %: pick, "
+    "promote, confirm, each its own transaction per step of a few messages) and "
+    "RabbitMQ confirms; the CPU per task columns give the totals.",
 ]
 
 
