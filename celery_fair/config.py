@@ -34,8 +34,11 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("fair_store_url", None,
-            "Redis URL of the holding store. Default: the broker URL when it is Redis."),
-    Setting("fair_key_prefix", "fair", "Prefix of every Redis key celery_fair writes."),
+            "URL of the holding store: Redis (redis://, rediss://, unix://) or a SQL "
+            "database (postgresql://, mysql://, mariadb://, sqlite:///; run `fair migrate` "
+            "first). Default: the broker URL when it is Redis."),
+    Setting("fair_key_prefix", "fair", "Namespace of the store: prefix of every Redis key, "
+            "and the namespace column of every SQL row, celery_fair writes."),
     Setting("fair_default_group", "default",
             "Group of a fair task whose group cannot be resolved otherwise."),
     Setting("fair_default_concurrency", None,

@@ -1,7 +1,7 @@
 """The numbers a user gives celery_fair: caps, weights, costs. One validator per kind.
 
-Every entry point (settings, ``celery fair limit``, :meth:`RedisStore.limit`,
-:meth:`RedisStore.configure`, task options) goes through these functions, so a value
+Every entry point (settings, ``celery fair limit``, :meth:`Store.limit`,
+:meth:`Store.configure`, task options) goes through these functions, so a value
 accepted in one place is accepted everywhere, and the Lua scripts (``common.lua``
 ``valid_cap``/``valid_weight``, the same bounds) refuse what slipped past them. A NaN or
 an infinity stored once would poison the virtual-time arithmetic of every later pick.

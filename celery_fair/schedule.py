@@ -4,7 +4,7 @@ A step costs a store round trip per queue, so a dispatcher that knows many queue
 not step them all for every wake-up (that made each task cost O(queues)). A queue is
 stepped when:
 
-- a wake marker names it (a hold, a release, a worker coming up: ``RedisStore.wait``);
+- a wake marker names it (a hold, a release, a worker coming up: ``Store.wait``);
 - its last step took a full batch (more is waiting);
 - its next delayed message is due, or its capacity changed;
 - ``SWEEP_SECONDS`` passed since its last step: leases of dead workers expire without a

@@ -28,9 +28,6 @@ LONGEST = 3 * (0.3 + 0.3) + 2 * 1.0
 CUT = 8.0
 
 
-@pytest.mark.xfail(strict=True, reason="SQL store bug: make_engine (store/sql/engine.py) "
-                   "gives psycopg only connect_timeout, so fair_store_socket_timeout is not "
-                   "applied on PostgreSQL and a command waits out the whole cut")
 def test_a_postgresql_store_that_stops_answering_fails_within_the_bound(
         sql_url: Callable[[str], str]) -> None:
     url = make_url(sql_url("postgresql"))

@@ -25,6 +25,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
 from ...errors import ConfigurationError, StoreConnectionError, StoreError, StoreUnreachable
 from ...redact import safe_url
 from ..connection import Bounds
+from .watchdog import WATCHDOG
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -61,7 +62,13 @@ def make_engine(url: str, bounds: Bounds) -> Engine:
     options: dict[str, Any] = {"pool_size": 10, "max_overflow": 20}
     connect: dict[str, Any] = {}
     if backend == "postgresql":
-        connect = {"connect_timeout": max(1, int(bounds.connect_timeout))}
+        # libpq has no read timeout: TCP keepalives find a peer that went silent (a
+        # network partition) within about fair_store_socket_timeout + 3 s, and
+        # tcp_user_timeout a peer that stopped acknowledging what was sent.
+        idle = max(1, int(bounds.socket_timeout))
+        connect = {"connect_timeout": max(1, int(bounds.connect_timeout)), "keepalives": 1,
+                   "keepalives_idle": idle, "keepalives_interval": 1, "keepalives_count": 3,
+                   "tcp_user_timeout": int(bounds.socket_timeout * 1000)}
     elif backend in ("mysql", "mariadb"):
         options["isolation_level"] = "READ COMMITTED"
         connect = {"connect_timeout": max(1, int(bounds.connect_timeout)),
@@ -117,15 +124,16 @@ def retryable(exc: DBAPIError) -> bool:
 
 
 def transaction(engine: Engine, where: str, work: Callable[[Connection], T],
-                retries: int = 3) -> T:
+                retries: int = 3, timeout: float | None = None) -> T:
     """Run ``work`` in one transaction; again, from the start, when it lost a deadlock or
     its connection broke before the commit (a transaction never committed changed
     nothing, so running it again is safe; pooled connections are not pinged first, which
-    would cost a round trip per transaction).
+    would cost a round trip per transaction). On PostgreSQL a transaction still running
+    after ``timeout`` seconds has its connection shut (``watchdog.py``).
 
     Raises:
         StoreUnreachable: the database could not be reached, or every try broke before
-            its commit: nothing was changed.
+            its commit, or did not answer in time: nothing was changed.
         StoreConnectionError: the connection broke at the commit: the transaction may
             have committed (its reply lost).
         StoreError: any other database error.
@@ -141,27 +149,56 @@ def transaction(engine: Engine, where: str, work: Callable[[Connection], T],
             time.sleep(min(1.0, 0.05 * 2 ** broken))
             continue
         with conn:
+            ticket = _arm(conn, timeout)
             try:
-                trans = conn.begin()
-                result = work(conn)
-            except DBAPIError as exc:
-                if exc.connection_invalidated or _disconnect(exc):
-                    broken += 1
-                    if broken > retries:
-                        raise StoreUnreachable(f"store {where}: {_first_line(exc)}; nothing "
-                                               "was changed") from exc
-                    continue
-                if not retryable(exc) or attempt >= DEADLOCK_TRIES - 1:
-                    raise StoreError(f"store {where}: {_first_line(exc)}") from exc
-                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-                continue
-            try:
-                trans.commit()
-            except DBAPIError as exc:
-                raise StoreConnectionError(f"store {where}: {_first_line(exc)} at the "
-                                           "commit") from exc
-            return result
+                phase, outcome = _once(conn, work)
+            finally:
+                late = ticket is not None and WATCHDOG.disarm(ticket)
+        if phase == "done":
+            return outcome  # type: ignore[no-any-return]
+        failure: DBAPIError = outcome
+        if late:
+            error = StoreUnreachable if phase == "work" else StoreConnectionError
+            raise error(f"store {where}: no answer within {timeout}s "
+                        "(fair_store_socket_timeout)" + _AT[phase]) from failure
+        if phase == "commit":
+            raise StoreConnectionError(f"store {where}: {_first_line(failure)}{_AT[phase]}") \
+                from failure
+        if failure.connection_invalidated or _disconnect(failure):
+            broken += 1
+            if broken > retries:
+                raise StoreUnreachable(f"store {where}: {_first_line(failure)}{_AT[phase]}") \
+                    from failure
+            continue
+        if not retryable(failure) or attempt >= DEADLOCK_TRIES - 1:
+            raise StoreError(f"store {where}: {_first_line(failure)}") from failure
+        time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
     raise StoreError(f"store {where}: gave up after {DEADLOCK_TRIES} deadlocks")
+
+
+_AT = {"work": "; nothing was changed", "commit": " at the commit: it may have committed"}
+
+
+def _once(conn: Connection, work: Callable[[Connection], T]) -> tuple[str, Any]:
+    """One try: ("done", result), or (the phase that failed, its DBAPIError)."""
+    try:
+        trans = conn.begin()
+        result = work(conn)
+    except DBAPIError as exc:
+        return "work", exc
+    try:
+        trans.commit()
+    except DBAPIError as exc:
+        return "commit", exc
+    return "done", result
+
+
+def _arm(conn: Connection, timeout: float | None) -> int | None:
+    """Watch a PostgreSQL connection for ``timeout`` seconds (libpq has no read timeout;
+    the other drivers time out reads themselves)."""
+    if timeout is None or conn.dialect.name != "postgresql":
+        return None
+    return WATCHDOG.arm(conn.connection.dbapi_connection.fileno(), timeout)  # type: ignore
 
 
 def _disconnect(exc: DBAPIError) -> bool:

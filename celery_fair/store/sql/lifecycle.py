@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import collections
 from typing import Any
 
 from sqlalchemy import Connection, and_, func, select, update
@@ -17,15 +16,14 @@ from ...policy.decisions import (
     QUEUED,
     RUNNING,
     SUPERSEDED,
-    advance,
     copy_id,
-    dispatch_id,
     may_release,
     requeues,
     skip_copy,
     task_of,
 )
 from ..models import BeginAnswer, BeginResult, Picked
+from .picking import Picking
 from .statements import Statements
 from .unit import Unit
 
@@ -131,7 +129,7 @@ class Lifecycle:
             want = min(want, capacity - self.inflight(conn, queue))
         out: list[Picked] = []
         if want > 0:
-            out = _Picking(self, u, want, now_ms + lease_ms, token).run()
+            out = Picking(self.s, u, want, now_ms + lease_ms, token).run()
         u.flush()
         return out
 
@@ -306,69 +304,3 @@ class Lifecycle:
             m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None))).scalar()
         u.flush()
         return len(due), None if nxt is None else int(nxt)
-
-
-class _Picking:
-    """One pick's loop (``FairQueue.pick``) over the ready sets' heads it read."""
-
-    def __init__(self, life: Lifecycle, u: Unit, want: int, deadline_ms: int,
-                 token: str) -> None:
-        self.life, self.u, self.want, self.deadline = life, u, want, deadline_ms
-        self.token = token
-        # Groups past the first `want` of a ready set cannot be reached by `want` picks:
-        # each pick moves one group back, and an untouched group read stays ahead.
-        self.heads = {k: dict(u.head_of_ready(k, want)) for k in ("i", "b")}
-        self.lists: dict[tuple[str, str], collections.deque[Any]] = {}
-        self.records: list[dict[str, Any]] = []
-
-    def _head(self) -> tuple[str, str, float] | None:
-        for klass in ("i", "b"):
-            live = {g: t for g, t in self.heads[klass].items()
-                    if self.u.ready.get((klass, g)) is not None}
-            if live:
-                g = min(live, key=lambda n: (self.u.ready[(klass, n)], n.encode()))
-                return klass, g, self.u.ready[(klass, g)]  # type: ignore[return-value]
-        return None
-
-    def run(self) -> list[Picked]:
-        u = self.u
-        out: list[Picked] = []
-        taken: list[str] = []
-        u.lock_groups(g for k in self.heads for g in self.heads[k])
-        u.load_limits(g for k in self.heads for g in self.heads[k])
-        while len(out) < self.want and (head := self._head()) is not None:
-            klass, g, tag = head
-            msg = self._pop(klass, g)
-            row = u.groups[g]
-            assert row is not None
-            u.set_vt(klass, tag)
-            row[f"tag_{klass}"] = advance(tag, msg.cost, u.weight(g))
-            row["inflight"] += 1
-            row[f"held_{klass}"] -= 1
-            did = dispatch_id(self.token, u.q["picks"], len(out) + 1)
-            taken.append(msg.hold_id)
-            out.append(Picked(did, msg.hold_id, bytes(msg.value)))
-            self._record(did, msg, klass, g)
-            u.refresh(g)
-        self._write(taken)
-        return out
-
-    def _pop(self, klass: str, g: str) -> Any:
-        key = (klass, g)
-        if not self.lists.get(key):
-            self.lists[key] = collections.deque(self.life.s.run(self.u.conn, "message_heads", {
-                **self.u.key, "klass": klass, "grp": g, "n": self.want}))
-        return self.lists[key].popleft()
-
-    def _record(self, did: str, msg: Any, klass: str, g: str) -> None:
-        self.records.append({**self.u.key, "did": did, "state": PICKED, "hold_id": msg.hold_id,
-                             "task_id": task_of(msg.hold_id), "grp": g, "klass": klass,
-                             "cost": msg.cost, "front": msg.front, "value": msg.value,
-                             "kept": False, "runner": "", "lease_ms": self.deadline,
-                             "expires_ms": None})
-
-    def _write(self, taken: list[str]) -> None:
-        if taken:
-            s = self.life.s
-            s.run(self.u.conn, "message_drop", [{**self.u.key, "hold_id": h} for h in taken])
-            s.run(self.u.conn, "dispatch_new", self.records)

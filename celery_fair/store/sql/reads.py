@@ -47,10 +47,12 @@ class SqlReads:
     where: str
     wakes: Any
     retries: int
+    timeout: float
 
     def _read(self, what: str, work: Callable[[Connection], T]) -> T:
         self.require_schema()
-        return transaction(self.engine, f"{self.where}: {what}", work, self.retries)
+        return transaction(self.engine, f"{self.where}: {what}", work, self.retries,
+                           self.timeout)
 
     _schema_ok = False
 

@@ -23,7 +23,6 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
-    or_,
     select,
     update,
 )
@@ -76,6 +75,19 @@ class Statements:
         self.t = t
         self._compiled: dict[tuple[str, str], tuple[str, tuple[str, ...] | None,
                                                     dict[str, Any]]] = {}
+        self._core: dict[tuple[str, str], Any] = {}
+
+    def many(self, conn: Connection, name: str, rows: list[dict[str, Any]]) -> None:
+        """Run statement ``name`` (an INSERT) once for all ``rows``: through SQLAlchemy,
+        whose "insertmanyvalues" sends them as one multi-row statement where the driver
+        would send one statement a row."""
+        if not rows:
+            return
+        key = (name, conn.dialect.name)
+        stmt = self._core.get(key)
+        if stmt is None:
+            stmt = self._core[key] = getattr(self, "_" + name)(conn.dialect.name)
+        conn.execute(stmt, rows)
 
     def run(self, conn: Connection, name: str, params: dict[str, Any] | list[dict[str, Any]]
             ) -> CursorResult[Any]:
@@ -136,6 +148,10 @@ class Statements:
         return update(g).where(g.c.ns == bindparam("ns"), g.c.queue == bindparam("queue"),
                                g.c.grp == bindparam("b_grp")).values(_values(GROUP_COLUMNS))
 
+    def _groups_save(self, d: str) -> Any:
+        """Many groups' rows at once: an upsert of rows that exist is an update."""
+        return upserting(d, self.t.groups, lambda new: {c: new[c] for c in GROUP_COLUMNS})
+
     def _group_drop(self, _: str) -> Any:
         return delete(self.t.groups).where(_mine(self.t.groups, "grp"))
 
@@ -148,8 +164,7 @@ class Statements:
         return delete(self.t.ready).where(_mine(self.t.ready, "klass", "grp"))
 
     def _ready_put(self, d: str) -> Any:
-        return upserting(d, self.t.ready, lambda new: {"tag": new.tag}).values(
-            _values(("ns", "queue", "klass", "grp", "tag")))
+        return upserting(d, self.t.ready, lambda new: {"tag": new.tag})
 
     def _count_add(self, d: str) -> Any:
         n = self.t.counters.c.n
@@ -175,8 +190,8 @@ class Statements:
 
     def _message_heads(self, _: str) -> Any:
         m = self.t.messages.c
-        return select(m.hold_id, m.cost, m.front, m.value).where(
-            _mine(self.t.messages, "klass", "grp"), m.seq.is_not(None)
+        return select(m.hold_id, m.cost, m.front, m.value, m.seq).where(
+            _mine(self.t.messages, "klass", "grp"), m.seq > bindparam("after")
         ).order_by(m.seq).limit(bindparam("n"))
 
     def _first_due(self, _: str) -> Any:
@@ -191,7 +206,7 @@ class Statements:
                                                ).with_for_update()
 
     def _dispatch_new(self, _: str) -> Any:
-        return insert(self.t.dispatches).values(_values(("ns", "queue", *DISPATCH_COLUMNS)))
+        return insert(self.t.dispatches)
 
     def _dispatch_drop(self, _: str) -> Any:
         return delete(self.t.dispatches).where(_mine(self.t.dispatches, "did"))
@@ -199,8 +214,7 @@ class Statements:
     def _inflight(self, _: str) -> Any:
         d = self.t.dispatches
         live: list[Any] = [literal_column(f"'{state}'") for state in LIVE]  # no expanding IN
-        return select(func.count()).select_from(d).where(_mine(d), or_(
-            *(d.c.state == state for state in live)))
+        return select(func.count()).select_from(d).where(_mine(d), d.c.state.in_(live))
 
     def dispatch_set(self, conn: Connection, params: dict[str, Any]) -> None:
         """Set the columns of ``params`` (but its keys) of one dispatch."""

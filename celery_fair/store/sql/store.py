@@ -54,9 +54,9 @@ class SqlStore(SqlInspecting, Store):
 
     def __init__(self, engine: Engine, namespace: str = "fair",
                  table_prefix: str = DEFAULT_PREFIX, where: str = "",
-                 wakes: Wakes | None = None, retries: int = 3) -> None:
+                 wakes: Wakes | None = None, retries: int = 3, timeout: float = 5.0) -> None:
         self.engine = engine
-        self.retries = retries
+        self.retries, self.timeout = retries, timeout
         self.namespace = namespace
         self.where = where or safe_url(engine.url.render_as_string(hide_password=True))
         self.t = Tables(table_prefix)
@@ -71,12 +71,13 @@ class SqlStore(SqlInspecting, Store):
         """A store on the database at ``url`` (its schema must be current: ``fair
         migrate``)."""
         bounds = bounds or Bounds()
-        return cls(make_engine(url, bounds), namespace, table_prefix, retries=bounds.retries)
+        return cls(make_engine(url, bounds), namespace, table_prefix, retries=bounds.retries,
+                   timeout=bounds.socket_timeout)
 
     def _do(self, name: str, queue: str, work: Callable[[Connection], T]) -> T:
         self.require_schema()
         return transaction(self.engine, f"{self.where}: {name} on {queue!r}", work,
-                           self.retries)
+                           self.retries, self.timeout)
 
     def _wake_if(self, queue: str, woken: bool) -> None:
         """After a transaction that woke ``queue`` (it notified other processes)."""

@@ -16,13 +16,12 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Table, func, insert, select
-from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy import Connection, Table, delete, func, select
 
 from ...policy.decisions import CLASSES, entry_tag, in_force
 from ...policy.decisions import eligible as _eligible
 from .schema import Tables
-from .statements import GROUP_COLUMNS, Statements
+from .statements import GROUP_COLUMNS, Statements, insert_ignoring, upserting
 
 COUNTER_SHARDS = 16
 
@@ -31,15 +30,8 @@ def insert_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) ->
     """Insert ``rows``, leaving any whose key exists alone; returns how many were new."""
     if not rows:
         return 0
-    name = conn.dialect.name
-    stmt: Any
-    if name == "postgresql":
-        stmt = postgresql.insert(table).on_conflict_do_nothing()
-    elif name == "sqlite":
-        stmt = sqlite.insert(table).on_conflict_do_nothing()
-    else:
-        stmt = insert(table).prefix_with("IGNORE")
-    if name == "postgresql" and len(rows) == 1:  # psycopg's rowcount: -1 here
+    stmt = insert_ignoring(conn.dialect.name, table)
+    if conn.dialect.name == "postgresql" and len(rows) == 1:  # psycopg's rowcount: -1 here
         return len(conn.execute(stmt.returning(table.c.ns), rows[0]).all())
     return int(conn.execute(stmt, rows[0] if len(rows) == 1 else rows).rowcount)
 
@@ -47,19 +39,10 @@ def insert_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) ->
 def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]],
            columns: Iterable[str]) -> None:
     """Insert ``rows``, or set ``columns`` of those whose key exists."""
-    if not rows:
-        return
-    cols = list(columns)
-    name = conn.dialect.name
-    keys = [c.name for c in table.primary_key.columns]
-    if name in ("postgresql", "sqlite"):
-        stmt: Any = (postgresql.insert(table) if name == "postgresql" else sqlite.insert(table))
-        stmt = stmt.on_conflict_do_update(index_elements=keys,
-                                          set_={c: stmt.excluded[c] for c in cols})
-    else:
-        stmt = mysql.insert(table)
-        stmt = stmt.on_duplicate_key_update({c: stmt.inserted[c] for c in cols})
-    conn.execute(stmt, rows)
+    if rows:
+        cols = list(columns)
+        conn.execute(upserting(conn.dialect.name, table,
+                               lambda new: {c: new[c] for c in cols}), rows)
 
 
 class Unit:
@@ -301,10 +284,13 @@ class Unit:
             self.s.run(self.conn, "notify", {"channel": self.notify, "payload": self.queue})
 
     def _flush_groups(self) -> None:
-        rows = [{**self.key, "b_grp": g, **{c: row[c] for c in GROUP_COLUMNS}}
-                for g, row in self.groups.items() if row is not None]
-        if rows:
-            self.s.run(self.conn, "group_save", rows)
+        rows = [row for row in self.groups.values() if row is not None]
+        if len(rows) == 1:
+            row = rows[0]
+            self.s.run(self.conn, "group_save", {**self.key, "b_grp": row["grp"],
+                                                 **{c: row[c] for c in GROUP_COLUMNS}})
+        elif rows:
+            self.s.many(self.conn, "groups_save", rows)
 
     def _flush_ready(self) -> None:
         gone: dict[str, list[str]] = {}
@@ -315,12 +301,12 @@ class Unit:
                 gone.setdefault(klass, []).append(g)
             elif tag is not None and tag != before:
                 put.append({**self.key, "klass": klass, "grp": g, "tag": tag})
-        drop = [{**self.key, "klass": k, "grp": g} for k, names in gone.items()
-                for g in sorted(names)]
-        if drop:
-            self.s.run(self.conn, "ready_drop", drop)
-        if put:
-            self.s.run(self.conn, "ready_put", put)
+        t = self.t.ready
+        for klass, names in gone.items():
+            for chunk in _chunks(sorted(names), 500):
+                self.conn.execute(delete(t).where(t.c.ns == self.ns, t.c.queue == self.queue,
+                                                  t.c.klass == klass, t.c.grp.in_(chunk)))
+        self.s.many(self.conn, "ready_put", put)
 
 
 def counter_totals(conn: Connection, t: Tables, ns: str, queue: str) -> dict[str, int]:

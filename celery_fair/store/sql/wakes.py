@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 #: How often a dispatcher on a database without notifications looks again (seconds).
 POLL_SECONDS = 0.1
+#: Longest a look waits for a notification this store sent (PostgreSQL delivers it
+#: asynchronously, normally within a millisecond).
+OWN_NOTICE_SECONDS = 0.25
 
 
 class Wakes:
@@ -77,6 +80,7 @@ class NotifyWakes(Wakes):
         self.notice = self.channel
         self._listener: Any = None
         self._lock = threading.Lock()
+        self._expected: dict[str, float] = {}  # queue -> when this store notified it
 
     def wake(self, queue: str) -> None:
         with self.engine.connect() as conn:
@@ -84,7 +88,11 @@ class NotifyWakes(Wakes):
             conn.commit()
 
     def wake_here(self, queue: str) -> None:
-        """Nothing: the transaction's notification wakes this process too."""
+        """A transaction of this store notified ``queue``: the notification wakes this
+        process too, a moment later; until it arrives a look at the queue (timeout 0)
+        waits for it, up to :data:`OWN_NOTICE_SECONDS` (read your own wake-ups)."""
+        with self._cond:
+            self._expected[queue] = time.monotonic()
 
     def listen(self) -> None:
         """Start listening (a store does before its first transaction, so a wake-up it
@@ -105,7 +113,7 @@ class NotifyWakes(Wakes):
 
     def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
         names = set(queues)
-        deadline = time.monotonic() + max(timeout, 0.0)
+        deadline = time.monotonic() + max(timeout, self._own_notice(names))
         with self._lock:
             while not (found := self._take(names)):
                 left = deadline - time.monotonic()
@@ -119,10 +127,24 @@ class NotifyWakes(Wakes):
                     self.close()
                     time.sleep(min(max(left, 0.0), 1.0))
                     return names
-                self._woken |= {n.payload for n in notices}
+                with self._cond:
+                    for notice in notices:
+                        self._woken.add(notice.payload)
+                        self._expected.pop(notice.payload, None)
                 if left <= 0:
                     return self._take(names)
         return found
+
+    def _own_notice(self, names: set[str]) -> float:
+        """How long to wait for a notification this store sent to one of ``names`` and
+        has not received yet (0: none in flight)."""
+        now = time.monotonic()
+        with self._cond:
+            for queue, sent in list(self._expected.items()):
+                if now - sent > OWN_NOTICE_SECONDS:
+                    del self._expected[queue]  # lost with a listener: never wait for it
+            pending = [sent for queue, sent in self._expected.items() if queue in names]
+        return max((sent + OWN_NOTICE_SECONDS - now for sent in pending), default=0.0)
 
     def close(self) -> None:
         listener, self._listener = self._listener, None
