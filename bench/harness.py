@@ -1,7 +1,8 @@
 """What every benchmark shares: its own redis-server, apps, workers, timing and output.
 
-Each scenario runs plain Celery and celery-fair in the same process on the same Redis,
-so the figures that matter are ratios measured in one run, not absolute rates.
+Each scenario runs plain Celery and celery-fair in the same process on the same broker
+(the run's Redis; RabbitMQ with a SQL store: ``sqlstores.py``), so the figures that
+matter are ratios measured in one run, not absolute rates.
 """
 
 from __future__ import annotations
@@ -26,26 +27,71 @@ from celery_fair import FairTask
 from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.envelope import Envelope
+from celery_fair.store.base import Placement, Store
 from celery_fair.store.redis import RedisStore
 from celery_fair.task import store_for
 from celery_fair.testing import RedisServer
+
+from .sqlstores import Database, RabbitVhost, process_cpu, server_delta
 
 RESULTS = Path(__file__).parent / "results"
 
 
 class Bench:
-    """One benchmark run: a redis-server and a fresh namespace per app."""
+    """One benchmark run: a redis-server (and with a SQL ``store``, a RabbitMQ virtual
+    host and a database of its own), and a fresh namespace per app."""
 
-    def __init__(self, quick: bool = False, reps: int = 3, e2e_tasks: int = 10_000) -> None:
-        self.quick = quick
+    def __init__(self, quick: bool = False, reps: int = 3, e2e_tasks: int = 10_000,
+                 store: str = "redis", smoke: bool = False) -> None:
+        self.quick = quick or smoke
+        self.smoke = smoke
         self.reps = reps
         self.e2e_tasks = e2e_tasks
+        self.store = store
         self.server = RedisServer()
         self.url = self.server.url + "/0"
         self.redis = redis.Redis.from_url(self.url)
+        self.vhost: RabbitVhost | None = None
+        self.database: Database | None = None
+        self._apps: list[Celery] = []
+        if store != "redis":
+            self.vhost = RabbitVhost("fair-bench-")
+            self.database = Database(store)
+
+    def size(self, full: int, quick: int, smoke: int | None = None) -> int:
+        """A workload's size: ``smoke`` (only that the scenario runs: the tests), quick or
+        full."""
+        if self.smoke and smoke is not None:
+            return smoke
+        return quick if self.quick else full
+
+    @property
+    def sql(self) -> bool:
+        return self.database is not None
 
     def close(self) -> None:
-        self.server.stop()
+        try:
+            self.forget()
+            if self.database is not None:
+                self.database.drop()
+        finally:
+            if self.vhost is not None:
+                self.vhost.delete()
+            self.server.stop()
+
+    def forget(self) -> None:
+        """Close the stores of the apps made so far: each SQL store has a connection pool
+        of its own, and the database server is shared with other jobs."""
+        for app in self._apps:
+            store_for(app).close()
+        self._apps.clear()
+
+    def _transport(self) -> dict[str, Any]:
+        """Broker, result backend and store settings of an app on this run's store."""
+        if self.vhost is None or self.database is None:
+            return {"broker": self.url, "backend": self.url, "conf": {}}
+        return {"broker": self.vhost.url, "backend": None,
+                "conf": {"fair_store_url": self.database.url}}
 
     def app(self, **conf: Any) -> Celery:
         """A Celery app on this run's Redis with a plain and a fair no-op-ish task.
@@ -54,11 +100,14 @@ class Bench:
         time under the tenant, optionally sleep.
         """
         ns = "b" + uuid.uuid4().hex[:8]
-        app = Celery("bench", broker=self.url, backend=self.url, set_as_current=False)
+        where = self._transport()
+        app = Celery("bench", broker=where["broker"], backend=where["backend"],
+                     set_as_current=False)
         app.conf.update(task_default_queue="q-" + ns, fair_key_prefix=ns,
                         worker_prefetch_multiplier=1, worker_hijack_root_logger=False,
-                        result_expires=600, **conf)
+                        result_expires=600, **where["conf"], **conf)
         reset_config(app)
+        self._apps.append(app)
         r = self.redis
 
         def body(tenant: str, sleep: float = 0.0) -> None:
@@ -74,6 +123,17 @@ class Bench:
         app.task(name="proj.fair", base=FairTask, fair_group="tenant", shared=False)(body)
         app.ns = ns  # type: ignore[attr-defined]
         return app
+
+    def drop_queue(self, app: Celery, queue: str) -> None:
+        """Delete a broker queue a scenario filled (its messages would stay otherwise)."""
+        if self.vhost is None:
+            self.redis.delete(queue)
+            return
+        with app.connection_for_write() as conn:
+            conn.default_channel.queue_delete(queue)
+
+    def server_cpu(self) -> dict[int, float] | None:
+        return self.database.cpu.seconds() if self.database is not None else None
 
     def done(self, app: Celery) -> int:
         return int(self.redis.get(f"{app.ns}:done") or 0)
@@ -129,20 +189,49 @@ def _dispatch(app: Celery, kw: dict[str, Any]) -> None:
 
 
 def captured_envelope(app: Celery, args: tuple[Any, ...] = ("t",)) -> Envelope:
-    """The envelope celery-fair holds for one real ``proj.fair`` call with ``args``."""
+    """The envelope celery-fair holds for one real ``proj.fair`` call with ``args`` (held,
+    then taken back with ``cancel``, so nothing of it is left to dispatch)."""
     store = store_for(app)
-    app.tasks["proj.fair"].apply_async(args, ignore_result=True, fair_group="capture")
-    queue = app.conf.task_default_queue
-    k = store.keys(queue)
-    hold_id, value = next(iter(store.client.hgetall(k.msg).items()))
-    store.client.delete(k.msg, k.held("b", "capture"), k.ready("b"), k.group("capture"),
-                        k.groups)
+    task_id = uuid.uuid4().hex
+    app.tasks["proj.fair"].apply_async(args, ignore_result=True, fair_group="capture",
+                                       task_id=task_id)
+    (_, value), = store.cancel(app.conf.task_default_queue, [task_id])
     return Envelope.decode(value)[2]
 
 
-def prefill(store: RedisStore, queue: str, envelope: Envelope, groups: list[str],
-            per_group: int, chunk: int = 2000) -> int:
+def prefill(store: Store, queue: str, envelope: Envelope, groups: list[str],
+            per_group: int) -> int:
     """Hold ``per_group`` copies of ``envelope`` (fresh task ids) in each group, fast."""
+    if isinstance(store, RedisStore):
+        return _prefill_redis(store, queue, envelope, groups, per_group)
+    from concurrent.futures import ThreadPoolExecutor
+
+    now = int(time.time() * 1000)
+
+    def hold_group(group: str) -> None:
+        placement = Placement(group, "b", 1, False)
+        for _ in range(per_group):
+            task_id = str(uuid.uuid4())
+            value = _with_id(envelope, task_id).encode(group, "b", 1, False)
+            store.hold(queue, task_id, value, placement, 0, now)
+
+    # A few holds at once: each is a transaction with its own commit (SQLite serializes
+    # them anyway).
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(hold_group, groups))
+    return per_group * len(groups)
+
+
+def _with_id(envelope: Envelope, task_id: str) -> Envelope:
+    from dataclasses import replace
+
+    return replace(envelope, headers={**envelope.headers, "id": task_id},
+                   properties={**envelope.properties, "correlation_id": task_id})
+
+
+def _prefill_redis(store: RedisStore, queue: str, envelope: Envelope, groups: list[str],
+                   per_group: int, chunk: int = 2000) -> int:
+    """:func:`prefill` by the hold script itself, pipelined (Redis's bulk load)."""
     script = store._scripts["hold"]
     prefix = store.keys(queue).prefix
     now = int(time.time() * 1000)
@@ -163,6 +252,30 @@ def prefill(store: RedisStore, queue: str, envelope: Envelope, groups: list[str]
     return total
 
 
+class CpuMeter:
+    """CPU time over a block: this process (and its waited-for children) and the
+    database server (``sqlstores.ServerCpu``), in ms per task with :meth:`per_task`."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench = bench
+        self.process = 0.0
+        self.server: float | None = None
+
+    def __enter__(self) -> CpuMeter:
+        self._process, self._server = process_cpu(), self.bench.server_cpu()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process = process_cpu() - self._process
+        self.server = server_delta(self._server, self.bench.server_cpu())
+
+    def per_task(self, n: int, label: str) -> dict[str, float]:
+        out = {f"{label}_cpu_ms_per_task": 1000 * self.process / n}
+        if self.server is not None:
+            out[f"{label}_db_cpu_ms_per_task"] = 1000 * self.server / n
+        return out
+
+
 def summary(values: list[float]) -> dict[str, float]:
     return {"min": round(min(values), 4), "median": round(statistics.median(values), 4),
             "max": round(max(values), 4)}
@@ -179,13 +292,20 @@ def repeat(reps: int, run: Callable[[], dict[str, float]]) -> dict[str, dict[str
     return {key: summary([row[key] for row in rows]) for key in rows[0]}
 
 
+def results_file(store: str, stem: str = "latest", suffix: str = ".jsonl") -> Path:
+    """bench/results/latest.jsonl for the Redis store, latest-<store>.jsonl for another
+    (likewise run.json): each store's last run is kept, and reported, on its own."""
+    return RESULTS / (stem + ("" if store == "redis" else f"-{store}") + suffix)
+
+
 def emit(scenario: str, figures: dict[str, Any], target: str, met: bool,
-         quick: bool) -> dict[str, Any]:
-    """Print the scenario's JSON line and append it to bench/results/latest.jsonl."""
-    line = {"scenario": scenario, "quick": quick, "target": target, "met": met, **figures}
+         bench: Bench) -> dict[str, Any]:
+    """Print the scenario's JSON line and append it to the store's results file."""
+    line = {"scenario": scenario, "store": bench.store, "quick": bench.quick,
+            "target": target, "met": met, **figures}
     print(json.dumps(line), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "latest.jsonl", "a", encoding="utf-8") as fh:
+    with open(results_file(bench.store), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
     return line
 
@@ -234,10 +354,13 @@ def commit() -> str:
         return "unknown"
 
 
-def write_run_info(started: float, load_before: tuple[float, float, float]) -> None:
-    """What a full run ran on: commit, machine, duration, load (bench/results/run.json)."""
-    info = {"commit": commit(), "machine": machine(), "started": started,
+def write_run_info(started: float, load_before: tuple[float, float, float],
+                   store: str = "redis", measured: str | None = None) -> None:
+    """What a full run ran on: commit (``measured``: read when the run began, as the tree
+    may change during a long run), machine, duration, load (bench/results/run.json;
+    run-<store>.json for another store)."""
+    info = {"commit": measured or commit(), "machine": machine(), "started": started,
             "seconds": round(time.time() - started), "load_before": load_before,
             "load_after": os.getloadavg()}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "run.json").write_text(json.dumps(info), encoding="utf-8")
+    results_file(store, "run", ".json").write_text(json.dumps(info), encoding="utf-8")

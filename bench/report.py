@@ -24,6 +24,7 @@ WHAT = {
     "share": "10 backlogged groups of equal weight (Jain index); weights 1:2:4 (largest "
              "share error, percentage points)",
     "groups": "store pick rate with 10, 1,000 and 100,000 backlogged groups, picks/s",
+    "pick_groups": "store pick rate with 10 and 10,000 backlogged groups, picks/s",
     "held": "Redis memory per held task vs the stored message itself, bytes",
 }
 
@@ -85,7 +86,8 @@ def _fmt(value: Any) -> str:
 
 
 def _figures(row: dict[str, Any]) -> str:
-    figures = {k: v for k, v in row.items() if k not in ("scenario", "quick", "target", "met")}
+    figures = {k: v for k, v in row.items()
+               if k not in ("scenario", "store", "quick", "target", "met")}
     return "<br>".join(f"{k}: {_fmt(v)}" for k, v in figures.items())
 
 
@@ -97,8 +99,30 @@ def _run_info() -> dict[str, Any]:
     return {"commit": commit(), "machine": machine()}
 
 
+#: Where the SQL stores' section begins in docs/benchmarks.md.
+SQL_MARK = "<!-- SQL stores: generated from bench/results/latest-<store>.jsonl -->"
+
+
 def write_report() -> str:
-    """Render the last run's results; returns the path written."""
+    """Render the last runs' results into docs/benchmarks.md: the Redis part from
+    latest.jsonl, the SQL stores' from latest-<store>.jsonl; a part without results keeps
+    its text from the file (they are run apart). Returns the path written."""
+    from .report_sql import sql_section
+
+    path = DOCS / "benchmarks.md"
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    old_redis, _, old_sql = old.partition(SQL_MARK)
+    redis_part = _redis_report() if (RESULTS / "latest.jsonl").exists() else \
+        old_redis.rstrip("\n").split("\n")
+    sql_part = sql_section() or old_sql.strip("\n").split("\n")
+    out = redis_part + (["", SQL_MARK, "", *sql_part] if any(sql_part) else [])
+    DOCS.mkdir(exist_ok=True)
+    path.write_text("\n".join(out) + "\n", encoding="utf-8")
+    return str(path)
+
+
+def _redis_report() -> list[str]:
+    """The Redis store's part: the run, the results, missed targets, the timeline."""
     lines = (RESULTS / "latest.jsonl").read_text(encoding="utf-8").splitlines()
     latest: dict[str, dict[str, Any]] = {}  # a scenario run again replaces its row
     for line in lines:
@@ -157,10 +181,7 @@ def write_report() -> str:
                 "(20 ms tasks, 4 worker slots): plain Celery runs B after all of A; "
                 "celery-fair starts B's tasks at once, interleaved with A's.", "",
                 f"![timeline]({chart.name})"]
-    DOCS.mkdir(exist_ok=True)
-    path = DOCS / "benchmarks.md"
-    path.write_text("\n".join(out) + "\n", encoding="utf-8")
-    return str(path)
+    return out
 
 
 def _timeline_chart() -> Path | None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
-import subprocess
 import threading
 import time
 import uuid
@@ -23,6 +21,7 @@ from celery import Celery
 from celery.contrib.testing.worker import start_worker
 from kombu.asynchronous import set_event_loop
 
+from bench.sqlstores import RabbitVhost
 from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.store import store_for_url
@@ -117,36 +116,6 @@ def any_store(request: Any, sql_url: Callable[[str], str]) -> Iterator[Store]:
     finally:
         store.flush()
         store.close()
-
-
-RABBITMQ_URL = os.environ.get("CELERY_FAIR_RABBITMQ", "amqp://guest:guest@127.0.0.1:5672")
-
-
-class RabbitVhost:
-    """A RabbitMQ virtual host of our own on the running server (deleted afterwards)."""
-
-    def __init__(self) -> None:
-        self.name = "fair-test-" + uuid.uuid4().hex[:8]
-        self._ctl("add_vhost", self.name)
-        self._ctl("set_permissions", "-p", self.name, "guest", ".*", ".*", ".*")
-        self.url = f"{RABBITMQ_URL}/{self.name}"
-        import kombu
-
-        with kombu.Connection(self.url, connect_timeout=5) as conn:
-            conn.ensure_connection(max_retries=3)
-
-    @staticmethod
-    def _ctl(*args: str) -> None:
-        ctl = shutil.which("rabbitmqctl")
-        if ctl is None:
-            raise RuntimeError("rabbitmqctl not found: the RabbitMQ tests need the running "
-                               "RabbitMQ on 127.0.0.1:5672 and its rabbitmqctl")
-        done = subprocess.run([ctl, *args], capture_output=True, text=True, timeout=60)
-        if done.returncode != 0:
-            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {done.stderr.strip()}")
-
-    def delete(self) -> None:
-        self._ctl("delete_vhost", self.name)
 
 
 @pytest.fixture(scope="session")
