@@ -118,7 +118,10 @@ class Tables:
                 Column("value", blob(), nullable=False)))
         m = self.messages.c
         Index(f"{p}messages_list", m.ns, m.queue, m.klass, m.grp, m.seq)
-        Index(f"{p}messages_due", m.ns, m.queue, m.due_ms)
+        # Partial (PostgreSQL, SQLite): only delayed messages, so a planner on stale
+        # statistics never reads a group's head through it (it filtered whole queues).
+        Index(f"{p}messages_due", m.ns, m.queue, m.due_ms,
+              postgresql_where=m.due_ms.is_not(None), sqlite_where=m.due_ms.is_not(None))
         Index(f"{p}messages_task", m.ns, m.queue, m.task_id)
         #: A dispatch from pick to release, then its tombstone until ``expires_ms``.
         self.dispatches = Table(
