@@ -5,6 +5,7 @@ written back in a few multi-row statements."""
 from __future__ import annotations
 
 import collections
+import heapq
 from typing import Any
 
 from sqlalchemy import delete, text
@@ -25,19 +26,34 @@ class Picking:
         # Groups past the first `want` of a ready set cannot be reached by `want` picks:
         # each pick moves one group back, and an untouched group read stays ahead.
         self.heads = {k: dict(u.head_of_ready(k, want)) for k in ("i", "b")}
+        self.order = {k: [(t, g.encode(), g) for g, t in self.heads[k].items()]
+                      for k in ("i", "b")}  # heaps of (tag, name bytes, name)
+        for heap in self.order.values():
+            heapq.heapify(heap)
         self.lists: dict[tuple[str, str], collections.deque[Any]] = {}
         self.records: list[dict[str, Any]] = []
         self.last: dict[tuple[str, str], int] = {}  # the place of the last message taken
         self.per = want + 1  # messages read at once from one group
 
     def _head(self) -> tuple[str, str, float] | None:
+        """The lowest (tag, name) of the ready groups read, interactive first: a heap per
+        class, whose stale entries (a group whose tag moved or that left) are dropped
+        when they come up."""
         for klass in ("i", "b"):
-            live = {g: t for g, t in self.heads[klass].items()
-                    if self.u.ready.get((klass, g)) is not None}
-            if live:
-                g = min(live, key=lambda n: (self.u.ready[(klass, n)], n.encode()))
-                return klass, g, self.u.ready[(klass, g)]  # type: ignore[return-value]
+            heap = self.order[klass]
+            while heap:
+                tag, _, g = heap[0]
+                if self.u.ready.get((klass, g)) == tag:
+                    return klass, g, tag
+                heapq.heappop(heap)
         return None
+
+    def _requeue(self, g: str) -> None:
+        """Put g back in the heaps at its tags now (after a pick moved it)."""
+        for klass in ("i", "b"):
+            tag = self.u.ready.get((klass, g))
+            if g in self.heads[klass] and tag is not None:
+                heapq.heappush(self.order[klass], (tag, g.encode(), g))
 
     def run(self) -> list[Picked]:
         u = self.u
@@ -63,6 +79,7 @@ class Picking:
             out.append(Picked(did, msg.hold_id, bytes(msg.value)))
             self._record(did, msg, klass, g)
             u.refresh(g)
+            self._requeue(g)
         self._write(taken)
         return out
 
