@@ -125,16 +125,15 @@ class Store(abc.ABC):
         None). Not idempotent: a resend picks more (their leases run out and
         :meth:`reclaim` holds them again). Returns the picked messages, in order."""
 
-    @abc.abstractmethod
     def pick_and_push(self, queue: str, limit: int, capacity: int | None, now_ms: int,
                       lease_ms: int, push: DirectPush | None, queued_deadline_ms: int,
                       *, token: str | None = None) -> tuple[list[Pushed], list[Picked]]:
         """:meth:`pick`; with ``push`` (only when :attr:`supports_direct_push`) the store
         itself pushes what it can into the broker's list, those dispatches 'queued' at once
         until ``queued_deadline_ms``. Returns what it pushed and what is left for the
-        caller to publish."""
+        caller to publish. A backend without direct push picks only (this default)."""
+        return [], self.pick(queue, limit, capacity, now_ms, lease_ms, token=token)
 
-    @abc.abstractmethod
     def promote_reclaim_pick(self, queue: str, now_ms: int, limit: int,
                              capacity: int | None, lease_ms: int, push: DirectPush | None,
                              queued_deadline_ms: int, reclaim: bool = True
@@ -142,7 +141,11 @@ class Store(abc.ABC):
                                         tuple[list[Pushed], list[Picked]]]:
         """:meth:`promote`, :meth:`reclaim` (when ``reclaim``) and :meth:`pick_and_push`
         in this order, in one round trip where the backend can: each step atomic, not the
-        three together. Returns their three answers."""
+        three together. Returns their three answers (this default: three calls)."""
+        moved = self.promote(queue, now_ms, 1000)
+        taken = self.reclaim(queue, now_ms, 1000) if reclaim else (0, 0)
+        return moved, taken, self.pick_and_push(queue, limit, capacity, now_ms, lease_ms,
+                                                push, queued_deadline_ms)
 
     @abc.abstractmethod
     def confirm(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> list[str]:
@@ -321,9 +324,13 @@ class Store(abc.ABC):
     def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupHeads]:
         """Counts and head due times of ``groups``, in their order."""
 
-    @abc.abstractmethod
     def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """{queue: (in flight, held)} of ``queues``."""
+        """{queue: (in flight, held)} of ``queues`` (this default: their figures)."""
+        out = {}
+        for queue in queues:
+            figures = self.queue_figures(queue)
+            out[queue] = (figures.inflight, figures.held)
+        return out
 
     @abc.abstractmethod
     def dispatch_state(self, queue: str, dispatch_id: str) -> str | None:

@@ -29,12 +29,10 @@ from .base import (
     TOMBSTONE_SECONDS,
     BeginAnswer,
     BeginResult,
-    DirectPush,
     GroupFigures,
     GroupHeads,
     Picked,
     Policy,
-    Pushed,
     QueueFigures,
     Store,
     busiest_first,
@@ -86,23 +84,6 @@ class MemoryStore(MemoryReads, Store):
              lease_ms: int, *, token: str | None = None) -> list[Picked]:
         with self._queue(queue) as fq:
             return fq.pick(limit, capacity, now_ms, lease_ms, token or _token())
-
-    def pick_and_push(self, queue: str, limit: int, capacity: int | None, now_ms: int,
-                      lease_ms: int, push: DirectPush | None, queued_deadline_ms: int,
-                      *, token: str | None = None) -> tuple[list[Pushed], list[Picked]]:
-        """``pick``: the memory store never pushes (direct push is Redis's)."""
-        return [], self.pick(queue, limit, capacity, now_ms, lease_ms, token=token)
-
-    def promote_reclaim_pick(self, queue: str, now_ms: int, limit: int,
-                             capacity: int | None, lease_ms: int, push: DirectPush | None,
-                             queued_deadline_ms: int, reclaim: bool = True
-                             ) -> tuple[tuple[int, int | None], tuple[int, int],
-                                        tuple[list[Pushed], list[Picked]]]:
-        """``promote``, ``reclaim`` (when ``reclaim``) and ``pick``, in this order."""
-        moved = self.promote(queue, now_ms, 1000)
-        taken = self.reclaim(queue, now_ms, 1000) if reclaim else (0, 0)
-        return moved, taken, self.pick_and_push(queue, limit, capacity, now_ms, lease_ms,
-                                                push, queued_deadline_ms)
 
     def confirm(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> list[str]:
         with self._queue(queue) as fq:
@@ -216,14 +197,6 @@ class MemoryStore(MemoryReads, Store):
                 return False
             self._registered.discard(queue)
             return True
-
-    def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
-        """{queue: (in flight, held)} of ``queues``."""
-        out = {}
-        for queue in queues:
-            figures = self.queue_figures(queue)
-            out[queue] = (figures.inflight, figures.held)
-        return out
 
     def queue_figures(self, queue: str) -> QueueFigures:
         """See :meth:`RedisStore.queue_figures`."""

@@ -159,13 +159,6 @@ class SqlReads:
                                 ready_background=int(ready.get("b", 0)))
         return self._read("queue figures", work)
 
-    def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
-        out = {}
-        for queue in queues:
-            figures = self.queue_figures(queue)
-            out[queue] = (figures.inflight, figures.held)
-        return out
-
     def group_figures(self, queue: str, groups: Sequence[str]) -> list[GroupFigures]:
         def work(c: Connection) -> list[GroupFigures]:
             names = list(groups)

@@ -25,10 +25,8 @@ from ..base import (
     RESET,
     TOMBSTONE_SECONDS,
     BeginAnswer,
-    DirectPush,
     Picked,
     Policy,
-    Pushed,
     Store,
 )
 from ..connection import Bounds
@@ -107,22 +105,6 @@ class SqlStore(SqlInspecting, Store):
         tok = token or uuid.uuid4().hex[:12] + "."
         return self._do("pick", queue, lambda c: self.life.pick(
             c, queue, limit, capacity, now_ms, lease_ms, tok))
-
-    def pick_and_push(self, queue: str, limit: int, capacity: int | None, now_ms: int,
-                      lease_ms: int, push: DirectPush | None, queued_deadline_ms: int,
-                      *, token: str | None = None) -> tuple[list[Pushed], list[Picked]]:
-        """``pick``: direct push is Redis's capability."""
-        return [], self.pick(queue, limit, capacity, now_ms, lease_ms, token=token)
-
-    def promote_reclaim_pick(self, queue: str, now_ms: int, limit: int,
-                             capacity: int | None, lease_ms: int, push: DirectPush | None,
-                             queued_deadline_ms: int, reclaim: bool = True
-                             ) -> tuple[tuple[int, int | None], tuple[int, int],
-                                        tuple[list[Pushed], list[Picked]]]:
-        moved = self.promote(queue, now_ms, 1000)
-        taken = self.reclaim(queue, now_ms, 1000) if reclaim else (0, 0)
-        return moved, taken, self.pick_and_push(queue, limit, capacity, now_ms, lease_ms,
-                                                push, queued_deadline_ms)
 
     def confirm(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> list[str]:
         ids = list(dispatch_ids)
