@@ -320,15 +320,22 @@ def cancel(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
               cls=CeleryOption, help_group="Check Options")
 @click.option("-Q", "--queues", default="", help="Comma-separated fair queues (default: all).",
               cls=CeleryOption, help_group="Check Options")
+@click.option("--metrics-file", default=None, metavar="PATH", cls=CeleryOption,
+              help_group="Check Options", help="Also write the findings as Prometheus "
+              "metrics to PATH (for node_exporter's textfile collector).")
 @click.pass_context
-def check(ctx: click.Context, repair: bool, as_json: bool, queues: str) -> None:
+def check(ctx: click.Context, repair: bool, as_json: bool, queues: str,
+          metrics_file: str | None) -> None:
     """Check the store's invariants (exit 1 when something is wrong and left so)."""
     from .check import check as run_check
+    from .check_export import write_metrics_file
     from .store import store_for
 
     names = [q.strip() for q in queues.split(",") if q.strip()] or None
     try:
         report = run_check(_app(ctx), repair=repair, queues=names)
+        if metrics_file:
+            write_metrics_file(report, metrics_file)
     except FairError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else str(report))

@@ -5,6 +5,8 @@ Two kinds of figures:
 - **store-wide**, read from Redis at each scrape: held tasks, in flight, caps and weights,
   releases (counted by ``release.lua`` in the workers). Every dispatcher of a store shows
   the same values: aggregate them with ``max``, not ``sum``.
+  The oldest head waits (``celery_fair_oldest_wait_seconds``, and per group) are read
+  over the top groups only (below), like Flower's.
 - **this dispatcher's own**, counted as it works: dispatches, lease reclaims, the wait from
   hold to dispatch, step durations and the loop's lag. Sum those across dispatchers.
 
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .envelope import INTERACTIVE
 from .errors import ConfigurationError, FairError
-from .store.base import as_json
+from .store.base import GroupHeads, as_json
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -186,15 +188,18 @@ class _StoreCollector:
         m = self.metrics
         store = m.dispatcher.store
         families = store_families()
+        waits = head_wait_families()
         try:
             for queue in store.queues():
                 add_queue_figures(families, queue, as_json(store.queue_figures(queue)),
                                   [as_json(r) for r in
                                    store.group_figures(queue, m.top_groups(queue))],
                                   m.dispatcher.capacity(queue))
+                add_head_waits(waits, queue, store.summarize(queue, m.top_groups(queue)))
         except FairError as exc:
             logger.warning("metrics: reading the store failed: %s", exc)
         yield from families.values()
+        yield from waits.values()
         yield GaugeMetricFamily("celery_fair_loop_lag_seconds",
                                 "Seconds since the dispatcher last finished a step (below "
                                 "about 1 s while it is healthy, even when idle).",
@@ -278,3 +283,32 @@ def add_queue_figures(families: dict[str, Any], queue: str, totals: Mapping[str,
     add("ready", [queue, "background"], totals.get("ready_background"))
     add("released", [queue], totals.get("released"))
     add("skipped", [queue], totals.get("skipped"))
+
+
+def head_wait_families() -> dict[str, Metric]:
+    """The oldest-wait gauges (what the wait histogram cannot show: a task not dispatched
+    yet), filled by :func:`add_head_waits`; the names and labels are Flower's."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    return {
+        "queue": GaugeMetricFamily(
+            "celery_fair_oldest_wait_seconds", "How long the oldest held task of the top "
+            "groups has waited since due (0: they hold nothing).", labels=_Q),
+        "group": GaugeMetricFamily(
+            "celery_fair_group_oldest_wait_seconds",
+            "How long a top group's oldest held task has waited since due.", labels=_G),
+    }
+
+
+def add_head_waits(families: dict[str, Any], queue: str, heads: Iterable[GroupHeads],
+                   now: float | None = None) -> None:
+    """Add ``queue``'s head waits (``heads``: :meth:`Store.summarize` of its top groups)."""
+    now = time.time() if now is None else now
+    oldest = 0.0
+    for head in heads:
+        dues = [d for d in (head.due_interactive, head.due_background) if d is not None]
+        if dues:
+            wait = max(now - min(dues), 0.0)
+            families["group"].add_metric([queue, head.group], wait)
+            oldest = max(oldest, wait)
+    families["queue"].add_metric([queue], oldest)
