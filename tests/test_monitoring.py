@@ -129,8 +129,8 @@ def test_metric_names_are_read_from_promql() -> None:
         "celery_fair_capacity has no label ['queu']"]
 
 
-def test_every_metric_used_is_exported(make_app, dispatcher, redis_server, namespace,
-                                       redis_client, tmp_path) -> None:
+def test_every_metric_used_is_exported_and_the_alerts_fire_on_it(
+        make_app, dispatcher, redis_server, namespace, redis_client, tmp_path) -> None:
     # Two slots and no worker: two tasks are dispatched (wait histograms, dispatch
     # counters), the rest stay held (held, oldest waits), one group of each kind.
     app = make_app(fair_max_inflight=2)
@@ -166,6 +166,39 @@ def test_every_metric_used_is_exported(make_app, dispatcher, redis_server, names
     assert missing(dashboard_exprs(dashboard), names) == []
     assert missing(alert_exprs(), names) == []
     assert missing(keda_exprs(), names) == []
+    # The rules on these very figures: the leak fires, a healthy dispatcher stays silent.
+    leak = {"alertname": "CeleryFairLeakedSlots", "exp_alerts": [{
+        "exp_labels": {"severity": "warning", "queue": queue, "kind": "group_inflight"},
+        "exp_annotations": {
+            "summary": f"fair check found 1 group_inflight finding(s) in {queue}",
+            "description": f"Run `celery -A <app> fair check -Q {queue}` to see them and "
+                           "`--repair` to fix them; report the finding (it means a crash "
+                           "or a bug)."}}]}
+    silent = [{"alertname": name, "exp_alerts": []} for name in (
+        "CeleryFairNoDispatcher", "CeleryFairDispatcherMetricsAbsent",
+        "CeleryFairDispatcherStalled", "CeleryFairHeadWaitOverSLO")]
+    promtool_test(tmp_path, [with_data, check_text], [leak, *silent])
+
+
+def promtool_test(tmp_path: Path, texts: list[str], expected: list[dict[str, Any]]) -> None:
+    """``promtool test rules``: the alert rules evaluated on ``texts``' samples, held
+    constant for 10 minutes, checked at minute 10 against ``expected``."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not found: apt-get install -y prometheus")
+    series = [{"series": name + "{" + ",".join(f"{k}={json.dumps(v)}"
+                                                for k, v in sorted(labels.items())) + "}",
+               "values": f"{value!r}x10"}
+              for text in texts for family in text_string_to_metric_families(text)
+              for name, labels, value, *_ in family.samples]
+    spec = {"rule_files": [str(ALERTS)], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": series,
+                       "alert_rule_test": [{"eval_time": "10m", **e} for e in expected]}]}
+    path = tmp_path / "alerts_test.yml"
+    path.write_text(yaml.safe_dump(spec))
+    ran = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
+                         text=True, timeout=60)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
 def test_metrics_file_in_a_missing_directory_is_refused(tmp_path) -> None:
@@ -230,6 +263,8 @@ def _round_trip(dashboard: dict[str, Any]) -> list[str]:
 
 
 def test_dashboard_matches_grafanas_schema() -> None:
+    pytest.importorskip("grafana_foundation_sdk",
+                        reason="grafana-foundation-sdk (the test extra) needs Python 3.11+")
     from grafana_foundation_sdk.cog.runtime import Runtime
     from grafana_foundation_sdk.models.dashboard import VariableType
 
