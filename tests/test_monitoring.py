@@ -132,7 +132,7 @@ def test_metric_names_are_read_from_promql() -> None:
 def test_every_metric_used_is_exported_and_the_alerts_fire_on_it(
         make_app, dispatcher, redis_server, namespace, redis_client, tmp_path) -> None:
     # Two slots and no worker: two tasks are dispatched (wait histograms, dispatch
-    # counters), the rest stay held (held, oldest waits), one group of each kind.
+    # counters), the rest stay held (held, oldest waits): two groups, both classes.
     app = make_app(fair_max_inflight=2)
     queue = queue_of(app)
     for tenant, count in (("acme", 3), ("globex", 2)):
@@ -177,23 +177,27 @@ def test_every_metric_used_is_exported_and_the_alerts_fire_on_it(
     silent = [{"alertname": name, "exp_alerts": []} for name in (
         "CeleryFairNoDispatcher", "CeleryFairDispatcherMetricsAbsent",
         "CeleryFairDispatcherStalled", "CeleryFairHeadWaitOverSLO")]
-    promtool_test(tmp_path, [with_data, check_text], [leak, *silent])
+    run_promtool_tests(tmp_path, ALERTS, [{
+        "interval": "1m", "input_series": as_series([with_data, check_text], "x10"),
+        "alert_rule_test": [{"eval_time": "10m", **e} for e in (leak, *silent)]}])
 
 
-def promtool_test(tmp_path: Path, texts: list[str], expected: list[dict[str, Any]]) -> None:
-    """``promtool test rules``: the alert rules evaluated on ``texts``' samples, held
-    constant for 10 minutes, checked at minute 10 against ``expected``."""
+def as_series(texts: list[str], values: str) -> list[dict[str, str]]:
+    """promtool's input series: every sample of ``texts``, each value followed by
+    ``values`` (``"x10"``: held for 10 more intervals)."""
+    return [{"series": name + "{" + ",".join(f"{k}={json.dumps(v)}"
+                                              for k, v in sorted(labels.items())) + "}",
+             "values": f"{value!r}{values}"}
+            for text in texts for family in text_string_to_metric_families(text)
+            for name, labels, value, *_ in family.samples]
+
+
+def run_promtool_tests(tmp_path: Path, rules: Path, tests: list[dict[str, Any]]) -> None:
+    """``promtool test rules``: ``rules`` evaluated on each test's series."""
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool not found: apt-get install -y prometheus")
-    series = [{"series": name + "{" + ",".join(f"{k}={json.dumps(v)}"
-                                                for k, v in sorted(labels.items())) + "}",
-               "values": f"{value!r}x10"}
-              for text in texts for family in text_string_to_metric_families(text)
-              for name, labels, value, *_ in family.samples]
-    spec = {"rule_files": [str(ALERTS)], "evaluation_interval": "1m",
-            "tests": [{"interval": "1m", "input_series": series,
-                       "alert_rule_test": [{"eval_time": "10m", **e} for e in expected]}]}
+    spec = {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": tests}
     path = tmp_path / "alerts_test.yml"
     path.write_text(yaml.safe_dump(spec))
     ran = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True,
@@ -289,3 +293,57 @@ def test_dashboard_matches_grafanas_schema() -> None:
     broken["panels"][1]["targets"][0]["exprr"] = "up"
     assert _round_trip(broken) == ["$.panels[0].gridpos: unknown to the model",
                                    "$.panels[1].targets[0].exprr: unknown to the model"]
+
+
+def test_each_alert_fires_when_it_should_and_only_then(tmp_path) -> None:
+    """The rules' logic (expressions, ``for``, labels) on made-up series; their texts
+    are checked on real figures above."""
+    rules = yaml.safe_load(ALERTS.read_text())
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            del rule["annotations"]
+    bare = tmp_path / "alerts.yml"
+    bare.write_text(yaml.safe_dump(rules))
+
+    def fired(name: str, *labels: dict[str, str], at: str = "10m") -> dict[str, Any]:
+        severity = next(r["labels"]["severity"] for g in rules["groups"]
+                        for r in g["rules"] if r["alert"] == name)
+        return {"eval_time": at, "alertname": name,
+                "exp_alerts": [{"exp_labels": {**x, "severity": severity}} for x in labels]}
+
+    def held(queue: str, n: int) -> dict[str, str]:
+        return {"series": f'celery_fair_held_tasks{{queue="{queue}",group="a",'
+                          f'class="background",instance="d1"}}', "values": f"{n}x15"}
+
+    def gauge(name: str, values: str, **labels: str) -> dict[str, str]:
+        inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        return {"series": f"{name}{{{inner}}}", "values": values}
+
+    running = {"interval": "1m", "input_series": [
+        # q1: work and no dispatcher; q2: no work, no dispatcher; q3: work and one
+        held("q1", 5), held("q2", 0), held("q3", 5),
+        gauge("celery_fair_dispatchers", "0x15", queue="q1"),
+        gauge("celery_fair_dispatchers", "0x15", queue="q2"),
+        gauge("celery_fair_dispatchers", "1x15", queue="q3"),
+        gauge("celery_fair_oldest_wait_seconds", "400x15", queue="q1"),
+        gauge("celery_fair_oldest_wait_seconds", "100x15", queue="q3"),
+        gauge("celery_fair_loop_lag_seconds", "0.2x15", instance="d1"),
+        gauge("celery_fair_loop_lag_seconds", "0+60x15", instance="d2"),  # stuck
+        gauge("celery_fair_check_findings", "0x15", queue="q1", kind="group_inflight"),
+        gauge("celery_fair_check_findings", "2x15", queue="q3", kind="dispatch_without_lease"),
+        gauge("celery_fair_check_last_run_timestamp_seconds", "0x15")],
+        "alert_rule_test": [
+            fired("CeleryFairNoDispatcher", at="2m"),  # not yet: 3 minutes first
+            fired("CeleryFairNoDispatcher", {"queue": "q1"}),
+            fired("CeleryFairHeadWaitOverSLO", {"queue": "q1"}),
+            fired("CeleryFairDispatcherStalled", {"instance": "d2"}),
+            fired("CeleryFairLeakedSlots", {"queue": "q3", "kind": "dispatch_without_lease"}),
+            fired("CeleryFairDispatcherMetricsAbsent"),
+            fired("CeleryFairCheckNotRunning")]}
+    nothing_scraped = {"interval": "1m", "input_series": [held("q1", 5)],
+                       "alert_rule_test": [fired("CeleryFairDispatcherMetricsAbsent", {})]}
+    stale_check = {"interval": "1h", "input_series": [
+        gauge("celery_fair_check_last_run_timestamp_seconds", "0x5")],
+        "alert_rule_test": [fired("CeleryFairCheckNotRunning", at="2h"),
+                            fired("CeleryFairCheckNotRunning", {}, at="4h")]}
+    run_promtool_tests(tmp_path, bare, [running, nothing_scraped, stale_check])
