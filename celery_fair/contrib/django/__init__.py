@@ -23,7 +23,7 @@ from typing import Any, Callable
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 
-from .web import SETTING, Resolver, load_resolver, request_group, request_scope
+from ..web import SETTING, Resolver, load_resolver, request_group, request_scope
 
 
 def user_id(request: Any) -> Any:
