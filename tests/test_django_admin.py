@@ -27,9 +27,9 @@ pytest.importorskip("django")
 from celery_fair.store import store_for_url  # noqa: E402
 from celery_fair.testing import RedisServer, free_port  # noqa: E402
 
+from .browser import artifacts, chromium  # noqa: E402
 from .conftest import wait_for  # noqa: E402
 from .test_example_project import PROJECT, Service, _answers  # noqa: E402
-from .test_flower import CHROMIUM, _artifacts  # noqa: E402
 
 PAGE = "/admin/celery_fair/fairqueue/"
 QUEUE = "docshop"
@@ -110,17 +110,8 @@ def _cell(page: Any, group: str, field: str) -> str:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     """One headless Chromium for the module's tests."""
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} not found: this test needs Debian's chromium "
-                    "(apt-get install -y chromium) or CELERY_FAIR_CHROMIUM=<path>")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 def test_admin_page_shows_groups_and_sets_limits(site: Site, browser: Any,
@@ -148,7 +139,7 @@ def test_admin_page_shows_groups_and_sets_limits(site: Site, browser: Any,
         page.locator("ul.messagelist li.success").text_content()
     assert _cell(page, "acme", "inflight") == "0 / 2"
     assert _cell(page, "acme", "limited") == "cap"
-    shot = _artifacts(tmp_path) / "django-admin.png"
+    shot = artifacts(tmp_path) / "django-admin.png"
     page.screenshot(path=str(shot), full_page=True)
     print(f"screenshot: {shot}")
     acme = site.group("acme")  # what the form wrote, read from the store
