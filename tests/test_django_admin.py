@@ -11,6 +11,7 @@ the permission, are refused; staff with only the view permission see but cannot 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -51,9 +52,10 @@ for customer, count in {HELD!r}.items():
 
 
 class Site:
-    def __init__(self, url: str, store: Any) -> None:
+    def __init__(self, url: str, store: Any, env: dict[str, str]) -> None:
         self.url = url
         self.store = store
+        self.env = env  # the project's environment (its database, its Redis)
 
     def group(self, group: str) -> Any:
         return self.store.group_figures(QUEUE, [group])[0]
@@ -78,7 +80,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
                               "--noreload", "--insecure"], env, tmp)  # static files too
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _answers(url), timeout=60, interval=0.2, what="the web app")
-        yield Site(url, store_for_url(redis.url + "/0", prefix))
+        yield Site(url, store_for_url(redis.url + "/0", prefix), env)
     except BaseException:
         if web is not None:
             print(web.tail())
@@ -201,3 +203,43 @@ def _post_refused(page: Any, site: Site) -> None:
                                      "action": "set", "csrfmiddlewaretoken": token})
     assert answer.status == 403 and "CSRF" not in answer.text()  # the permission's 403
     assert site.group("acme") == before  # nothing written
+
+
+#: Run in the project's Django with the store out of reach: the page, then a limit form.
+UNREACHABLE = f"""
+import json, re
+from django.test import Client
+client = Client(HTTP_HOST="127.0.0.1")
+client.login(username="boss", password={PASSWORD!r})
+pages = [client.get({PAGE!r}), client.post({PAGE + "limit/"!r}, {{"group": "acme",
+         "queue": {QUEUE!r}, "concurrency": "2", "action": "set"}}, follow=True)]
+print(json.dumps([[page.status_code, re.findall(r'<li class="error">(.*?)</li>',
+                                                page.content.decode(), re.S)]
+                  for page in pages]))
+"""
+
+
+def test_an_unreachable_store_is_an_admin_message(site: Site) -> None:
+    """The page and the limit form answer (200) with the store's error as an admin
+    message, its password masked, instead of a server error."""
+    env = dict(site.env, DOCSHOP_REDIS_URL=f"redis://:s3cret@127.0.0.1:{free_port()}/0")
+    done = subprocess.run([sys.executable, "manage.py", "shell", "-c", UNREACHABLE],
+                          cwd=PROJECT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (page, page_errors), (form, form_errors) = json.loads(done.stdout.splitlines()[-1])
+    assert page == form == 200
+    assert page_errors == [form_errors[-1]]
+    assert page_errors[0].startswith("Celery-fair could not read its store: celery_fair "
+                                     "store unreachable (redis://127.0.0.1:"), page_errors
+    assert form_errors[0].startswith("Celery_fair store unreachable"), form_errors
+    assert "s3cret" not in done.stdout + done.stderr
+
+
+def test_the_apps_migration_matches_its_model(site: Site) -> None:
+    """The shipped migration is what makemigrations would write (a user's makemigrations
+    never writes one into the installed package)."""
+    done = subprocess.run([sys.executable, "manage.py", "makemigrations", "--check",
+                           "--dry-run", "celery_fair"], cwd=PROJECT, env=site.env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "No changes detected" in done.stdout, \
+        done.stdout + done.stderr
