@@ -21,6 +21,7 @@ from .errors import (
     InvalidOption,
     StoreConnectionError,
     StoreError,
+    UnknownQueue,
 )
 from .groups import fair_context
 from .installer import install
@@ -39,6 +40,7 @@ __all__ = [
     "InvalidOption",
     "StoreConnectionError",
     "StoreError",
+    "UnknownQueue",
     "cancel",
     "fair_context",
     "fair_task",

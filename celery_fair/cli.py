@@ -14,7 +14,7 @@ from celery.bin.base import CeleryCommand, CeleryOption
 from . import limits
 from .cli_migrate import migrate
 from .cli_render import render_groups, render_status, show
-from .errors import FairError, InvalidLimit
+from .errors import FairError, InvalidLimit, UnknownQueue
 
 
 @click.group(name="fair")
@@ -207,9 +207,8 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
     Stored in Redis, they take precedence over fair_group_concurrency and
     fair_group_weights and survive dispatcher restarts. Without options: show them.
     """
+    from . import controls
     from .names import validate_group
-    from .store import store_for
-    from .store.base import KEEP, RESET
 
     try:
         group = validate_group(group)
@@ -217,17 +216,17 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
         raise click.BadParameter(str(exc), param_hint="'GROUP'") from None
     if reset and (concurrency is not None or weight is not None):
         raise click.UsageError("--reset cannot be combined with --concurrency or --weight")
-    cap_arg: int | str = RESET if reset else KEEP if concurrency is None else concurrency
-    weight_arg: float | str = RESET if reset else KEEP if weight is None else weight
     with _errors():
-        store = store_for(_app(ctx))
-        known = store.queues()  # a queue named with --queue may be new: limits ahead of work
-        if not (queues or known):
-            raise click.UsageError("no fair queue has held a task yet: name one with --queue")
-        for queue in queues or known:
-            cap, now_weight = store.limit(queue, group, cap_arg, weight_arg)
-            click.echo(f"group {group} in queue {queue}: "
-                       f"{'no cap' if cap is None else f'cap {cap}'}, weight {now_weight:g}")
+        try:  # a queue named with --queue may be new: limits ahead of work
+            done = controls.limit(
+                _app(ctx), group, queue=queues or None, reset=reset, create=True,
+                concurrency=controls.UNCHANGED if concurrency is None
+                else None if concurrency == -1 else concurrency,
+                weight=controls.UNCHANGED if weight is None else weight)
+        except UnknownQueue as exc:
+            raise click.BadParameter(str(exc), param_hint="'--queue'") from None
+    for item in done:
+        click.echo(str(item))
 
 
 @fair.command(name="inspect", cls=CeleryCommand)

@@ -26,6 +26,10 @@ class InvalidLimit(FairError, ValueError):
     """A cap or weight is not a number in its accepted range."""
 
 
+class UnknownQueue(FairError, ValueError):
+    """No fair queue of that name has held a task."""
+
+
 class InvalidOption(FairError, ValueError):
     """A celery_fair task option is invalid."""
 

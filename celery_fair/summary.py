@@ -16,8 +16,9 @@ group counted), ``oldest_wait`` (seconds the oldest held message **of the listed
 has waited since it became due; None when they hold nothing: a group outside the list
 is not read), ``ready_interactive``, ``ready_background`` (groups eligible now),
 ``released``, ``skipped`` (the store's counters) and ``groups``: a list of ``{group,
-held_interactive, held_background, inflight, delayed, cap, weight, oldest_wait}`` sorted
-by held tasks, most first.
+held_interactive, held_background, inflight, delayed, cap, weight, oldest_wait,
+limited}`` sorted by held tasks, most first (``limited``: what a runtime limit sets,
+``cap`` and/or ``weight``).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def build_summary(store: Store, queue: str, capacity: int | None, *,
             "group": r.group, "held_interactive": r.held_interactive,
             "held_background": r.held_background, "inflight": r.inflight,
             "delayed": r.delayed, "cap": r.cap, "weight": r.weight,
-            "oldest_wait": _wait([dues[r.group]], now),
+            "oldest_wait": _wait([dues[r.group]], now), "limited": list(r.limited),
         } for r in rows],
     }
 

@@ -11,14 +11,24 @@ DEBUG = os.environ.get("DOCSHOP_DEBUG", "1") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 
 INSTALLED_APPS = [
+    # The admin at /admin/, with celery-fair's "Fair queues" page (celery_fair.contrib.django)
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
     "django.contrib.staticfiles",
+    "celery_fair.contrib.django",
     "documents",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
     # Tasks published while serving a request go to the request's customer (see
     # CELERY_FAIR_GROUP_RESOLVER) and are interactive unless the task says otherwise.
     "celery_fair.contrib.django.FairGroupMiddleware",
@@ -28,7 +38,11 @@ ROOT_URLCONF = "docshop.urls"
 TEMPLATES = [{
     "BACKEND": "django.template.backends.django.DjangoTemplates",
     "APP_DIRS": True,
-    "OPTIONS": {"context_processors": ["django.template.context_processors.request"]},
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
 }]
 WSGI_APPLICATION = "docshop.wsgi.application"
 

@@ -59,7 +59,7 @@ def preview(request, customer, document_id):
     return redirect("customer", customer=customer)
 
 
-# An API for scripts (load.py). No sessions or logins in this example, so no CSRF to check.
+# An API for scripts (load.py): no session or login (only the admin has those), so no CSRF.
 @csrf_exempt
 def api_documents(request, customer):
     if request.method == "POST":

@@ -14,6 +14,10 @@ anonymous requests have no group, so the task's own rule or ``fair_default_group
 decides). Tasks published during the request are interactive unless the task says
 ``interactive=False``. Celery reads ``CELERY_FAIR_*`` settings as ``fair_*`` when the app
 is configured with ``app.config_from_object("django.conf:settings", namespace="CELERY")``.
+
+Adding ``"celery_fair.contrib.django"`` to ``INSTALLED_APPS`` also puts a **Fair queues**
+page in the Django admin (:mod:`celery_fair.contrib.django.admin`). The middleware alone
+needs no entry there.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any, Callable
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 
-from .web import SETTING, Resolver, load_resolver, request_group, request_scope
+from ..web import SETTING, Resolver, load_resolver, request_group, request_scope
 
 
 def user_id(request: Any) -> Any:
