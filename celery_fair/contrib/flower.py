@@ -37,7 +37,7 @@ from ..config import get_config
 from ..errors import FairError
 from ..metrics import add_queue_figures, store_families
 from ..store import Bounds, store_for_url
-from ..summary import read_summaries
+from ..summary import format_wait, read_summaries
 
 try:
     from flower import urls as flower_urls
@@ -128,20 +128,6 @@ class FairQueuesApi(BaseApiHandler):
         if error:
             raise web.HTTPError(503, error)
         self.write({"queues": summaries})
-
-
-def format_wait(seconds: float | None) -> str:
-    """A wait for people: ``-``, ``850 ms``, ``12.3 s``, ``4m 05s``, ``2h 01m``."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    return f"{minutes // 60}h {minutes % 60:02d}m"
 
 
 # -- holding depth on the Broker page and in /api/queues/length ----------------------
