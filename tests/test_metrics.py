@@ -11,7 +11,6 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from celery_fair.config import get_config
 from celery_fair.metrics import OTHER, DispatcherMetrics
 from celery_fair.task import store_for
 from celery_fair.testing import free_port
