@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,7 +11,9 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
 from . import limits
+from .cli_dispatch import dispatch
 from .cli_migrate import migrate
+from .cli_queues import known_queues, queue_option, require_known
 from .cli_render import render_groups, render_status, show
 from .errors import FairError, InvalidLimit, UnknownQueue
 
@@ -61,79 +62,6 @@ def _weight(ctx: click.Context, param: click.Parameter, value: str | None) -> fl
 
 
 @fair.command(cls=CeleryCommand)
-@click.option("-Q", "--queues", default="", help="Comma-separated fair queues (default: all).",
-              cls=CeleryOption, help_group="Dispatch Options")
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=None,
-              help="Most messages per pick (default: fair_batch_size).",
-              cls=CeleryOption, help_group="Dispatch Options")
-@click.option("--once", is_flag=True, help="Do one step and exit.",
-              cls=CeleryOption, help_group="Dispatch Options")
-@click.option("-l", "--loglevel", default="INFO",
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-              cls=CeleryOption, help_group="Dispatch Options")
-@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
-              help="Serve Prometheus metrics on this port at /metrics (default: "
-                   "fair_metrics_port; 0: any free port).",
-              cls=CeleryOption, help_group="Dispatch Options")
-@click.option("--metrics-address", default=None,
-              help="Address of the metrics endpoint (default: fair_metrics_address).",
-              cls=CeleryOption, help_group="Dispatch Options")
-@click.option("--wait-for-store", type=click.FloatRange(min=0), default=0, metavar="SECONDS",
-              help="Wait up to SECONDS for the store to come up at start (default: exit "
-                   "at once when it cannot be reached).",
-              cls=CeleryOption, help_group="Dispatch Options")
-@click.pass_context
-def dispatch(ctx: click.Context, queues: str, batch_size: int | None, once: bool,
-             loglevel: str, metrics_port: int | None, metrics_address: str | None,
-             wait_for_store: float) -> None:
-    """Feed the real worker queues from the holding queues, fairly."""
-    from .dispatcher import Dispatcher
-    from .errors import StoreConnectionError
-
-    logging.basicConfig(level=loglevel.upper(),
-                        format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
-    names = [q.strip() for q in queues.split(",") if q.strip()] or None
-    metrics = None
-    try:
-        dispatcher = Dispatcher(_app(ctx), queues=names, batch_size=batch_size)
-        try:
-            dispatcher.reach_store(wait_for_store)
-        except StoreConnectionError as exc:
-            hint = "" if wait_for_store else \
-                "; to wait for it at start, pass --wait-for-store SECONDS"
-            raise click.ClickException(f"{exc}{hint}") from None
-        metrics = _serve_metrics(dispatcher, metrics_port, metrics_address)
-        if once:
-            result = dispatcher.step()
-            click.echo(f"dispatched {result.dispatched}, promoted {result.promoted}, "
-                       f"reclaimed {result.requeued + result.lost}")
-        else:
-            dispatcher.run()
-    except FairError as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        if metrics is not None:
-            metrics.close()
-
-
-def _serve_metrics(dispatcher: Any, port: int | None, address: str | None) -> Any:
-    """Start the dispatcher's /metrics endpoint when a port is given or configured."""
-    config = dispatcher.config
-    port = config.metrics_port if port is None else port
-    if port is None:
-        return None
-    from .metrics import DispatcherMetrics
-
-    metrics = DispatcherMetrics(dispatcher, config.metrics_groups).attach()
-    try:
-        metrics.serve(port, address or config.metrics_address)
-    except OSError as exc:
-        raise click.BadParameter(f"cannot listen on port {port}: {exc}",
-                                 param_hint="'--metrics-port'") from None
-    return metrics
-
-
-@fair.command(cls=CeleryCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.",
               cls=CeleryOption, help_group="Status Options")
 @click.option("--watch", type=click.FloatRange(min=0.1), is_flag=False, flag_value=2.0,
@@ -143,26 +71,30 @@ def _serve_metrics(dispatcher: Any, port: int | None, address: str | None) -> An
 @click.option("--top", type=click.IntRange(0, 10_000), default=10, show_default=True,
               help="Groups shown per queue (the ones holding the most tasks).",
               cls=CeleryOption, help_group="Status Options")
+@queue_option("Status Options")
 @click.pass_context
-def status(ctx: click.Context, as_json: bool, watch: float | None, top: int) -> None:
-    """Show held, delayed and in-flight tasks per fair queue and its busiest groups."""
+def status(ctx: click.Context, as_json: bool, watch: float | None, top: int,
+           queues: tuple[str, ...]) -> None:
+    """Show per fair queue: held, delayed, in flight against capacity (+ dispatch-ahead),
+    the oldest wait, and its busiest groups."""
+    from .config import get_config
     from .store import store_for
+    from .summary import queue_status
 
     app = _app(ctx)
     with _errors():
-        store = store_for(app)
+        store, config = store_for(app), get_config(app)
+        _known(app, store, queues)
 
     def read() -> list[dict[str, Any]]:
         with _errors():
-            return [_queue_status(app, store, q, top) for q in store.queues()]
+            return [queue_status(store, config, q, top) for q in queues or store.queues()]
 
     show(ctx, read, as_json, watch, render_status)
 
 
 @fair.command(cls=CeleryCommand)
-@click.option("-Q", "--queue", "queues", multiple=True,
-              help="Only this fair queue (repeatable; default: all).",
-              cls=CeleryOption, help_group="Groups Options")
+@queue_option("Groups Options")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=50, show_default=True,
               help="Most groups listed per queue.",
               cls=CeleryOption, help_group="Groups Options")
@@ -176,18 +108,19 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
 
     with _errors():
         store = store_for(_app(ctx))
-        known = store.queues()
-        _check_queues(queues, known)
+        _known(_app(ctx), store, queues)
         data = [{"queue": q, "groups": [doc(g) for g in store.busiest_groups(q, limit)],
                  "group_count": store.queue_figures(q).group_count}
-                for q in (queues or known)]
+                for q in (queues or store.queues())]
     show(ctx, lambda: data, as_json, None, render_groups)
 
 
 @fair.command(cls=CeleryCommand)
 @click.argument("group", is_eager=True)  # read first: option errors name it
-@click.option("-Q", "--queue", "queues", multiple=True,
-              help="Fair queue (repeatable; default: every known fair queue).",
+@queue_option("Limit Options", default="every fair queue in the store")
+@click.option("--create", is_flag=True,
+              help="Store the limits even for a queue not known yet (before its first "
+                   "task); needs --queue.",
               cls=CeleryOption, help_group="Limit Options")
 @click.option("--concurrency", default=None, callback=_cap, metavar="N|none",
               help="Most tasks of the group in flight: an integer from 0 (pauses it) to "
@@ -200,12 +133,14 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
 @click.option("--reset", is_flag=True, help="Drop the runtime limits: the settings apply.",
               cls=CeleryOption, help_group="Limit Options")
 @click.pass_context
-def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: int | None,
-          weight: float | None, reset: bool) -> None:
+def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
+          concurrency: int | None, weight: float | None, reset: bool) -> None:
     """Set a group's cap and weight at runtime, for every dispatcher at once.
 
-    Stored in Redis, they take precedence over fair_group_concurrency and
+    Stored in the store, they take precedence over fair_group_concurrency and
     fair_group_weights and survive dispatcher restarts. Without options: show them.
+    A queue must be known (in the store, or declared by the app) unless --create is
+    given: then the limits wait in the store for the queue's first task.
     """
     from . import controls
     from .names import validate_group
@@ -216,15 +151,17 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], concurrency: 
         raise click.BadParameter(str(exc), param_hint="'GROUP'") from None
     if reset and (concurrency is not None or weight is not None):
         raise click.UsageError("--reset cannot be combined with --concurrency or --weight")
+    if create and not queues:
+        raise click.UsageError("--create needs the queue to create: -Q/--queue QUEUE")
     with _errors():
-        try:  # a queue named with --queue may be new: limits ahead of work
+        try:
             done = controls.limit(
-                _app(ctx), group, queue=queues or None, reset=reset, create=True,
+                _app(ctx), group, queue=queues or None, reset=reset, create=create,
                 concurrency=controls.UNCHANGED if concurrency is None
                 else None if concurrency == -1 else concurrency,
                 weight=controls.UNCHANGED if weight is None else weight)
         except UnknownQueue as exc:
-            raise click.BadParameter(str(exc), param_hint="'--queue'") from None
+            raise click.BadParameter(str(exc), param_hint="'-Q' / '--queue'") from None
     for item in done:
         click.echo(str(item))
 
@@ -264,29 +201,10 @@ def _errors() -> Iterator[None]:
         raise click.ClickException(str(exc)) from None
 
 
-def _check_queues(queues: tuple[str, ...], known: list[str]) -> None:
-    unknown = [q for q in queues if q not in known]
-    if unknown:
-        raise click.BadParameter(
-            f"no fair queue named {', '.join(unknown)} (known: {', '.join(known) or 'none'})",
-            param_hint="'--queue'")
-
-
-def _queue_status(app: Any, store: Any, queue: str, top: int) -> dict[str, Any]:
-    from .config import get_config
-    from .store.base import as_json, now_ms
-
-    figures = store.queue_figures(queue)
-    config = get_config(app)
-    capacity, ahead = config.max_inflight, 0
-    if capacity is None:
-        # as the dispatcher counts: the live pools, plus dispatch-ahead when any
-        capacity = store.worker_capacity(queue, now_ms())
-        ahead = config.dispatch_ahead if capacity else 0
-    rows = store.busiest_groups(queue, top) if top else []
-    return {**as_json(figures), "capacity": capacity, "dispatch_ahead": ahead,
-            "inflight_limit": capacity + ahead, "groups": [as_json(r) for r in rows],
-            "more_groups": max(figures.group_count - len(rows), 0)}
+def _known(app: Any, store: Any, queues: tuple[str, ...], hint: str = "") -> None:
+    """A usage error unless each of ``queues`` is a known fair queue (cli_queues.py)."""
+    if queues:
+        require_known(queues, known_queues(app, store), hint)
 
 
 @fair.command(cls=CeleryCommand)
@@ -317,26 +235,23 @@ def cancel(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
               cls=CeleryOption, help_group="Check Options")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.",
               cls=CeleryOption, help_group="Check Options")
-@click.option("-Q", "--queues", default="", help="Comma-separated fair queues (default: all).",
-              cls=CeleryOption, help_group="Check Options")
+@queue_option("Check Options")
 @click.option("--metrics-file", default=None, metavar="PATH", cls=CeleryOption,
               help_group="Check Options", help="Also write the findings as Prometheus "
               "metrics to PATH (for node_exporter's textfile collector).")
 @click.pass_context
-def check(ctx: click.Context, repair: bool, as_json: bool, queues: str,
+def check(ctx: click.Context, repair: bool, as_json: bool, queues: tuple[str, ...],
           metrics_file: str | None) -> None:
     """Check the store's invariants (exit 1 when something is wrong and left so)."""
     from .check import check as run_check
     from .check_export import write_metrics_file
     from .store import store_for
 
-    names = [q.strip() for q in queues.split(",") if q.strip()] or None
-    try:
-        report = run_check(_app(ctx), repair=repair, queues=names)
+    with _errors():
+        _known(_app(ctx), store_for(_app(ctx)), queues)
+        report = run_check(_app(ctx), repair=repair, queues=list(queues) or None)
         if metrics_file:
             write_metrics_file(report, metrics_file)
-    except FairError as exc:
-        raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else str(report))
     for sentence in store_for(_app(ctx)).advice():  # advice, not a finding
         click.echo(f"warning: {sentence}", err=True)
@@ -344,6 +259,7 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: str,
         ctx.exit(1)
 
 
+fair.add_command(dispatch)
 fair.add_command(migrate)
 
 

@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 import click
 
+from .summary import format_wait
+
 
 def show(ctx: click.Context, read: Callable[[], list[dict[str, Any]]], as_json: bool,
           watch: float | None, render: Callable[[list[dict[str, Any]]], Any]) -> None:
@@ -48,32 +50,60 @@ def show(ctx: click.Context, read: Callable[[], list[dict[str, Any]]], as_json: 
 
 
 def render_status(queues: list[dict[str, Any]]) -> Any:
-    """The ``status`` view: per queue, its totals and its busiest groups."""
+    """The ``status`` view: a table of the queues' totals, then each queue's busiest
+    groups. Each part is its own function, so a new part (a warning) slots in."""
     from rich.console import Group
     from rich.text import Text
 
     if not queues:
         return Text("no fair queues yet (nothing has been held)")
-    parts: list[Any] = []
+    parts: list[Any] = [queue_table(queues)]
     for q in queues:
-        held = q["held_interactive"] + q["held_background"]
-        parts.append(Text(
-            f"queue {q['queue']}: {held} held ({q['held_interactive']} interactive), "
-            f"{q['delayed']} delayed, {_inflight(q)} in flight, "
-            f"{q['group_count']} groups with work, {q['released']} released"))
-        if q["groups"]:
-            parts.append(_group_table(q["groups"]))
-        if q["more_groups"]:
-            parts.append(Text(f"... and {q['more_groups']} more groups "
-                              f"(celery fair groups --queue {q['queue']})"))
+        parts.extend(queue_groups(q))
     return Group(*parts)
 
 
-def _inflight(q: dict[str, Any]) -> str:
-    """In flight against the workers' slots, with the dispatch-ahead allowance apart:
-    "6 / 4 (+2 ahead)" is within the limit, not a broken cap."""
-    ahead = f" (+{q['dispatch_ahead']} ahead)" if q["dispatch_ahead"] else ""
-    return f"{q['inflight']} / {q['capacity']}{ahead}"
+#: The status table's columns: heading, and how a queue's figures give the cell.
+QUEUE_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    ("queue", lambda q: str(q["queue"])),
+    ("held", lambda q: str(q["held_interactive"] + q["held_background"])),
+    ("interactive", lambda q: str(q["held_interactive"])),
+    ("delayed", lambda q: str(q["delayed"])),
+    ("in flight", lambda q: str(q["inflight"])),
+    ("capacity", lambda q: str(q["capacity"])),
+    ("ahead", lambda q: str(q["dispatch_ahead"])),
+    ("oldest wait", lambda q: format_wait(q["oldest_wait"])),
+    ("groups", lambda q: str(q["group_count"])),
+    ("released", lambda q: str(q["released"])),
+)
+
+
+def queue_table(queues: list[dict[str, Any]]) -> Any:
+    """One row per fair queue. Capacity and dispatch-ahead are apart (summary.Capacity):
+    6 in flight with capacity 4 and ahead 2 is within the limit, not a broken cap."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name, _ in QUEUE_COLUMNS:
+        table.add_column(name, justify="left" if name == "queue" else "right")
+    for q in queues:
+        table.add_row(*(cell(q) for _, cell in QUEUE_COLUMNS))
+    return table
+
+
+def queue_groups(q: dict[str, Any]) -> list[Any]:
+    """A queue's busiest groups, under a line naming the queue (none: nothing)."""
+    from rich.text import Text
+
+    if not q["groups"]:
+        return []
+    parts: list[Any] = [Text(f"\nqueue {q['queue']}: busiest groups"),
+                        _group_table(q["groups"])]
+    if q["more_groups"]:
+        parts.append(Text(f"... and {q['more_groups']} more groups "
+                          f"(celery fair groups --queue {q['queue']})"))
+    return parts
 
 
 def render_groups(queues: list[dict[str, Any]]) -> Any:
@@ -97,13 +127,16 @@ def _group_table(rows: list[dict[str, Any]]) -> Any:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                   caption="* runtime limit (celery fair limit)" if limited else None,
                   caption_justify="left")
-    for name in ("group", "held", "interactive", "delayed", "in flight", "cap", "weight"):
+    waits = any("oldest_wait" in g for g in rows)  # status reads them; groups does not
+    names = ("group", "held", "interactive", "delayed", "in flight", "cap", "weight")
+    for name in names + (("oldest wait",) if waits else ()):
         table.add_column(name, justify="left" if name == "group" else "right")
     for g in rows:
         cap_mark = " *" if "cap" in g["limited"] else ""
         weight_mark = " *" if "weight" in g["limited"] else ""
+        wait = (format_wait(g["oldest_wait"]),) if waits else ()
         table.add_row(g["group"], str(g["held_background"]), str(g["held_interactive"]),
                       str(g["delayed"]), str(g["inflight"]),
                       ("-" if g["cap"] is None else str(g["cap"])) + cap_mark,
-                      f"{g['weight']:g}{weight_mark}")
+                      f"{g['weight']:g}{weight_mark}", *wait)
     return table

@@ -26,6 +26,8 @@ from typing import Any, Union
 from . import limits
 from .errors import InvalidLimit, UnknownQueue
 from .names import validate_group
+from .queues import known_queues as _known_queues
+from .queues import unknown_queues_message
 from .store import store_for
 from .store.base import KEEP, RESET, Store
 
@@ -95,12 +97,13 @@ def limit(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
     cap_arg, weight_arg = _limit_args(group, concurrency, weight, reset)
     store = store_for(app)
     return [Limit(name, group, *store.limit(name, group, cap_arg, weight_arg))
-            for name in _queues(store, queue, create)]
+            for name in _queues(app, store, queue, create)]
 
 
 def known_queues(app: Any) -> list[str]:
-    """Every fair queue of ``app`` that has held a task, sorted."""
-    return store_for(app).queues()
+    """Every known fair queue of ``app`` (held a task, or declared by the app:
+    :mod:`celery_fair.queues`), sorted."""
+    return _known_queues(app, store_for(app))
 
 
 def parse_concurrency(text: str, what: str = "concurrency") -> Concurrency:
@@ -159,19 +162,22 @@ def _limit_args(group: str, concurrency: Concurrency, weight: Weight,
     return cap, number
 
 
-def _queues(store: Store, queue: str | Sequence[str] | None, create: bool) -> list[str]:
-    """The queues named, checked against the store's; all of them when none is named."""
-    known = store.queues()
+def _queues(app: Any, store: Store, queue: str | Sequence[str] | None,
+            create: bool) -> list[str]:
+    """The queues named, checked against the known ones; when none is named, every queue
+    that has held a task."""
     if queue is None:
-        if not known:
+        every = store.queues()
+        if not every:
             raise UnknownQueue("no fair queue has held a task yet: name the queue to set "
                                "limits ahead of its first task")
-        return known
+        return every
+    known = _known_queues(app, store)
     names = [queue] if isinstance(queue, str) else list(queue)
     if not names:
         raise UnknownQueue("no fair queue named: name one, or none for all of them")
     unknown = [name for name in names if name not in known]
     if unknown and not create:
-        raise UnknownQueue(f"no fair queue named {', '.join(map(repr, unknown))} (known: "
-                           f"{', '.join(known) or 'none yet'})")
+        raise UnknownQueue(unknown_queues_message(
+            unknown, known, "; to set limits before its first task, add --create"))
     return names

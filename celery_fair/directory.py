@@ -16,6 +16,7 @@ from .config import FairConfig
 from .schedule import PRUNE_SECONDS, StepSchedule
 from .store.base import Policy, Store
 from .store.base import now_ms as _now_ms
+from .summary import Capacity, queue_capacity
 
 # The name this log has always had (the directory lived in dispatcher.py): users filter on it.
 logger = logging.getLogger("celery_fair.dispatcher")
@@ -43,7 +44,7 @@ class QueueDirectory:
         self._clock = clock
         self._forget = forget
         self._configured: set[str] = set()
-        self._capacity: dict[str, int | None] = {}
+        self._capacity: dict[str, Capacity] = {}
         self._pools: dict[str, dict[str, int]] = {}  # queue -> {live worker: pool size}
         self._refreshed = 0.0
 
@@ -70,7 +71,8 @@ class QueueDirectory:
         """Between full refreshes only a queue without capacity is re-read: a worker
         that just came up wakes us and should get work at once."""
         for queue in queues:
-            if self._capacity.get(queue) == 0:
+            capacity = self._capacity.get(queue)
+            if capacity is not None and capacity.limit == 0:
                 self.set_capacity(queue)
 
     def _prune(self) -> None:
@@ -96,11 +98,11 @@ class QueueDirectory:
         return Policy(c.default_concurrency, c.interactive_reserve, 1.0,
                       c.group_concurrency, c.group_weights)
 
-    def capacity(self, queue: str) -> int | None:
-        """Tasks in flight ``queue`` may have, as last read (None: not read yet)."""
+    def capacity(self, queue: str) -> Capacity | None:
+        """``queue``'s capacity and dispatch-ahead, as last read (None: not read yet)."""
         return self._capacity.get(queue)
 
-    def capacities(self) -> dict[str, int | None]:
+    def capacities(self) -> dict[str, Capacity]:
         """Every served queue's capacity, as last read."""
         return self._capacity
 
@@ -108,27 +110,26 @@ class QueueDirectory:
         """What ``queue`` may have in flight in this step. When its workers consume other
         fair queues too, their pools are shared (capacity.py): what those queues hold
         now is read first (one round trip), so together they stay within the pools."""
-        capacity = self._capacity.get(queue, 0)
-        others = sharing(queue, self._pools) if capacity else []
+        known = self._capacity.get(queue)
+        limit = 0 if known is None else known.limit
+        others = sharing(queue, self._pools) if limit else []
         if not others:
-            return capacity
+            return limit
         loads = self.store.loads(others)
         return room(queue, self._pools, loads, self.config.dispatch_ahead)
 
     def set_capacity(self, queue: str) -> None:
-        if self.config.max_inflight is not None:
-            capacity: int | None = self.config.max_inflight
-        else:
+        slots = 0
+        if self.config.max_inflight is None:
             self._pools[queue] = self.store.worker_pools(queue, _now_ms())
-            capacity = sum(self._pools[queue].values())
-            if capacity:  # a few ready in the real queue: no slot idles until we step
-                capacity += self.config.dispatch_ahead
-        previous = self._capacity.get(queue, -1)
-        if capacity != previous:
-            if capacity == 0:
+            slots = sum(self._pools[queue].values())
+        # summary.queue_capacity: the definition `fair status` and Flower show too
+        capacity = queue_capacity(self.config, slots)
+        if capacity != self._capacity.get(queue):
+            if capacity.limit == 0:
                 logger.warning("queue %s: no live worker consumes it; holding its tasks",
                                queue)
             else:
-                logger.info("queue %s: capacity %s tasks in flight", queue, capacity)
+                logger.info("queue %s: capacity %s", queue, capacity)
             self._capacity[queue] = capacity
             self._schedule.due_now(queue)

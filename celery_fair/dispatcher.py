@@ -201,8 +201,10 @@ class Dispatcher:
         result.stale += len(stale)
 
     def capacity(self, queue: str) -> int | None:
-        """Tasks in flight ``queue`` may have, as last read (None: not read yet)."""
-        return self.directory.capacity(queue)
+        """``queue``'s capacity as last read, without the dispatch-ahead allowance
+        (summary.Capacity; None: not read yet)."""
+        capacity = self.directory.capacity(queue)
+        return None if capacity is None else capacity.capacity
 
     def _notify(self, hook: str, *args: Any) -> None:
         """Call the observer's ``hook``. Its failure (metrics reading Redis) is logged,

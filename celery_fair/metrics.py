@@ -223,7 +223,8 @@ STORE_FAMILIES = (
     ("delayed", "gauge", "celery_fair_delayed_tasks",
      "Tasks waiting for their ETA/countdown.", _Q),
     ("capacity", "gauge", "celery_fair_capacity",
-     "Tasks in flight the queue may have (the dispatcher's view; absent: no limit).", _Q),
+     "Live workers' slots for the queue, or fair_max_inflight (the dispatcher's view; "
+     "fair_dispatch_ahead more may be in flight).", _Q),
     ("groups", "gauge", "celery_fair_active_groups",
      "Groups with held, delayed or in-flight tasks.", _Q),
     ("ready", "gauge", "celery_fair_ready_groups",

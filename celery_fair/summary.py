@@ -9,8 +9,9 @@ the groups holding the most (at most ``limit``) with their figures. The key expi
 of showing stale figures. Writing one reads O(limit) keys, whatever the number of groups:
 the totals are the store's counters, the groups come from its ``backlog`` ranking.
 
-Summary fields (version 1): ``queue``, ``written_at`` (epoch seconds), ``ttl``,
-``capacity`` (tasks in flight the dispatcher allows; None: no limit), ``inflight``,
+Summary fields (version 2): ``queue``, ``written_at`` (epoch seconds), ``ttl``,
+``capacity``, ``dispatch_ahead`` and ``inflight_limit`` (their sum: what the dispatcher lets
+be in flight), as :func:`queue_capacity` defines them (None: not read yet), ``inflight``,
 ``held_interactive``, ``held_background``, ``delayed``, ``groups_total`` (exact, every
 group counted), ``oldest_wait`` (seconds the oldest held message **of the listed groups**
 has waited since it became due; None when they hold nothing: a group outside the list
@@ -19,6 +20,10 @@ is not read), ``ready_interactive``, ``ready_background`` (groups eligible now),
 held_interactive, held_background, inflight, delayed, cap, weight, oldest_wait,
 limited}`` sorted by held tasks, most first (``limited``: what a runtime limit sets,
 ``cap`` and/or ``weight``).
+
+The module also holds the one definition of a fair queue's capacity (:class:`Capacity`,
+:func:`queue_capacity`) that ``fair status``, the summary (so Flower) and the dispatcher's
+log all use, and ``fair status``'s reading of a queue (:func:`queue_status`).
 """
 
 from __future__ import annotations
@@ -29,15 +34,16 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+from .config import FairConfig
 from .errors import FairError
 from .outage import Outage
-from .store.base import GroupHeads, Store
+from .store.base import GroupHeads, Store, as_json, now_ms
 
 logger = logging.getLogger(__name__)
 
-SUMMARY_VERSION = 1
+SUMMARY_VERSION = 2
 #: How often a dispatcher writes the summaries.
 INTERVAL_SECONDS = 1.0
 #: How long a summary outlives its last write.
@@ -51,7 +57,69 @@ EXTRA_TOTALS = ("ready_interactive", "ready_background", "released", "skipped")
 CHUNK = 200
 
 
-def build_summary(store: Store, queue: str, capacity: int | None, *,
+class Capacity(NamedTuple):
+    """How many tasks a fair queue may have in flight, in two parts shown apart.
+
+    ``capacity``: the live workers' slots (the sum of the pools of the workers consuming
+    the queue, with ``fair_max_inflight = "auto"``) or ``fair_max_inflight`` itself.
+    ``ahead``: the dispatch-ahead allowance on top of it (``fair_dispatch_ahead``, only
+    with ``auto`` and at least one live worker). So 6 in flight against a capacity of 4
+    (+2 ahead) is within the limit, not a broken cap.
+    """
+
+    capacity: int
+    ahead: int
+
+    @property
+    def limit(self) -> int:
+        """Tasks in flight the dispatcher allows: the capacity plus the ahead."""
+        return self.capacity + self.ahead
+
+    def __str__(self) -> str:
+        return f"{self.capacity}" + (f" (+{self.ahead} ahead)" if self.ahead else "")
+
+    def as_json(self) -> dict[str, int]:
+        return {"capacity": self.capacity, "dispatch_ahead": self.ahead,
+                "inflight_limit": self.limit}
+
+
+def queue_capacity(config: FairConfig, slots: int) -> Capacity:
+    """A fair queue's :class:`Capacity` given its live workers' ``slots`` (the one
+    definition: the dispatcher, ``fair status`` and the summary all call this)."""
+    if config.max_inflight is not None:
+        return Capacity(config.max_inflight, 0)
+    return Capacity(slots, config.dispatch_ahead if slots else 0)
+
+
+def read_capacity(store: Store, config: FairConfig, queue: str) -> Capacity:
+    """``queue``'s :class:`Capacity` from the workers registered in the store now."""
+    slots = 0 if config.max_inflight is not None else store.worker_capacity(queue, now_ms())
+    return queue_capacity(config, slots)
+
+
+def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict[str, Any]:
+    """``fair status``'s figures of ``queue``: the store's totals, its :class:`Capacity`,
+    the oldest wait (over the same ``GROUP_LIMIT`` busiest groups as the summary, so it
+    matches Flower's) and the ``top`` busiest groups with their own oldest wait."""
+    now = time.time()
+    figures = store.queue_figures(queue)
+    rows = store.busiest_groups(queue, max(top, GROUP_LIMIT))
+    heads = {f.group: f for f in _figures(store, queue, [r.group for r in rows])}
+    shown = rows[:top]
+    return {**as_json(figures), **read_capacity(store, config, queue).as_json(),
+            "oldest_wait": _wait(heads.values(), now),
+            "groups": [{**as_json(r), "oldest_wait": _wait([heads[r.group]], now)}
+                       for r in shown],
+            "more_groups": max(figures.group_count - len(shown), 0)}
+
+
+def _capacity_fields(capacity: Capacity | None) -> Mapping[str, int | None]:
+    if capacity is None:
+        return {"capacity": None, "dispatch_ahead": None, "inflight_limit": None}
+    return capacity.as_json()
+
+
+def build_summary(store: Store, queue: str, capacity: Capacity | None, *,
                   now: float | None = None, limit: int = GROUP_LIMIT) -> dict[str, Any]:
     """The summary document of ``queue`` (see the module docstring).
 
@@ -65,7 +133,7 @@ def build_summary(store: Store, queue: str, capacity: int | None, *,
     dues = {f.group: f for f in _figures(store, queue, [r.group for r in rows])}
     return {
         "version": SUMMARY_VERSION, "queue": queue, "written_at": now, "ttl": TTL_SECONDS,
-        "capacity": capacity, "inflight": totals.inflight,
+        **_capacity_fields(capacity), "inflight": totals.inflight,
         "held_interactive": totals.held_interactive,
         "held_background": totals.held_background,
         "delayed": totals.delayed,
@@ -115,7 +183,7 @@ class SummaryWriter:
         self.limit = limit
         self._gap = interval
         self._next = 0.0  # monotonic; inf while a round is handed over and not yet done
-        self._round: tuple[list[str], dict[str, int | None]] | None = None
+        self._round: tuple[list[str], dict[str, Capacity]] | None = None
         self._due = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None  # the writer, while it runs
@@ -123,7 +191,7 @@ class SummaryWriter:
         self._outage = Outage(logger, "writing the fair queue summaries",
                               expected=(FairError,))  # the store wraps its errors
 
-    def maybe_write(self, queues: Iterable[str], capacity: Mapping[str, int | None]) -> None:
+    def maybe_write(self, queues: Iterable[str], capacity: Mapping[str, Capacity]) -> None:
         """Hand a round of writes to the writer thread if one is due and none is pending."""
         if time.monotonic() < self._next:
             return
@@ -159,7 +227,7 @@ class SummaryWriter:
                     self._thread = None
                     return
 
-    def write_all(self, queues: Iterable[str], capacity: Mapping[str, int | None]) -> None:
+    def write_all(self, queues: Iterable[str], capacity: Mapping[str, Capacity]) -> None:
         """Write the summary of each of ``queues``; a failure is only logged (once per
         outage: the first WARNING, then DEBUG until a write works again)."""
         started = time.monotonic()
@@ -173,7 +241,7 @@ class SummaryWriter:
         self._gap = max(self.interval, 10 * (time.monotonic() - started))
         self._next = started + self._gap
 
-    def write(self, queue: str, capacity: int | None) -> bool:
+    def write(self, queue: str, capacity: Capacity | None) -> bool:
         """Write ``queue``'s summary unless another dispatcher just did; True if written."""
         if not self.store.claim_writer(queue, max(1, int(self._gap * 900))):
             return False
@@ -181,6 +249,21 @@ class SummaryWriter:
         summary["ttl"] = ttl = max(self.ttl, int(3 * self._gap) + 1)
         self.store.put_summary(queue, json.dumps(summary), ttl)
         return True
+
+
+def format_wait(seconds: float | None) -> str:
+    """A wait for people (Flower's page, ``fair status``): ``-``, ``850 ms``, ``12.3 s``,
+    ``4m 05s``, ``2h 01m``."""
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    return f"{minutes // 60}h {minutes % 60:02d}m"
 
 
 def read_summaries(store: Store) -> dict[str, dict[str, Any] | None]:

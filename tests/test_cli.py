@@ -4,6 +4,7 @@ click's CliRunner for the details, and once per command as a real ``celery`` pro
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import time
@@ -17,6 +18,7 @@ from celery_fair.cli import fair
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.redact import safe_url
 from celery_fair.store.base import as_json
+from celery_fair.summary import read_summaries
 from celery_fair.task import store_for
 from celery_fair.testing import RedisServer, free_port
 
@@ -44,9 +46,9 @@ def fill(app: Any) -> dict[str, list[str]]:
     return ids
 
 
-def run_celery(app: Any, namespace: str, redis_url: str,
-               *args: str) -> subprocess.CompletedProcess[str]:
-    env = subprocess_env({}, redis_url + "/0", namespace)
+def run_celery(app: Any, namespace: str, redis_url: str, *args: str,
+               conf: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
+    env = subprocess_env(conf or {}, redis_url + "/0", namespace)
     return subprocess.run([CELERY, "-A", "tests.proj", "fair", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
 
@@ -57,19 +59,20 @@ def test_status_shows_totals_and_busiest_groups(app, cli) -> None:
     fill(app)
     queue = queue_of(app)
     out = cli("status").output
-    assert f"queue {queue}: 6 held (1 interactive), 0 delayed, 0 / 0 in flight, " \
-           "3 groups with work, 0 released" in out
     lines = [line.split() for line in out.splitlines()]
-    assert ["acme", "3", "0", "0", "0", "-", "1"] in lines
-    assert ["initech", "0", "1", "0", "0", "-", "1"] in lines
+    # held, interactive, delayed, in flight, capacity, ahead, oldest wait (2), groups, released
+    assert [queue, "6", "1", "0", "0", "0", "0"] == lines[2][:7] and lines[2][-2:] == ["3", "0"]
+    assert f"queue {queue}: busiest groups" in out
+    assert ["acme", "3", "0", "0", "0", "-", "1"] in [r[:7] for r in lines]
+    assert ["initech", "0", "1", "0", "0", "-", "1"] in [r[:7] for r in lines]
     assert "... and 2 more groups" in cli("status", "--top", "1").output
 
     data = json.loads(cli("status", "--json").output)
     [q] = data["queues"]
     assert (q["queue"], q["held_background"], q["held_interactive"]) == (queue, 5, 1)
     assert [g["group"] for g in q["groups"]] == ["acme", "globex", "initech"]
-    assert q["groups"] == [as_json(r) for r in
-                           store_for(app).group_figures(queue, ["acme", "globex", "initech"])]
+    assert [{k: v for k, v in g.items() if k != "oldest_wait"} for g in q["groups"]] == \
+        [as_json(r) for r in store_for(app).group_figures(queue, ["acme", "globex", "initech"])]
 
 
 def test_status_totals_are_exact_with_more_groups_than_shown(app, cli) -> None:
@@ -97,8 +100,6 @@ def test_status_shows_in_flight_against_capacity_plus_dispatch_ahead(app, cli) -
     now = int(time.time() * 1000)
     store.register_worker(queue, "w1", 4, now + 60_000, now)
     assert len(store.pick(queue, 6, None, now, 10_000)) == 6  # 4 slots + 2 ahead
-    out = cli("status").output
-    assert "6 / 4 (+2 ahead) in flight" in out
     [q] = json.loads(cli("status", "--json").output)["queues"]
     assert (q["inflight"], q["capacity"], q["dispatch_ahead"], q["inflight_limit"]) == \
         (6, 4, 2, 6)
@@ -109,7 +110,9 @@ def test_status_with_a_fixed_max_inflight_shows_no_ahead(make_app, cli) -> None:
     fill(app)
     [q] = json.loads(cli("status", "--json", the_app=app).output)["queues"]
     assert (q["capacity"], q["dispatch_ahead"], q["inflight_limit"]) == (5, 0, 5)
-    assert "0 / 5 in flight" in cli("status", the_app=app).output
+    [row] = [line.split() for line in cli("status", the_app=app).output.splitlines()
+             if line.startswith(q["queue"])]
+    assert row[4:7] == ["0", "5", "0"]  # in flight, capacity, ahead
 
 
 def test_status_bad_options_name_the_option(cli) -> None:
@@ -223,7 +226,8 @@ def test_status_command_as_a_celery_process(app, redis_server, namespace) -> Non
     fill(app)
     done = run_celery(app, namespace, redis_server.url, "status")
     assert done.returncode == 0, done.stderr
-    assert "6 held (1 interactive)" in done.stdout and "acme" in done.stdout
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert [queue_of(app), "6", "1"] in [r[:3] for r in rows] and "acme" in done.stdout
 
 
 # -- limit ---------------------------------------------------------------------------------
@@ -322,3 +326,210 @@ def test_inspect_command_as_a_celery_process(app, redis_server, namespace) -> No
     assert done.returncode == 0, done.stderr
     where = json.loads(done.stdout)
     assert (where["group"], where["position"]) == ("globex", 2)
+
+
+# -- one grammar: -Q/--queue on every subcommand that takes fair queues ----------------------
+
+def two_queues(app: Any) -> list[str]:
+    """The app's queue and a second one, each holding one acme task: both in the store."""
+    queues = [queue_of(app), queue_of(app) + "-b"]
+    for queue in queues:
+        app.tasks["proj.work"].apply_async(("acme", "x"), queue=queue)
+    assert store_for(app).queues() == sorted(queues)
+    return queues
+
+
+def acted_on(name: str, app: Any, namespace: str, redis_url: str, cli: Callable[..., Result],
+             queue_args: list[str]) -> list[str]:
+    """The fair queues subcommand ``name`` acted on when given ``queue_args``."""
+    if name == "dispatch":  # its own process: it sets up logging as a worker does
+        done = run_celery(app, namespace, redis_url, "dispatch", "--once", *queue_args,
+                          conf={"fair_max_inflight": 5})
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [q for q in store_for(app).queues() if store_for(app).queue_figures(q).inflight]
+    args = {"status": ["status", "--json"], "groups": ["groups", "--json"],
+            "check": ["check", "--json"], "limit": ["limit", "acme", "--weight", "2"]}[name]
+    result = cli(*args, *queue_args)
+    assert result.exit_code == 0, result.output
+    if name == "limit":
+        return [line.split(" in queue ")[1].split(":")[0] for line in
+                result.output.splitlines()]
+    data = json.loads(result.stdout)["queues"]  # stderr: the store's advice, if any
+    return data if name == "check" else [q["queue"] for q in data]
+
+
+SUBCOMMANDS = ["dispatch", "check", "groups", "limit", "status"]
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_queue_option_is_repeatable_and_comma_separated(name, make_app, namespace,
+                                                        redis_server, cli) -> None:
+    app = make_app()
+    first, second = two_queues(app)
+    third = first + "-c"  # a third queue holds nothing: a queue not named is left alone
+    app.tasks["proj.work"].apply_async(("acme", "x"), queue=third)
+    run = lambda *args: acted_on(name, app, namespace, redis_server.url,  # noqa: E731
+                                 lambda *a: cli(*a, the_app=app), list(args))
+    assert sorted(run("-Q", first, "-Q", second)) == [first, second]
+    if name == "dispatch":  # dispatched now: the comma form must dispatch again
+        store_for(app).flush()
+        for queue in (first, second, third):
+            app.tasks["proj.work"].apply_async(("acme", "x"), queue=queue)
+    assert sorted(run("-Q", f"{first},{second}")) == [first, second]
+    if name != "dispatch":  # the same callback: once in its own process is enough
+        assert sorted(run("--queue", f" {second} ,", "--queue", first)) == [first, second]
+
+
+def test_the_old_queues_spelling_still_works_unlisted(app, cli) -> None:
+    """dispatch and check had ``-Q/--queues``: it still parses (dispatch's: in
+    test_dispatch_pidfile_logfile_and_loglevel), and --help shows only -Q/--queue."""
+    first, second = two_queues(app)
+    result = cli("check", "--json", "--queues", f"{first},{second}")
+    assert sorted(json.loads(result.stdout)["queues"]) == [first, second]
+    for name in SUBCOMMANDS:
+        shown = cli(name, "--help").output
+        assert "-Q, --queue QUEUE" in shown and "--queues" not in shown, shown
+
+
+@pytest.mark.parametrize("name", SUBCOMMANDS)
+def test_an_unknown_queue_is_refused_listing_the_known(name, app, namespace, redis_server,
+                                                       cli) -> None:
+    first, second = two_queues(app)
+    args = {"dispatch": ["dispatch", "--once"], "check": ["check"], "groups": ["groups"],
+            "limit": ["limit", "acme", "--concurrency", "1"], "status": ["status"]}[name]
+    before = store_for(app).snapshot(first)
+    if name == "dispatch":
+        done = run_celery(app, namespace, redis_server.url, *args, "-Q", f"{first},nosuch")
+        code, out = done.returncode, done.stdout + done.stderr
+    else:
+        result = cli(*args, "-Q", first, "-Q", "nosuch")
+        code, out = result.exit_code, result.output
+    assert code == 2, out
+    assert "no fair queue named nosuch; known fair queues: " in out, out
+    assert first in out and second in out, out  # the known ones, to pick from
+    assert "ok" not in out.split("known fair queues")[0]  # check does not report ok
+    assert store_for(app).snapshot(first) == before  # nothing done, nothing stored
+    assert "nosuch" not in store_for(app).queues()
+
+
+def test_limit_on_an_unknown_queue_stores_nothing_and_says_create(app, cli) -> None:
+    store = store_for(app)
+    result = cli("limit", "acme", "-Q", "later", "--concurrency", "0")
+    assert result.exit_code == 2 and "add --create" in result.output, result.output
+    app.tasks["proj.work"].apply_async(("acme", "x"), queue="later")
+    assert len(store.pick("later", 5, None, int(time.time() * 1000), 10_000)) == 1
+
+
+def test_limit_create_sets_limits_before_the_first_task(app, cli) -> None:
+    store = store_for(app)
+    result = cli("limit", "acme", "-Q", "later", "--create", "--concurrency", "0",
+                 "--weight", "3")
+    assert result.exit_code == 0, result.output
+    assert result.output == "group acme in queue later: cap 0, weight 3\n"
+    assert "later" not in store.queues()  # known from its first task on
+    app.tasks["proj.work"].apply_async(("acme", "x"), queue="later")
+    globex = app.tasks["proj.work"].apply_async(("globex", "y"), queue="later").id
+    picked = store.pick("later", 5, None, int(time.time() * 1000), 10_000)
+    assert [p.hold_id for p in picked] == [globex]  # acme is paused from the start
+    [row] = store.group_figures("later", ["acme"])
+    assert (row.cap, row.weight, row.limited) == (0, 3.0, ("cap", "weight"))
+    result = cli("limit", "acme", "--create", "--concurrency", "1")
+    assert result.exit_code == 2 and "--create needs" in result.output, result.output
+
+
+def test_a_queue_the_app_declares_is_known_before_its_first_task(make_app, cli) -> None:
+    app = make_app(task_routes={"proj.report*": {"queue": "reports"}, "x.y": "exports"})
+    for queue in ("reports", "exports", queue_of(app)):  # routes, task_default_queue
+        result = cli("limit", "acme", "-Q", queue, "--weight", "2", the_app=app)
+        assert result.exit_code == 0, result.output
+        [q] = json.loads(cli("status", "--json", "-Q", queue, the_app=app).output)["queues"]
+        assert (q["queue"], q["held_background"], q["capacity"]) == (queue, 0, 0)
+    assert store_for(app).queues() == []
+    result = cli("groups", "-Q", "nosuch", the_app=app)
+    assert result.exit_code == 2
+    assert f"known fair queues: exports, {queue_of(app)}, reports " in result.output
+
+
+# -- dispatch: --pidfile, --logfile, --loglevel as celery worker has them --------------------
+
+def test_dispatch_pidfile_logfile_and_loglevel(app, redis_server, namespace, tmp_path) -> None:
+    pidfile, logfile = tmp_path / "fair.pid", tmp_path / "fair.log"
+    app.tasks["proj.work"].delay("acme", "x")  # a queue to serve: its line is INFO
+    first = CeleryProcess(["fair", "dispatch", "--pidfile", str(pidfile), "--logfile",
+                           str(logfile), "-l", "info"], {}, redis_server.url + "/0",
+                          namespace, tmp_path / "first.out")
+    try:
+        wait_for(lambda: pidfile.exists() and pidfile.read_text().strip() == str(first.pid),
+                 what="the dispatcher to write its pid")
+        wait_for(lambda: logfile.exists() and "serving fair queue" in logfile.read_text(),
+                 what="the log lines in --logfile")
+        text = logfile.read_text()
+        assert f"INFO/MainProcess] serving fair queue {queue_of(app)}" in text, text
+        second = run_celery(app, namespace, redis_server.url, "dispatch", "--pidfile",
+                            str(pidfile))
+        assert second.returncode == 73, second.stdout + second.stderr  # EX_CANTCREAT
+        assert f"Pidfile ({pidfile}) already exists" in second.stderr, second.stderr
+        assert first.alive(), first.output()
+    finally:
+        assert first.stop() is not None
+    assert not pidfile.exists()  # released at exit, as celery worker does
+    assert "serving fair queue" not in first.output()  # logged to the file, not stderr
+    # --loglevel: at WARNING the INFO lines the same step logged at info above are left out
+    quiet = tmp_path / "quiet.log"
+    done = run_celery(app, namespace, redis_server.url, "dispatch", "--once", "-f",
+                      str(quiet), "--loglevel", "WARNING", "--queues", queue_of(app),
+                      conf={"fair_max_inflight": 1})  # --queues: the old spelling works
+    assert done.returncode == 0 and "dispatched 1," in done.stdout, done.stderr
+    assert "INFO" not in quiet.read_text() and "DEBUG" not in quiet.read_text()
+
+
+def test_dispatch_refuses_a_bad_loglevel(cli) -> None:
+    result = cli("dispatch", "--once", "-l", "LOUD")  # refused before logging is set up
+    assert result.exit_code == 2 and "'-l' / '--loglevel'" in result.output, result.output
+
+
+# -- status: oldest wait, capacity and ahead, the same capacity as Flower's -------------------
+
+def test_status_capacity_is_the_flower_pages_and_the_dispatchers(app, cli, caplog) -> None:
+    """One definition (summary.queue_capacity): status, the summary Flower's page and API
+    read (read_summaries), and the dispatcher's log give the same capacity and ahead."""
+    fill(app)
+    store, queue = store_for(app), queue_of(app)
+    now = int(time.time() * 1000)
+    store.register_worker(queue, "w1", 4, now + 60_000, now)
+    assert len(store.pick(queue, 6, None, now, 10_000)) == 6  # 4 slots + 2 ahead
+    app.tasks["proj.work"].delay("acme", "more")
+    caplog.set_level(logging.INFO, logger="celery_fair.dispatcher")
+    dispatcher = Dispatcher(app)
+    try:
+        assert dispatcher.step().dispatched == 0  # at its limit: 6 in flight
+        flower = wait_for(lambda: read_summaries(store).get(queue), what="the summary")
+    finally:
+        dispatcher.close()
+    [q] = json.loads(cli("status", "--json").output)["queues"]
+    assert (q["inflight"], q["capacity"], q["dispatch_ahead"], q["inflight_limit"]) == \
+        (flower["inflight"], flower["capacity"], flower["dispatch_ahead"],
+         flower["inflight_limit"]) == (6, 4, 2, 6)
+    assert f"queue {queue}: capacity 4 (+2 ahead)" in caplog.messages
+    assert dispatcher.capacity(queue) == 4  # what /metrics shows as celery_fair_capacity
+    rows = [line.split() for line in cli("status").output.splitlines()]
+    header = next(r for r in rows if r[:1] == ["queue"])
+    assert " ".join(header) == "queue held interactive delayed in flight capacity ahead " \
+                               "oldest wait groups released"
+    row = next(r for r in rows if r[:1] == [queue])
+    assert row[1:7] == ["1", "0", "0", "6", "4", "2"]  # held, inter., delayed, in flight, ...
+
+
+def test_status_shows_the_oldest_wait(app, cli) -> None:
+    app.tasks["proj.work"].delay("acme", "first")
+    held_at = time.time()
+    app.tasks["proj.work"].delay("globex", "second")
+    [q] = json.loads(cli("status", "--json").output)["queues"]
+    waits = {g["group"]: g["oldest_wait"] for g in q["groups"]}
+    assert q["oldest_wait"] == waits["acme"] == max(waits.values())
+    assert 0 <= q["oldest_wait"] <= time.time() - held_at + 0.5
+    app.tasks["proj.work"].apply_async(("late", "x"), countdown=60)  # not due: no wait
+    [q] = json.loads(cli("status", "--json").output)["queues"]
+    assert {g["group"]: g["oldest_wait"] for g in q["groups"]}["late"] is None
+    text = cli("status").output
+    assert "oldest wait" in text and " ms " in text, text

@@ -166,7 +166,7 @@ def test_the_settings_page_sample_error_is_the_real_error(redis_server: Any):
 def test_the_tutorial_dispatcher_lines_are_what_the_dispatcher_logs(app: Celery, caplog):
     # The tutorial's setting: one worker of 4 processes consumes the queue, a task is held.
     sample = next(b for b in _blocks(DOCS["tutorial.md"], "it logs the queue and the capacity")
-                  if "celery_fair.dispatcher" in b)
+                  if "dispatcher started" in b)
     lines = [line.split("] ", 1)[1] for line in sample.strip().splitlines()]
     queue = app.conf.task_default_queue
     now = int(time.time() * 1000)

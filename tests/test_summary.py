@@ -11,7 +11,13 @@ from celery_fair.dispatcher import Dispatcher
 from celery_fair.envelope import Envelope
 from celery_fair.store.base import Placement
 from celery_fair.store.redis import RedisStore
-from celery_fair.summary import EXTRA_TOTALS, SummaryWriter, build_summary, read_summaries
+from celery_fair.summary import (
+    EXTRA_TOTALS,
+    Capacity,
+    SummaryWriter,
+    build_summary,
+    read_summaries,
+)
 from celery_fair.task import store_for
 from celery_fair.testing import free_port
 
@@ -52,7 +58,8 @@ def test_summary_matches_the_store(make_app):
     written = time.time()
     snap = snapshot(app)
     assert summary["inflight"] == snap["inflight"] == 1
-    assert summary["capacity"] == 1
+    assert (summary["capacity"], summary["dispatch_ahead"], summary["inflight_limit"]) == \
+        (1, 0, 1)  # a fixed fair_max_inflight: no dispatch-ahead
     assert summary["groups_total"] == len(snap["groups"]) == 3
     assert (summary["held_interactive"], summary["held_background"]) == (0, 8)
     for g in snap["groups"]:
@@ -74,7 +81,7 @@ def test_summary_matches_the_store(make_app):
 def test_summary_lists_the_groups_holding_most_and_counts_all(make_app):
     app = make_app()
     _hold_mix(app)
-    summary = build_summary(store_for(app), queue_of(app), 0, limit=2)
+    summary = build_summary(store_for(app), queue_of(app), Capacity(0, 0), limit=2)
     assert [g["group"] for g in summary["groups"]] == ["big", "acme"]
     assert summary["groups_total"] == 3
     assert summary["held_background"] == 8 and summary["held_interactive"] == 1
@@ -121,11 +128,11 @@ def test_oldest_wait_counts_from_the_eta_not_the_hold(make_app):
     app.tasks["proj.work"].apply_async(("late", "x"), countdown=1.5)
     store = store_for(app)
     queue = queue_of(app)
-    summary = build_summary(store, queue, 0)
+    summary = build_summary(store, queue, Capacity(0, 0))
     assert summary["delayed"] == 1 and summary["oldest_wait"] is None
     time.sleep(1.6)  # the countdown itself is what is being measured
     store.promote(queue, int(time.time() * 1000), 10)
-    summary = build_summary(store, queue, 0)
+    summary = build_summary(store, queue, Capacity(0, 0))
     assert summary["held_background"] == 1
     assert 0 <= summary["oldest_wait"] < 0.5
 
@@ -165,8 +172,8 @@ def test_one_dispatcher_writes_per_interval(make_app):
     _hold_mix(app)
     store = store_for(app)
     first, second = SummaryWriter(store, interval=5), SummaryWriter(store, interval=5)
-    assert first.write(queue_of(app), 0) is True
-    assert second.write(queue_of(app), 0) is False  # another dispatcher just wrote it
+    assert first.write(queue_of(app), Capacity(0, 0)) is True
+    assert second.write(queue_of(app), Capacity(0, 0)) is False  # another dispatcher just wrote it
 
 
 def test_summarize_script_reads_counts_and_head_due_times(make_app):
@@ -190,13 +197,15 @@ def test_the_writer_works_in_a_thread_once_per_interval(make_app):
     store = store_for(app)
     queue = queue_of(app)
     writer = SummaryWriter(store, interval=30)
-    writer.maybe_write([queue], {queue: 4})
+    writer.maybe_write([queue], {queue: Capacity(4, 2)})
     first = writer._thread
     assert first is not None
     summary = wait_for(lambda: read_summaries(store)[queue], what="the first round")
-    assert summary["capacity"] == 4 and summary["held_background"] == 8
+    assert (summary["capacity"], summary["dispatch_ahead"], summary["inflight_limit"]) == \
+        (4, 2, 6)
+    assert summary["held_background"] == 8
     store.client.delete(store.keys(queue).summary)
-    writer.maybe_write([queue], {queue: 4})  # within the interval: nothing to do
+    writer.maybe_write([queue], {queue: Capacity(4, 2)})  # within the interval: nothing to do
     assert writer._thread is first
     assert read_summaries(store)[queue] is None
     writer.stop()

@@ -37,8 +37,7 @@ from ..config import get_config
 from ..errors import FairError
 from ..metrics import add_queue_figures, store_families
 from ..store import Bounds, store_for_url
-from ..summary import read_summaries
-from .web import format_wait
+from ..summary import format_wait, read_summaries
 
 try:
     from flower import urls as flower_urls

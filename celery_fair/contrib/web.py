@@ -70,17 +70,3 @@ def request_scope(group: str | None, interactive: bool) -> Iterator[None]:
     """The ``fair_context`` of one request (reset when the block ends, error or not)."""
     with fair_context(group=group, interactive=interactive or None):
         yield
-
-
-def format_wait(seconds: float | None) -> str:
-    """A wait for people: ``-``, ``850 ms``, ``12.3 s``, ``4m 05s``, ``2h 01m``."""
-    if seconds is None:
-        return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    return f"{minutes // 60}h {minutes % 60:02d}m"

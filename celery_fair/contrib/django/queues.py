@@ -16,8 +16,7 @@ from typing import Any
 from celery import current_app
 
 from ...store import store_for
-from ...summary import build_summary, read_summaries
-from ..web import format_wait
+from ...summary import build_summary, format_wait, read_summaries
 
 #: Most groups listed per queue (the busiest; the totals count every group).
 GROUP_LIMIT = 100
