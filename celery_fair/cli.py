@@ -153,8 +153,12 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, top: int) -> 
         store = store_for(app)
 
     def read() -> list[dict[str, Any]]:
+        from .liveness import app_name, read_liveness
+
         with _errors():
-            return [_queue_status(app, store, q, top) for q in store.queues()]
+            names = store.queues()
+            live = read_liveness(store, app_name(app), names)  # who dispatches them
+            return [{**_queue_status(app, store, q, top), **live.of_queue(q)} for q in names]
 
     show(ctx, read, as_json, watch, render_status)
 
@@ -324,11 +328,13 @@ def cancel(ctx: click.Context, task_ids: tuple[str, ...]) -> None:
 def check(ctx: click.Context, repair: bool, as_json: bool, queues: str) -> None:
     """Check the store's invariants (exit 1 when something is wrong and left so)."""
     from .check import check as run_check
+    from .liveness import app_name
     from .store import store_for
 
     names = [q.strip() for q in queues.split(",") if q.strip()] or None
     try:
-        report = run_check(_app(ctx), repair=repair, queues=names)
+        report = run_check(_app(ctx), repair=repair, queues=names,
+                           app_name=app_name(_app(ctx)))
     except FairError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else str(report))

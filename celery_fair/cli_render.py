@@ -61,12 +61,29 @@ def render_status(queues: list[dict[str, Any]]) -> Any:
             f"queue {q['queue']}: {held} held ({q['held_interactive']} interactive), "
             f"{q['delayed']} delayed, {_inflight(q)} in flight, "
             f"{q['group_count']} groups with work, {q['released']} released"))
+        parts.extend(_liveness(q))
         if q["groups"]:
             parts.append(_group_table(q["groups"]))
         if q["more_groups"]:
             parts.append(Text(f"... and {q['more_groups']} more groups "
                               f"(celery fair groups --queue {q['queue']})"))
     return Group(*parts)
+
+
+def _liveness(q: dict[str, Any]) -> list[Any]:
+    """The queue's live dispatchers, one line each; or, with held work and none, a red
+    warning naming the command that starts one (``liveness.py``)."""
+    from rich.text import Text
+
+    from .liveness import ago
+    from .store.base import now_ms
+
+    if q.get("warning"):
+        return [Text(f"WARNING: {q['warning']}", style="bold red")]
+    now = now_ms()
+    return [Text(f"  dispatcher {d['host']} pid {d['pid']}: last step "
+                 f"{ago(now - d['last_step_ms']) + ' ago' if d['last_step_ms'] else 'none yet'}",
+                 style="dim") for d in q.get("dispatchers", ())]
 
 
 def _inflight(q: dict[str, Any]) -> str:
