@@ -114,7 +114,8 @@ class Dispatcher:
         self._observer_outage = Outage(logger, "dispatch observer (metrics)")
         # What status, Flower, /metrics and check read to tell this dispatcher is alive.
         self.heartbeat = Heartbeat(lambda: self.store, lambda: (
-            self.directory.queues, self.directory.fixed_queues is None), app_name(app))
+            self.directory.fixed_queues or self.directory.queues,
+            self.directory.fixed_queues is None), app_name(app))
 
     @property
     def store(self) -> Store:
