@@ -39,8 +39,9 @@ class Heartbeat:
 
     def __init__(self, store: Callable[[], Store],
                  queues: Callable[[], tuple[list[str], bool]], app: str) -> None:
-        self._store, self._queues, self.app = store, queues, app
-        self.host, self.pid = socket.gethostname(), os.getpid()
+        # the SQL store keeps names of at most 255 characters
+        self._store, self._queues, self.app = store, queues, app[:255]
+        self.host, self.pid = socket.gethostname()[:200], os.getpid()
         self.id = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self.started_ms = now_ms()
         self.last_step_ms = 0
