@@ -66,7 +66,9 @@ def test_a_killed_dispatcher_is_reported_by_status_check_and_metrics(
         killed = time.monotonic()
         wait_for(lambda: not store.dispatchers(now_ms()), timeout=BEAT_TTL_MS / 1000 + 5,
                  interval=0.2, what="the killed dispatcher's beat to lapse")
-        assert time.monotonic() - killed <= BEAT_TTL_MS / 1000 + 1.5
+        lapsed = time.monotonic() - killed
+        print(f"the killed dispatcher's beat lapsed {lapsed:.1f}s after kill -9")
+        assert lapsed <= BEAT_TTL_MS / 1000 + 1.5
 
         warning = (f"no live dispatcher for queue {queue} with 3 held: those tasks do not "
                    f"run until one starts; start one with `{COMMAND}`")

@@ -151,8 +151,8 @@ def test_migrating_again_changes_nothing_and_keeps_the_rows(database: str, engin
         assert conn.execute(workers.select()).all() == [("n", "q", "w1", 4, 1)]
 
 
-def test_a_0001_schema_is_refused_until_upgraded_keeping_its_rows(database: str, engine: Engine,
-                                                               prefix: str) -> None:
+def test_a_0001_schema_is_refused_until_upgraded_keeping_its_rows(
+        database: str, engine: Engine, prefix: str) -> None:
     """A database migrated before the dispatchers' heartbeats (revision 0001) is refused
     until ``fair migrate``, which adds their table and keeps what was there."""
     from alembic import command
