@@ -12,6 +12,11 @@ fixes each finding and says how.
 
 Repairs never drop a held message: an unreferenced one is held again, an undecodable one
 moves to the queue's ``quarantine`` hash, a key of a foreign type is renamed aside.
+
+Given the app's name (``fair check`` passes its ``-A``), it also reports a fair queue
+holding work that no live dispatcher serves (``no_dispatcher``: nothing would ever run
+it; only starting a dispatcher, which the finding names, repairs it) and lists the live
+dispatchers (``liveness.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 
 from celery import Celery
 
+from .liveness import read_liveness
 from .store.base import CHECK_BATCH, Store, now_ms
 
 #: Lease given to an in-flight dispatch found without one when the store is passed
@@ -58,6 +64,8 @@ class Report:
     queues: list[str]
     repair: bool
     findings: list[Finding] = field(default_factory=list)
+    #: the live dispatchers' beats (None: liveness not checked)
+    dispatchers: list[dict[str, Any]] | None = None
 
     @property
     def ok(self) -> bool:
@@ -73,8 +81,9 @@ class Report:
         return {f.kind for f in self.findings}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"queues": self.queues, "repair": self.repair, "ok": self.ok,
-                "findings": [asdict(f) for f in self.findings]}
+        doc = {"queues": self.queues, "repair": self.repair, "ok": self.ok,
+               "findings": [asdict(f) for f in self.findings]}
+        return doc if self.dispatchers is None else {**doc, "dispatchers": self.dispatchers}
 
     def __str__(self) -> str:
         if self.ok:
@@ -88,7 +97,7 @@ class Report:
 
 def check(target: Celery | Store, *, repair: bool = False,
           queues: Iterable[str] | None = None, lease_seconds: float | None = None,
-          batch: int = CHECK_BATCH) -> Report:
+          batch: int = CHECK_BATCH, app_name: str | None = None) -> Report:
     """Check the invariants of every fair queue (or ``queues``) of an app or a store.
 
     Parameters:
@@ -98,6 +107,9 @@ def check(target: Celery | Store, *, repair: bool = False,
         queues: fair queues to check; default all the store knows.
         lease_seconds: lease given to an in-flight dispatch found without one.
         batch: most entries one step reads (each step blocks the store that long).
+        app_name: the app as the user names it (``celery -A <app_name>``): when given,
+            also report queues holding work that no live dispatcher serves, naming the
+            command that starts one, and list the live dispatchers.
 
     Returns:
         a :class:`Report`; ``report.ok`` is true when nothing was found.
@@ -114,6 +126,11 @@ def check(target: Celery | Store, *, repair: bool = False,
         for kind, subject, detail, action in store.check(queue, repair, now_ms(),
                                                          int(lease * 1000), batch=batch):
             report.findings.append(Finding(queue, kind, subject, detail, action))
+    if app_name is not None:
+        live = read_liveness(store, app_name, names)
+        report.dispatchers = [beat.as_json() for beat in live.dispatchers]
+        report.findings += [Finding(queue, "no_dispatcher", queue, warning)
+                            for queue, warning in zip(live.unserved, live.warnings())]
     return report
 
 

@@ -87,8 +87,13 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, top: int,
         _known(app, store, queues)
 
     def read() -> list[dict[str, Any]]:
+        from .liveness import app_name, read_liveness
+
         with _errors():
-            return [queue_status(store, config, q, top) for q in queues or store.queues()]
+            names = list(queues) or store.queues()
+            live = read_liveness(store, app_name(app), names)  # who dispatches them
+            return [{**queue_status(store, config, q, top), **live.of_queue(q)}
+                    for q in names]
 
     show(ctx, read, as_json, watch, render_status)
 
@@ -245,11 +250,13 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: tuple[str, ..
     """Check the store's invariants (exit 1 when something is wrong and left so)."""
     from .check import check as run_check
     from .check_export import write_metrics_file
+    from .liveness import app_name
     from .store import store_for
 
     with _errors():
         _known(_app(ctx), store_for(_app(ctx)), queues)
-        report = run_check(_app(ctx), repair=repair, queues=list(queues) or None)
+        report = run_check(_app(ctx), repair=repair, queues=list(queues) or None,
+                           app_name=app_name(_app(ctx)))
         if metrics_file:
             write_metrics_file(report, metrics_file)
     click.echo(json.dumps(report.to_dict(), indent=2) if as_json else str(report))

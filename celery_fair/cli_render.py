@@ -59,6 +59,8 @@ def render_status(queues: list[dict[str, Any]]) -> Any:
         return Text("no fair queues yet (nothing has been held)")
     parts: list[Any] = [queue_table(queues)]
     for q in queues:
+        parts.extend(liveness_lines(q))
+    for q in queues:
         parts.extend(queue_groups(q))
     return Group(*parts)
 
@@ -104,6 +106,22 @@ def queue_groups(q: dict[str, Any]) -> list[Any]:
         parts.append(Text(f"... and {q['more_groups']} more groups "
                           f"(celery fair groups --queue {q['queue']})"))
     return parts
+
+
+def liveness_lines(q: dict[str, Any]) -> list[Any]:
+    """The queue's live dispatchers, one line each; or, with held work and none, a red
+    warning naming the command that starts one (``liveness.py``)."""
+    from rich.text import Text
+
+    from .liveness import ago
+    from .store.base import now_ms
+
+    if q.get("warning"):
+        return [Text(f"WARNING: {q['warning']}", style="bold red")]
+    now = now_ms()
+    return [Text(f"queue {q['queue']}: dispatcher {d['host']} pid {d['pid']}, last step "
+                 f"{ago(now - d['last_step_ms']) + ' ago' if d['last_step_ms'] else 'none yet'}",
+                 style="dim") for d in q.get("dispatchers", ())]
 
 
 def render_groups(queues: list[dict[str, Any]]) -> Any:

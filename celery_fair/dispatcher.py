@@ -27,6 +27,8 @@ from .brokers import check_app
 from .config import FairConfig, get_config
 from .directory import QueueDirectory
 from .errors import FairError, StoreConnectionError
+from .heartbeat import Heartbeat
+from .liveness import app_name
 from .outage import Backoff, Outage
 from .publisher import KombuPublisher
 from .redact import safe_url
@@ -110,6 +112,10 @@ class Dispatcher:
         self.observer: DispatchObserver | None = None
         # Its failures never fail a step (see _notify): one warning per burst of them.
         self._observer_outage = Outage(logger, "dispatch observer (metrics)")
+        # What status, Flower, /metrics and check read to tell this dispatcher is alive.
+        self.heartbeat = Heartbeat(lambda: self.store, lambda: (
+            self.directory.fixed_queues or self.directory.queues,
+            self.directory.fixed_queues is None), app_name(app))
 
     @property
     def store(self) -> Store:
@@ -224,6 +230,7 @@ class Dispatcher:
         (``run`` does on exit)."""
         self.publisher.reset()
         self._summary.stop()
+        self.heartbeat.forget()
 
     # -- the loop ----------------------------------------------------------------------
 
@@ -267,11 +274,13 @@ class Dispatcher:
             logger.warning("celery_fair store %s: %s", safe_url(self.config.store_url),
                            sentence)
         while not self.stopping.is_set():
+            self.heartbeat.maybe_beat()  # at most once a second; idle or failing too
             try:
                 self.step(due_only=True)
             except Exception as exc:  # noqa: BLE001 - the loop must outlive any outage
                 self._failed(exc)
                 continue
+            self.heartbeat.stepped()
             self._backoff.reset()
             self._outage.ok()
             self._sleep()

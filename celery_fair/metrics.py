@@ -3,7 +3,8 @@
 Two kinds of figures:
 
 - **store-wide**, read from Redis at each scrape: held tasks, in flight, caps and weights,
-  releases (counted by ``release.lua`` in the workers). Every dispatcher of a store shows
+  releases (counted by ``release.lua`` in the workers), live dispatchers per queue (their
+  heartbeats: ``celery_fair_dispatchers``). Every dispatcher of a store shows
   the same values: aggregate them with ``max``, not ``sum``.
   The oldest head waits (``celery_fair_oldest_wait_seconds``, and per group) are read
   over the top groups only (below), like Flower's.
@@ -28,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from .envelope import INTERACTIVE
 from .errors import ConfigurationError, FairError
-from .store.base import GroupHeads, as_json
+from .liveness import serving_counts
+from .store.base import GroupHeads, as_json, now_ms
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -46,6 +48,8 @@ TOP_GROUPS_SECONDS = 5.0
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800,
                 3600, float("inf"))
 CLASS_NAMES = {INTERACTIVE: "interactive", "b": "background"}
+#: The live dispatchers per fair queue (dashboards and alert rules use this name).
+DISPATCHERS = "celery_fair_dispatchers"
 
 
 def _prometheus() -> Any:
@@ -189,17 +193,22 @@ class _StoreCollector:
         store = m.dispatcher.store
         families = store_families()
         waits = head_wait_families()
+        serving: dict[str, int] | None = None
         try:
-            for queue in store.queues():
+            queues = store.queues()
+            for queue in queues:
                 add_queue_figures(families, queue, as_json(store.queue_figures(queue)),
                                   [as_json(r) for r in
                                    store.group_figures(queue, m.top_groups(queue))],
                                   m.dispatcher.capacity(queue))
                 add_head_waits(waits, queue, store.summarize(queue, m.top_groups(queue)))
+            serving = serving_counts(store.dispatchers(now_ms()), queues)
         except FairError as exc:
             logger.warning("metrics: reading the store failed: %s", exc)
         yield from families.values()
         yield from waits.values()
+        if serving is not None:
+            yield dispatchers_family(serving)
         yield GaugeMetricFamily("celery_fair_loop_lag_seconds",
                                 "Seconds since the dispatcher last finished a step (below "
                                 "about 1 s while it is healthy, even when idle).",
@@ -234,6 +243,20 @@ STORE_FAMILIES = (
     ("skipped", "counter", "celery_fair_skipped", "Copies the workers skipped: a stale "
      "duplicate, or a redelivery of a dispatch that already ran.", _Q),
 )
+
+
+def dispatchers_family(serving: Mapping[str, int]) -> Metric:
+    """``celery_fair_dispatchers{queue}``: the live dispatchers serving each fair queue
+    (from their heartbeats; 0 with held work: nothing dispatches it). Store-wide, like
+    :func:`store_families`: the dispatcher's ``/metrics`` and Flower's both build it."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(DISPATCHERS, "Live dispatchers serving the fair queue (their "
+                               "heartbeats); 0 while it holds work means nothing runs it.",
+                               labels=["queue"])
+    for queue, count in sorted(serving.items()):
+        family.add_metric([queue], count)
+    return family
 
 
 def store_families() -> dict[str, Metric]:

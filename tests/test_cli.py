@@ -350,7 +350,8 @@ def acted_on(name: str, app: Any, namespace: str, redis_url: str, cli: Callable[
     args = {"status": ["status", "--json"], "groups": ["groups", "--json"],
             "check": ["check", "--json"], "limit": ["limit", "acme", "--weight", "2"]}[name]
     result = cli(*args, *queue_args)
-    assert result.exit_code == 0, result.output
+    # check exits 1 on its findings: held work and no live dispatcher, here
+    assert result.exit_code in ((0, 1) if name == "check" else (0,)), result.output
     if name == "limit":
         return [line.split(" in queue ")[1].split(":")[0] for line in
                 result.output.splitlines()]

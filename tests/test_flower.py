@@ -90,6 +90,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowerSite]:
     app = create_app(url, namespace, "q-" + namespace, **CONF)
     reset_config(app)
     held_at = _hold(app)
+    # a second fair queue no dispatcher serves: the page warns about its held task
+    app.tasks["proj.work"].apply_async(("acme", "unserved"), queue=_unserved(app))
     tmp = tmp_path_factory.mktemp("flower")
     config = tmp / "flowerconfig.py"
     config.write_text("from celery_fair.contrib.flower import enable\n\nenable()\n")
@@ -98,7 +100,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowerSite]:
                             f"--conf={config}", f"--basic-auth={USER}:{PASSWORD}"],
                            CONF, url, namespace, tmp / "flower.log")
     try:
-        with DispatcherThread(app):
+        with DispatcherThread(app, queues=[app.conf.task_default_queue]):
             # No worker consumes the queue: the dispatcher fills its 2 slots and stops.
             wait_for(lambda: (read_summaries(store_for(app)).get(app.conf.task_default_queue)
                               or {}).get("inflight") == 2, what="the summary (2 in flight)")
@@ -111,6 +113,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowerSite]:
         print(flower.output())
         server.stop()
         assert code in (0, -15, None), flower.output()
+
+
+def _unserved(app: Any) -> str:
+    return f"{app.conf.task_default_queue}-unserved"
 
 
 def _up(site: FlowerSite, flower: CeleryProcess) -> bool:
@@ -141,6 +147,31 @@ def test_json_api_serves_the_dispatchers_summary(site: FlowerSite) -> None:
     assert (served["held_interactive"], served["held_background"]) == \
         (stored["held_interactive"], stored["held_background"]) == (0, 14)
     assert served["capacity"] == 2
+
+
+#: What every surface says about a queue with held work and no live dispatcher; the app
+#: as Flower was started (``celery -A tests.proj flower``).
+UNSERVED_WARNING = ("no live dispatcher for queue {} with 1 held: those tasks do not run "
+                    "until one starts; start one with `celery -A tests.proj fair dispatch`")
+
+
+def test_page_and_api_show_live_dispatchers_and_warn_about_an_unserved_queue(
+        site: FlowerSite) -> None:
+    warning = UNSERVED_WARNING.format(_unserved(site.app))
+    status, text = site.get("/api/fair/queues")
+    assert status == 200
+    served = json.loads(text)
+    [beat] = served["dispatchers"]  # the DispatcherThread of this process
+    assert (beat["pid"], beat["queues"], beat["every_queue"]) == \
+        (os.getpid(), [site.queue], False)
+    assert served["warning"] == warning
+    status, html = site.get("/fair-queues")
+    assert status == 200
+    assert "Live dispatchers: 1" in html
+    row = re.search(rf'<tr class="fair-dispatcher" data-dispatcher="{re.escape(beat["id"])}">'
+                    r'(.*?)</tr>', html, re.S)
+    assert row is not None and f'<td data-field="pid">{os.getpid()}</td>' in row.group(1)
+    assert f'fair-liveness-warning" role="alert">{warning}</div>' in html, html
 
 
 def test_queue_lengths_and_broker_page_show_holding_depth(site: FlowerSite) -> None:
@@ -179,6 +210,8 @@ def test_metrics_carry_the_summary(site: FlowerSite) -> None:
         f'celery_fair_released_total{{queue="{q}"}}': 0.0,
         f'celery_fair_skipped_total{{queue="{q}"}}': 0.0,
         f'celery_fair_summary_up{{queue="{q}"}}': 1.0,
+        f'celery_fair_dispatchers{{queue="{q}"}}': 1.0,
+        f'celery_fair_dispatchers{{queue="{_unserved(site.app)}"}}': 0.0,
     }
     samples = dict(line.rsplit(" ", 1) for line in text.splitlines()
                    if line.startswith("celery_fair_"))
@@ -228,9 +261,16 @@ def test_page_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
             loaded_at = time.time()
             assert page.goto(site.url + "/fair-queues").status == 200
             shown = _read_page(page, site.queue)
+            warning = page.locator(".fair-liveness-warning")
+            assert warning.inner_text() == UNSERVED_WARNING.format(_unserved(site.app))
+            assert warning.is_visible()
+            assert page.locator("tr.fair-dispatcher").count() == 1
             shot = _artifacts(tmp_path) / "flower-fair-queues.png"
             page.screenshot(path=str(shot), full_page=True)
             print(f"screenshot: {shot}")
+            liveness_shot = shot.with_name("flower-liveness.png")
+            page.locator(".fair-queues-page").screenshot(path=str(liveness_shot))
+            print(f"screenshot (liveness): {liveness_shot}")
             nav = page.locator("a.nav-link", has_text="Fair queues")
             assert nav.get_attribute("aria-current") == "page"
             page.locator("a.nav-link", has_text="Broker").click()

@@ -151,6 +151,27 @@ def test_migrating_again_changes_nothing_and_keeps_the_rows(database: str, engin
         assert conn.execute(workers.select()).all() == [("n", "q", "w1", 4, 1)]
 
 
+def test_a_0001_schema_is_refused_until_upgraded_keeping_its_rows(
+        database: str, engine: Engine, prefix: str) -> None:
+    """A database migrated before the dispatchers' heartbeats (revision 0001) is refused
+    until ``fair migrate``, which adds their table and keeps what was there."""
+    from alembic import command
+
+    from celery_fair.store.sql.migrate import alembic_config
+
+    with engine.connect() as conn:
+        command.upgrade(alembic_config(prefix, connection=conn), "0001")
+        conn.execute(Tables(prefix).workers.insert().values(
+            ns="n", queue="q", worker="w1", concurrency=4, expires_ms=1))
+        conn.commit()
+    with pytest.raises(SchemaOutOfDate, match="fair migrate"):
+        check_schema(engine, prefix, "test")
+    assert migrate(database, prefix) == ("0001", SCHEMA_VERSION)
+    assert schema_differences(engine, Tables(prefix)) == []
+    with engine.connect() as conn:
+        assert conn.execute(Tables(prefix).workers.select()).all() == [("n", "q", "w1", 4, 1)]
+
+
 def test_two_processes_migrating_at_once_both_succeed(database: str, engine: Engine,
                                                       prefix: str) -> None:
     results: list[tuple[str | None, str]] = []

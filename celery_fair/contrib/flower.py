@@ -4,19 +4,23 @@ Flower has no plugin API, but its config file (``flowerconfig.py``, or ``--conf`
 Python before Flower builds its web application. :func:`enable`, called there, changes
 what Flower is about to build:
 
-* a **Fair queues** page (``/fair-queues``, linked from the navigation bar) listing each
-  fair queue and its groups: held tasks per class, in flight / cap, weight, oldest wait;
-  and the same as JSON at ``/api/fair/queues``;
+* a **Fair queues** page (``/fair-queues``, linked from the navigation bar) listing the
+  live dispatchers (a red warning naming the command to start one when a queue holds
+  work and none serves it) and each fair queue and its groups: held tasks per class, in
+  flight / cap, weight, oldest wait; and the same as JSON at ``/api/fair/queues``;
 * a **Held (fair)** column on the Broker page, and ``fair_held`` / ``fair_delayed`` /
   ``fair_inflight`` in each queue of ``/api/queues/length``;
 * in ``/metrics``, the store-wide metrics of the dispatcher's own ``/metrics``
-  (:mod:`celery_fair.metrics`: same names and labels, per listed group) and the summary's
-  freshness and oldest waits.
+  (:mod:`celery_fair.metrics`: same names and labels, per listed group), the live
+  dispatchers per queue (``celery_fair_dispatchers``) and the summary's freshness and
+  oldest waits.
 
-Every figure comes from the summary the dispatcher keeps in Redis (:mod:`celery_fair.summary`);
-it is read in Flower's thread pool, so a slow Redis never blocks Flower's event loop. The
-new handlers subclass Flower's own, so Flower's authentication (``--basic-auth``,
-``--auth`` with OAuth) guards them exactly as it guards Flower's pages and API.
+Every figure comes from the summary the dispatcher keeps in Redis
+(:mod:`celery_fair.summary`), but liveness, read from the dispatchers' heartbeats and the
+queues' counters (a dead dispatcher writes no summary); all is read in Flower's thread
+pool, so a slow Redis never blocks Flower's event loop. The new handlers subclass
+Flower's own, so Flower's authentication (``--basic-auth``, ``--auth`` with OAuth) guards
+them exactly as it guards Flower's pages and API.
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ from tornado.template import Loader, Template
 
 from ..config import get_config
 from ..errors import FairError
-from ..metrics import add_queue_figures, store_families
+from ..liveness import (
+    Liveness,
+    app_name,
+    dispatch_command,
+    read_liveness,
+    utc,
+)
+from ..metrics import add_queue_figures, dispatchers_family, store_families
 from ..store import Bounds, store_for_url
 from ..summary import format_wait, read_summaries
 
@@ -100,10 +111,26 @@ async def fetch_summaries(app: Any) -> tuple[Summaries, str | None]:
 READ_TIMEOUT = 5.0
 
 
-def _read(app: Any) -> Summaries:
+def _store(app: Any) -> Any:
     config = get_config(app)
     bounds = Bounds(socket_timeout=READ_TIMEOUT, connect_timeout=READ_TIMEOUT)
-    return read_summaries(store_for_url(config.store_url, config.key_prefix, bounds))
+    return store_for_url(config.store_url, config.key_prefix, bounds)
+
+
+def _read(app: Any) -> Summaries:
+    return read_summaries(_store(app))
+
+
+async def fetch_liveness(app: Any) -> Liveness | None:
+    """The live dispatchers and the fair queues none serves (None: the store could not be
+    read; :func:`fetch_summaries` says so)."""
+    name = app_name(app)  # here: the -A of `celery flower`, in the command's thread
+    try:
+        return await IOLoop.current().run_in_executor(
+            None, lambda: read_liveness(_store(app), name))
+    except FairError as exc:
+        logger.warning("celery_fair: dispatchers' heartbeats not read: %s", exc)
+        return None
 
 
 # -- the Fair queues page and its JSON ---------------------------------------------------
@@ -115,19 +142,24 @@ class FairQueuesView(BaseHandler):
     @web.authenticated
     async def get(self) -> None:
         summaries, error = await fetch_summaries(self.capp)
+        liveness = await fetch_liveness(self.capp)
         self.render(PAGE_TEMPLATE, active_tab="fair", fair_queues=summaries,
-                    fair_error=error, fair_now=time.time(), fair_wait=format_wait)
+                    fair_error=error, fair_now=time.time(), fair_wait=format_wait,
+                    fair_live=liveness, fair_command=dispatch_command(app_name(self.capp)),
+                    fair_utc=utc)
 
 
 class FairQueuesApi(BaseApiHandler):
-    """``GET /api/fair/queues``: ``{"queues": {queue: summary or null}}``."""
+    """``GET /api/fair/queues``: ``{"queues": {queue: summary or null}, "dispatchers":
+    [beat], "warning": text or null}``."""
 
     @web.authenticated
     async def get(self) -> None:
         summaries, error = await fetch_summaries(self.capp)
-        if error:
-            raise web.HTTPError(503, error)
-        self.write({"queues": summaries})
+        liveness = await fetch_liveness(self.capp)
+        if error or liveness is None:
+            raise web.HTTPError(503, error or "celery_fair could not read its store")
+        self.write({"queues": summaries, **liveness.as_json()})
 
 
 # -- holding depth on the Broker page and in /api/queues/length ----------------------
@@ -187,6 +219,7 @@ class FairCollector:
 
     def __init__(self) -> None:
         self.summaries: Summaries = {}
+        self.liveness: Liveness | None = None
 
     def describe(self) -> list[Any]:
         return []  # nothing to read at registration
@@ -204,6 +237,8 @@ class FairCollector:
                 _add_summary(gauges, queue, summary)
         yield from families.values()
         yield from gauges.values()
+        if self.liveness is not None:
+            yield dispatchers_family(self.liveness.serving)
 
 
 _Q, _G = ["queue"], ["queue", "group"]
@@ -239,6 +274,7 @@ class FairMetrics(Metrics):
         summaries, error = await fetch_summaries(self.capp)
         if error is None:
             COLLECTOR.summaries = summaries
+        COLLECTOR.liveness = await fetch_liveness(self.capp)
         result = super().get()  # a coroutine in Flower 2.x
         if result is not None:
             await result

@@ -5,7 +5,8 @@ kombu stay in ``holding.py`` and ``publisher.py``. All times are milliseconds si
 passed in by the caller, so the operations are deterministic and testable.
 
 :class:`Store` groups its methods in families: the lifecycle of a held message, the
-policy, the worker registry, wake-ups, reads and maintenance. Every method may raise
+policy, the worker registry, the dispatchers' heartbeats (``beats.py``), wake-ups, reads
+and maintenance. Every method may raise
 :class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
 store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
 docstrings name the others and what a resend does (a client resends a call whose reply a
@@ -21,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .beats import Beats
 from .models import (
     CANCELLED_SECONDS,
     PLACEMENT_CLASSES,
@@ -30,6 +32,7 @@ from .models import (
     BeginAnswer,
     BeginResult,
     DirectPush,
+    DispatcherBeat,
     GroupFigures,
     GroupHeads,
     Location,
@@ -48,9 +51,9 @@ from .models import (
 
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRUNE_GRACE_MS",
            "QUARANTINE_MAX", "RESET", "TOMBSTONE_SECONDS", "BeginAnswer", "BeginResult",
-           "DirectPush", "GroupFigures", "GroupHeads", "Location", "Picked", "Place",
-           "Placement", "Policy", "Pushed", "QueueFigures", "Store", "as_json",
-           "busiest_first", "check_hold", "limited_by", "now_ms", "snapshot_of"]
+           "DirectPush", "DispatcherBeat", "GroupFigures", "GroupHeads", "Location",
+           "Picked", "Place", "Placement", "Policy", "Pushed", "QueueFigures", "Store",
+           "as_json", "busiest_first", "check_hold", "limited_by", "now_ms", "snapshot_of"]
 
 
 def now_ms() -> int:
@@ -67,7 +70,7 @@ CHECK_BATCH = 500
 KEEP, RESET = "", "reset"
 
 
-class Store(abc.ABC):
+class Store(Beats, abc.ABC):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).
@@ -376,7 +379,8 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def flush(self) -> None:
         """Delete everything of this store's namespace but the workers' registrations
-        (the pytest plugin's cleanup between tests). Never called in production."""
+        and the dispatchers' heartbeats (the pytest plugin's cleanup between tests: a
+        session's processes outlive it). Never called in production."""
 
     @abc.abstractmethod
     def advice(self) -> list[str]:

@@ -131,3 +131,8 @@ class QueueKeys:
 def queues_key(namespace: str) -> str:
     """SET of the fair queues that have ever held a message."""
     return f"{namespace}:queues"
+
+
+def dispatchers_key(namespace: str) -> str:
+    """HASH of the dispatchers' heartbeats: id -> JSON of its beat and ``expires_ms``."""
+    return f"{namespace}:dispatchers"

@@ -29,6 +29,7 @@ from .base import (
     TOMBSTONE_SECONDS,
     BeginAnswer,
     BeginResult,
+    DispatcherBeat,
     GroupFigures,
     GroupHeads,
     Picked,
@@ -60,6 +61,7 @@ class MemoryStore(MemoryReads, Store):
         self._workers: dict[str, dict[str, tuple[int, int]]] = {}  # queue -> worker
         self._writers: dict[str, int] = {}  # queue -> until when its summary writer holds
         self._summaries: dict[str, tuple[int, str]] = {}  # queue -> (expires ms, document)
+        self._beats: dict[str, tuple[DispatcherBeat, int]] = {}  # id -> (beat, expires ms)
 
     @contextmanager
     def _queue(self, queue: str) -> Iterator[FairQueue]:
@@ -300,7 +302,8 @@ class MemoryStore(MemoryReads, Store):
         """Always answers."""
 
     def flush(self) -> None:
-        """Forget every fair queue (the workers' registrations stay)."""
+        """Forget every fair queue (the workers' registrations and the dispatchers'
+        heartbeats stay)."""
         with self._cond:
             self._queues.clear()
             self._registered.clear()

@@ -1,5 +1,6 @@
 """The memory store's reads that need no policy: where a task stands (``fair inspect``,
-its share of :class:`~celery_fair.store.locating.Locating`) and the summaries."""
+its share of :class:`~celery_fair.store.locating.Locating`), the summaries and the
+dispatchers' heartbeats."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from contextlib import AbstractContextManager
 from typing import cast
 
 from ..policy import FairQueue
-from .base import Location, now_ms
+from .base import PRUNE_GRACE_MS, DispatcherBeat, Location, now_ms
 from .locating import CLASS_NAMES, Locating, PlaceReads, place_of
 
 
@@ -21,6 +22,7 @@ class MemoryReads(Locating):
     _cond: threading.Condition
     _writers: dict[str, int]  # queue -> until when its summary writer holds the claim
     _summaries: dict[str, tuple[int, str]]  # queue -> (expires ms, document)
+    _beats: dict[str, tuple[DispatcherBeat, int]]  # dispatcher id -> (beat, expires ms)
 
     def _queue(self, queue: str) -> AbstractContextManager[FairQueue]:
         raise NotImplementedError
@@ -85,3 +87,19 @@ class MemoryReads(Locating):
             now = now_ms()
             live = {q: doc for q, (expires, doc) in self._summaries.items() if expires > now}
         return {q: live.get(q) for q in queues}
+
+    def beat(self, dispatcher: DispatcherBeat, now_ms: int, ttl_ms: int) -> None:
+        with self._cond:
+            self._beats[dispatcher.id] = (dispatcher, now_ms + ttl_ms)
+            for gone in [i for i, (_, expires) in self._beats.items()
+                         if expires < now_ms - PRUNE_GRACE_MS]:
+                del self._beats[gone]
+
+    def dispatchers(self, now_ms: int) -> list[DispatcherBeat]:
+        with self._cond:
+            return [beat for i, (beat, expires) in sorted(self._beats.items())
+                    if expires >= now_ms]
+
+    def forget_dispatcher(self, dispatcher_id: str) -> None:
+        with self._cond:
+            self._beats.pop(dispatcher_id, None)

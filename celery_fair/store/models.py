@@ -269,3 +269,35 @@ class Location:
         if self.place is not None:
             doc.update(dataclasses.asdict(self.place))
         return doc
+
+
+@dataclass(frozen=True)
+class DispatcherBeat:
+    """A dispatcher's heartbeat (``beat``/``dispatchers``): who it is, since when it runs,
+    when it last finished a step (ms since the epoch), the fair queues it serves and its
+    app. ``every_queue``: started without ``-Q``, it serves every fair queue (``queues``
+    lists those it knew at the beat; a new one is served within a second)."""
+
+    id: str  # unique per process: ``host:pid:random``
+    host: str
+    pid: int
+    started_ms: int
+    last_step_ms: int
+    queues: tuple[str, ...]
+    every_queue: bool
+    app: str
+
+    def serves(self, queue: str) -> bool:
+        """Whether this dispatcher serves ``queue``."""
+        return self.every_queue or queue in self.queues
+
+    def as_json(self) -> dict[str, Any]:
+        """The plain document a backend keeps and the CLI's JSON shows."""
+        return {**dataclasses.asdict(self), "queues": list(self.queues)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> DispatcherBeat:
+        return cls(str(doc["id"]), str(doc["host"]), int(doc["pid"]),
+                   int(doc["started_ms"]), int(doc["last_step_ms"]),
+                   tuple(str(q) for q in doc["queues"]), bool(doc["every_queue"]),
+                   str(doc["app"]))

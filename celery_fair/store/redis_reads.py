@@ -5,6 +5,7 @@ dispatcher waits on. Plain Redis commands, no Lua where a read needs none."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from redis.commands.core import Script
 from ..envelope import placement_of
 from .base import (
     PRUNE_GRACE_MS,
+    DispatcherBeat,
     GroupFigures,
     GroupHeads,
     Location,
@@ -24,7 +26,7 @@ from .base import (
     snapshot_of,
 )
 from .connection import _first, _seconds, _text, _wrapped
-from .keys import QueueKeys, queues_key
+from .keys import QueueKeys, dispatchers_key, queues_key
 from .locating import CLASS_NAMES, Locating, place_of
 
 
@@ -130,6 +132,32 @@ class RedisReads(Locating):
             entries = self.client.hgetall(self.keys(queue).workers)
         return {worker: concurrency for worker, (expires, concurrency) in _workers(entries)
                 if expires >= now_ms}
+
+    def beat(self, dispatcher: DispatcherBeat, now_ms: int, ttl_ms: int) -> None:
+        """One HSET of the beat (JSON with its expiry) in the namespace's ``dispatchers``
+        hash, and the HDEL of beats expired PRUNE_GRACE_MS ago (read in the same round
+        trip)."""
+        key = dispatchers_key(self.namespace)
+        doc = json.dumps({**dispatcher.as_json(), "expires_ms": now_ms + ttl_ms})
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(key, dispatcher.id, doc)
+            pipe.hgetall(key)
+            entries = pipe.execute()[1]
+            dead = [beat.id for beat, expires in _beats(entries)
+                    if expires < now_ms - PRUNE_GRACE_MS]
+            if dead:
+                self.client.hdel(key, *dead)
+
+    def dispatchers(self, now_ms: int) -> list[DispatcherBeat]:
+        with _wrapped(self.where):
+            entries = self.client.hgetall(dispatchers_key(self.namespace))
+        return sorted((beat for beat, expires in _beats(entries) if expires >= now_ms),
+                      key=lambda beat: beat.id)
+
+    def forget_dispatcher(self, dispatcher_id: str) -> None:
+        with _wrapped(self.where):
+            self.client.hdel(dispatchers_key(self.namespace), dispatcher_id)
 
     def loads(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
         """{queue: (in flight, held)} of ``queues``, in one round trip (reads only)."""
@@ -322,7 +350,7 @@ class RedisReads(Locating):
         pattern = self.namespace.replace("[", "\\[").replace("*", "\\*") + ":*"
         with _wrapped(self.where):
             doomed = [key for key in client.scan_iter(match=pattern, count=1000)
-                      if not key.endswith(b":workers")]
+                      if not key.endswith((b":workers", b":dispatchers"))]
             for start in range(0, len(doomed), 500):
                 client.delete(*doomed[start:start + 500])
             client.delete(queues_key(self.namespace))
@@ -339,3 +367,10 @@ def _workers(entries: Mapping[Any, Any]) -> Iterator[tuple[str, tuple[int, int]]
     for worker, value in entries.items():
         expires, _, concurrency = _text(value).partition(":")
         yield _text(worker), (int(expires), int(concurrency))
+
+
+def _beats(entries: Mapping[Any, Any]) -> Iterator[tuple[DispatcherBeat, int]]:
+    """The ``dispatchers`` hash as ``(beat, expires_ms)``."""
+    for value in entries.values():
+        doc = json.loads(value)
+        yield DispatcherBeat.from_json(doc), int(doc["expires_ms"])

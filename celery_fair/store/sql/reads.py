@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, TypeVar
@@ -14,6 +15,7 @@ from ...policy import CLASSES, QueueState
 from ...policy.decisions import LIVE, in_force
 from ..base import (
     PRUNE_GRACE_MS,
+    DispatcherBeat,
     GroupFigures,
     GroupHeads,
     Location,
@@ -132,6 +134,30 @@ class SqlReads:
             select(w.worker, w.concurrency).where(self._q(self.t.workers, queue),
                                                   w.expires_ms >= now_ms))))
         return {worker: int(n) for worker, n in rows}
+
+    def beat(self, dispatcher: DispatcherBeat, now_ms: int, ttl_ms: int) -> None:
+        t = self.t.dispatchers
+        doc = {**dispatcher.as_json(), "queues": json.dumps(list(dispatcher.queues))}
+
+        def work(c: Connection) -> None:
+            upsert(c, t, [{**doc, "ns": self.namespace, "expires_ms": now_ms + ttl_ms}],
+                   [k for k in doc if k != "id"] + ["expires_ms"])
+            c.execute(delete(t).where(t.c.ns == self.namespace,
+                                      t.c.expires_ms < now_ms - PRUNE_GRACE_MS))
+        self._read("dispatcher beat", work)
+
+    def dispatchers(self, now_ms: int) -> list[DispatcherBeat]:
+        t = self.t.dispatchers
+        rows = self._read("dispatchers", lambda c: list(c.execute(
+            select(t).where(t.c.ns == self.namespace, t.c.expires_ms >= now_ms)
+            .order_by(t.c.id)).mappings()))
+        return [DispatcherBeat.from_json({**row, "queues": json.loads(row["queues"])})
+                for row in rows]
+
+    def forget_dispatcher(self, dispatcher_id: str) -> None:
+        t = self.t.dispatchers
+        self._read("forget dispatcher", lambda c: c.execute(delete(t).where(
+            t.c.ns == self.namespace, t.c.id == dispatcher_id)))
 
     def wait(self, queues: Iterable[str], timeout: float) -> set[str]:
         return self.wakes.wait(queues, timeout)  # type: ignore[no-any-return]
@@ -261,7 +287,7 @@ class SqlReads:
     def flush(self) -> None:
         def work(c: Connection) -> None:
             for table in self.t.metadata.sorted_tables:
-                if table is not self.t.workers:
+                if table not in (self.t.workers, self.t.dispatchers):
                     c.execute(delete(table).where(table.c.ns == self.namespace))
         self._read("flush", work)
 

@@ -4,7 +4,8 @@ Every row carries the store's namespace (``fair_key_prefix``), so apps and test 
 share a database without seeing each other. One row per thing the policy keeps
 (``celery_fair.policy``): a fair queue, a group, a ready-set entry, a held or delayed
 message, a dispatch; plus the runtime limits, sharded counters, cancel answers, the
-quarantine, the worker registry and the dashboards' summaries.
+quarantine, the worker registry, the dispatchers' heartbeats and the dashboards'
+summaries.
 
 Names compare byte-wise on every database (PostgreSQL ``COLLATE "C"``, MariaDB/MySQL
 ``utf8mb4_bin``, SQLite's default), as Redis compares them: ties in the ready set break
@@ -34,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0001"
+SCHEMA_VERSION = "0002"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -174,3 +175,17 @@ class Tables:
                 Column("doc", Text), Column("expires_ms", BigInteger, nullable=False,
                                             default=0),
                 Column("writer_until", BigInteger, nullable=False, default=0)))
+        #: The dispatchers' heartbeats (not per queue: a dispatcher serves several),
+        #: until ``expires_ms``; ``queues`` is a JSON list.
+        self.dispatchers = Table(
+            f"{p}dispatchers", md,
+            Column("ns", name(NS), primary_key=True),
+            Column("id", name(255), primary_key=True),
+            Column("host", name(255), nullable=False),
+            Column("pid", Integer, nullable=False),
+            Column("started_ms", BigInteger, nullable=False),
+            Column("last_step_ms", BigInteger, nullable=False),
+            Column("queues", Text, nullable=False),
+            Column("every_queue", Boolean, nullable=False),
+            Column("app", name(255), nullable=False),
+            Column("expires_ms", BigInteger, nullable=False))

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy import BigInteger, Boolean, Column, Double, Integer, SmallInteger, String, Text
 
+from celery_fair.store.sql.migrations.versions import table_prefix
 from celery_fair.store.sql.schema import blob, name
 
 revision = "0001"
@@ -27,12 +28,6 @@ depends_on = None
 
 TABLES = ("queues", "limits", "groups", "ready", "messages", "dispatches", "counters",
           "cancels", "quarantine", "workers", "summaries")
-
-
-def table_prefix() -> str:
-    config = op.get_context().config  # celery_fair.store.sql.migrate passes the prefix
-    assert config is not None, "run by celery_fair.store.sql.migrate, not the alembic CLI"
-    return str(config.attributes["table_prefix"])
 
 
 def _table(table: str, *columns: sa.Column) -> None:  # type: ignore[type-arg]
