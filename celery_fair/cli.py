@@ -89,6 +89,7 @@ def dispatch(ctx: click.Context, queues: str, batch_size: int | None, once: bool
     """Feed the real worker queues from the holding queues, fairly."""
     from .dispatcher import Dispatcher
     from .errors import StoreConnectionError
+    from .logtime import log_in_utc
 
     logging.basicConfig(level=loglevel.upper(),
                         format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
@@ -96,6 +97,7 @@ def dispatch(ctx: click.Context, queues: str, batch_size: int | None, once: bool
     metrics = None
     try:
         dispatcher = Dispatcher(_app(ctx), queues=names, batch_size=batch_size)
+        log_in_utc(dispatcher.config.log_utc)  # fair_log_utc (logtime.py)
         try:
             dispatcher.reach_store(wait_for_store)
         except StoreConnectionError as exc:
