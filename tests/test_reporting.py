@@ -26,8 +26,12 @@ from celery import Celery, signals
 
 from celery_fair import logtime
 from celery_fair.config import FairConfig, reset_config
+from celery_fair.dispatcher import Dispatcher
 from celery_fair.errors import ConfigurationError
+from celery_fair.headers import DISPATCH_HEADER, GROUP_HEADER, QUEUE_HEADER
+from celery_fair.lifecycle import begin_dispatch, release_dispatch
 from celery_fair.logtime import log_in_utc
+from celery_fair.store.base import BeginResult
 from celery_fair.testing import RedisServer
 
 from .conftest import wait_for
@@ -224,3 +228,30 @@ def test_a_report_interval_of_zero_turns_the_report_off() -> None:
     app = Celery("off", broker="redis://127.0.0.1:1/0", set_as_current=False)
     app.conf.fair_report_interval = 0
     assert FairConfig.from_app(app).report_interval == 0
+
+
+def test_a_published_dispatch_and_a_skipped_copy_log_their_debug_lines(
+        make_app: Any, caplog: pytest.LogCaptureFixture) -> None:
+    # The kombu-publish path (no direct push) and a worker's begin on a copy of a task
+    # that already ran: the store's own answers, on the real Redis and broker.
+    app = make_app(fair_direct_push=False, fair_max_inflight=5)
+    queue = app.conf.task_default_queue
+    caplog.set_level(logging.DEBUG, logger="celery_fair")
+    task_id = app.tasks["proj.work"].delay("acme", "x").id
+    dispatcher = Dispatcher(app)
+    try:
+        assert dispatcher.step().dispatched == 1
+    finally:
+        dispatcher.close()
+    [line] = [r.getMessage() for r in caplog.records
+              if r.getMessage().startswith(f"fair dispatch task={task_id} ")]
+    found = re.fullmatch(f"fair dispatch task={task_id} group=acme queue={queue} "
+                         r"dispatch=(\S+) class=b via=publish", line)
+    assert found, line
+    headers = {"id": task_id, GROUP_HEADER: "acme", DISPATCH_HEADER: found.group(1),
+               QUEUE_HEADER: queue}
+    assert begin_dispatch(app, headers) is BeginResult.RUN
+    release_dispatch(app, headers, "returned", done=True)
+    assert begin_dispatch(app, headers) is BeginResult.SKIP  # the broker redelivered it
+    assert f"fair begin-skip task={task_id} group=acme queue={queue} " \
+           f"dispatch={found.group(1)}" in caplog.messages
