@@ -124,13 +124,21 @@ class Reporter:
             return  # idle: nothing to say
         waits = [g for g in summary["groups"] if g.get("oldest_wait") is not None]
         top = max(waits, key=lambda g: g["oldest_wait"], default=None)
-        slots = "?" if capacity is None else max(capacity - self.ahead, 0) if capacity \
-            else 0
+        slots, ahead = self._split(capacity)
         logger.info("fair report queue=%s dispatched=%.1f/s held=%d delayed=%d "
                     "in_flight=%d/%s ahead=%d oldest_wait=%s top_group=%s top_wait=%s",
-                    queue, rate, held, summary["delayed"], summary["inflight"], slots,
-                    self.ahead if capacity else 0, _seconds(summary.get("oldest_wait")),
-                    top["group"] if top else "-", _seconds(top and top["oldest_wait"]))
+                    queue, rate, held, summary["delayed"], summary["inflight"], slots, ahead,
+                    _seconds(summary.get("oldest_wait")), top["group"] if top else "-",
+                    _seconds(top and top["oldest_wait"]))
+
+    def _split(self, capacity: int | None) -> tuple[int | str, int]:
+        """(worker slots, dispatch-ahead) of a queue's capacity; "?" before it is read.
+        A queue without live workers gets no ahead (directory.py)."""
+        if capacity is None:
+            return "?", 0
+        if not capacity:
+            return 0, 0
+        return max(capacity - self.ahead, 0), self.ahead
 
 
 def _seconds(value: float | None) -> str:
