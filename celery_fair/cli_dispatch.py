@@ -55,6 +55,7 @@ def dispatch(ctx: click.Context, queues: tuple[str, ...], batch_size: int | None
     from celery.platforms import create_pidlock
 
     from .dispatcher import Dispatcher
+    from .logtime import log_in_utc
 
     app = ctx.obj.app
     app.log.setup(loglevel, logfile)
@@ -63,6 +64,7 @@ def dispatch(ctx: click.Context, queues: tuple[str, ...], batch_size: int | None
     metrics = None
     try:
         dispatcher = Dispatcher(app, queues=list(queues) or None, batch_size=batch_size)
+        log_in_utc(dispatcher.config.log_utc)  # fair_log_utc (logtime.py)
         _reach(dispatcher, wait_for_store)
         require_known(queues, known_queues(app, dispatcher.store))
         metrics = _serve_metrics(dispatcher, metrics_port, metrics_address)

@@ -104,6 +104,13 @@ SETTINGS: tuple[Setting, ...] = (
             "kept on disk for whoever meets their dead process). None: "
             "`celery-fair-spool-<uid>` in the temporary directory. Created with mode 0700; "
             "refused when owned by another user or open to group or others."),
+    Setting("fair_report_interval", 10,
+            "Seconds between the dispatcher's report lines (one INFO line per fair queue "
+            "with work: dispatched/s, held, in flight / capacity, ahead, oldest wait, top "
+            "group by wait); 0: no report."),
+    Setting("fair_log_utc", True,
+            "Log timestamps in UTC (ISO 8601 with a Z) in `celery fair dispatch` and in "
+            "workers that load celery_fair; False: the local time, as Celery logs it."),
     Setting("fair_store_table_prefix", "fair_",
             "SQL store: prefix of its table names (letters, digits and underscores, "
             "starting with a letter, at most 20 characters), so several apps or "
@@ -156,6 +163,8 @@ class FairConfig:
     store_retries: int = 3
     spool_dir: str | None = None  # None: spool.default_root()
     store_table_prefix: str = "fair_"  # the SQL store's tables: <prefix>queues, ...
+    report_interval: float = 10.0  # seconds; 0: no periodic report (reporting.py)
+    log_utc: bool = True  # log timestamps in UTC (logtime.py)
 
     @classmethod
     def from_app(cls, app: Celery) -> FairConfig:
@@ -195,6 +204,9 @@ class FairConfig:
             store_retries=_count("fair_store_retries", get("fair_store_retries"), minimum=0),
             spool_dir=_optional_path("fair_spool_dir", get("fair_spool_dir")),
             store_table_prefix=check_table_prefix(get("fair_store_table_prefix")),
+            report_interval=_positive("fair_report_interval", get("fair_report_interval"),
+                                      zero="no report"),
+            log_utc=_flag("fair_log_utc", get("fair_log_utc")),
         )
 
 
@@ -326,10 +338,12 @@ def _port(name: str, value: Any) -> int | None:
     return value
 
 
-def _positive(name: str, value: Any) -> float:
+def _positive(name: str, value: Any, zero: str = "") -> float:
+    """Seconds above 0; with ``zero`` (what 0 means), 0 as well."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value <= 0:
-        raise _fail(name, value, "a positive number of seconds")
+            or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        raise _fail(name, value, "a positive number of seconds"
+                                 + (f", or 0 ({zero})" if zero else ""))
     return float(value)
 
 

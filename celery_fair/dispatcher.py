@@ -27,11 +27,13 @@ from .brokers import check_app
 from .config import FairConfig, get_config
 from .directory import QueueDirectory
 from .errors import FairError, StoreConnectionError
+from .events import DISPATCH, enabled, log_event
 from .heartbeat import Heartbeat
 from .liveness import app_name
 from .outage import Backoff, Outage
 from .publisher import KombuPublisher
 from .redact import safe_url
+from .reporting import Reporter, log_start
 from .schedule import StepSchedule
 from .store import store_for
 from .store.base import Picked, Store
@@ -109,6 +111,7 @@ class Dispatcher:
         self._outage = Outage(logger, "dispatcher step",
                               expected=(FairError, OperationalError, OSError))
         self._summary = SummaryWriter(store)  # for dashboards; about once a second
+        self._reporter = Reporter(lambda: self.store, self.config)  # fair_report_interval
         self.observer: DispatchObserver | None = None
         # Its failures never fail a step (see _notify): one warning per burst of them.
         self._observer_outage = Outage(logger, "dispatch observer (metrics)")
@@ -151,6 +154,7 @@ class Dispatcher:
         for queue in queues:
             self._step_queue(queue, result, now_ms)
         self._summary.maybe_write(served, self.directory.capacities())
+        self._reporter.stepped(result.by_queue, served, self.directory.capacities())
         self._notify("on_step", time.monotonic() - started)
         return result
 
@@ -170,6 +174,9 @@ class Dispatcher:
             self._notify("on_reclaim", queue, requeued, lost)
         for push in pushed:
             self._notify("on_dispatch", queue, push.group, push.klass, push.due_at)
+            if enabled(logger):
+                log_event(logger, DISPATCH, push.hold_id, push.group, queue,
+                          dispatch=push.dispatch_id, **{"class": push.klass}, via="push")
         self._publish(queue, picked, now, result)
         taken = len(pushed) + len(picked)
         result.dispatched += taken
@@ -268,8 +275,7 @@ class Dispatcher:
     def run(self) -> None:
         """Step until :meth:`stop` (or SIGTERM/SIGINT in the main thread)."""
         self._install_signal_handlers()
-        logger.info("celery_fair dispatcher started (store %s, namespace %r)",
-                    safe_url(self.config.store_url), self.config.key_prefix)
+        log_start(self.store, self.config, self.fixed_queues)
         for sentence in self.store.advice():  # settings that can lose held tasks
             logger.warning("celery_fair store %s: %s", safe_url(self.config.store_url),
                            sentence)
@@ -301,7 +307,7 @@ class Dispatcher:
         """Wait for a wake-up until a queue is due (just a look when one is already:
         wake-ups of other queues are taken while one queue keeps the dispatcher busy)."""
         served = self.directory.queues
-        timeout = self._schedule.timeout(served, MAX_IDLE_SECONDS)
+        timeout = self._reporter.due_in(self._schedule.timeout(served, MAX_IDLE_SECONDS))
         try:
             self._schedule.woken(self.store.wait(served, timeout))
         except FairError as exc:

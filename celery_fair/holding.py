@@ -20,6 +20,7 @@ from .brokers import check_app, real_destination
 from .config import get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
 from .errors import FairError, InvalidOption, StoreFull, StoreUnreachable
+from .events import HOLD, enabled, log_event
 from .groups import current_scope
 from .headers import CLASS_HEADER, COST_HEADER, GROUP_HEADER, request_headers
 from .names import validate_cost, validate_group
@@ -154,6 +155,10 @@ class HoldingProducer:
                           self._front)
         value = envelope.encode(where.group, where.klass, where.cost, where.front)
         self._store.hold(envelope.queue, envelope.task_id, value, where, due, now)
+        if enabled(logger):
+            log_event(logger, HOLD, envelope.task_id, where.group, envelope.queue,
+                      **{"class": where.klass}, cost=where.cost, front=where.front or None,
+                      due_in=f"{(due - now) / 1000:.3f}s" if due else None)
 
 
 _publish_outage = Outage(logger, "celery_fair: holding fair tasks", expected=(FairError,))

@@ -21,7 +21,8 @@ from celery import Celery
 
 from .config import get_config
 from .errors import FairError
-from .headers import DISPATCH_HEADER, QUEUE_HEADER, request_headers
+from .events import BEGIN_SKIP, RELEASE, log_event
+from .headers import DISPATCH_HEADER, GROUP_HEADER, QUEUE_HEADER, request_headers
 from .host import identity, pid_alive
 from .outage import Backoff, Outage
 from .spool import Spool, spool_for
@@ -54,8 +55,16 @@ def begin_dispatch(app: Celery, request: Any, acks_late: bool = False,
             spool_for(store, get_config(app).spool_dir).replay(int(other.rsplit(":", 3)[1]))
         return True
 
-    return store.begin(queue, did, deadline, now_ms=int(now * 1000), run=run or new_run(),
-                       acks_late=acks_late, host=_HOST, gone=gone)
+    result = store.begin(queue, did, deadline, now_ms=int(now * 1000),
+                         run=run or new_run(), acks_late=acks_late, host=_HOST, gone=gone)
+    if result is BeginResult.SKIP:
+        log_event(logger, BEGIN_SKIP, _task_id(request, headers), headers.get(GROUP_HEADER),
+                  queue, dispatch=did)
+    return result
+
+
+def _task_id(request: Any, headers: Mapping[str, Any]) -> Any:
+    return headers.get("id") or getattr(request, "id", None)
 
 
 #: The prefix of this process's runs: host, boot and PID namespace (see host.py). A run of
@@ -176,11 +185,13 @@ _release_outage = Outage(logger, "celery_fair: releasing slots", expected=(FairE
 
 
 def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
-                     done: bool = False, run: str | None = None) -> None:
+                     done: bool = False, run: str | None = None,
+                     task_id: str | None = None) -> None:
     """Free the slot of the dispatch named in ``headers`` (idempotent). ``done``: the task
     ran to its end in the pool, so its record stays ``fair_done_ttl`` seconds as a
     tombstone and a copy the broker redelivers later is skipped. When the store is
-    unreachable the release is kept and retried on reconnect (:class:`PendingReleases`)."""
+    unreachable the release is kept and retried on reconnect (:class:`PendingReleases`).
+    ``task_id`` names the task in the DEBUG release line (events.py)."""
     did, queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
     if not did or not queue:
         return
@@ -196,6 +207,8 @@ def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
                                "their leases return the slots)")
         return
     _release_outage.ok()
+    log_event(logger, RELEASE, task_id or headers.get("id"), headers.get(GROUP_HEADER),
+              queue, dispatch=did, reason=reason, done=done or None)
 
 
 def retry_pending_releases(store: Store) -> None:

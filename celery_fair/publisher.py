@@ -30,6 +30,7 @@ from .config import FairConfig
 from .direct import direct_push
 from .envelope import Envelope, placement_of
 from .errors import CorruptMessage
+from .events import DISPATCH, enabled, log_event
 from .headers import DISPATCH_HEADER, QUEUE_HEADER
 from .store.base import DirectPush, Picked, Store
 from .store.base import now_ms as _now_ms
@@ -150,9 +151,11 @@ class KombuPublisher:
             return self._refused(queue, item, "no queue is bound to its exchange and "
                                  f"routing key ({envelope.exchange!r}, "
                                  f"{envelope.routing_key!r})")
-        if self._observed():
+        if self._observed() or enabled(logger):
             where = placement_of(item.value, item.hold_id)
             self._notify("on_dispatch", queue, where.group, where.klass, envelope.due_at)
+            log_event(logger, DISPATCH, item.hold_id, where.group, queue,
+                      dispatch=item.dispatch_id, **{"class": where.klass}, via="publish")
         return True
 
     def _decode(self, queue: str, item: Picked) -> Envelope | None:

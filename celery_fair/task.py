@@ -139,7 +139,7 @@ class FairTask(Task):
         # result is stored. A worker killed in between would leave the dispatch running,
         # and the copy the broker redelivers (acks_late) would run the task again.
         release_dispatch(self.app, request_headers(self.request), "returned", done=True,
-                         run=getattr(self.request, "fair_run", None))
+                         run=getattr(self.request, "fair_run", None), task_id=self.request.id)
         self.request.fair_released = True  # task_postrun has nothing left to do
         return result
 

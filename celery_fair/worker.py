@@ -19,8 +19,9 @@ from celery import Celery, bootsteps, signals
 from celery.worker import state as worker_state
 
 from .config import get_config
-from .errors import FairError, SchemaOutOfDate
-from .headers import DISPATCH_HEADER, QUEUE_HEADER, request_headers
+from .errors import ConfigurationError, FairError, SchemaOutOfDate
+from .events import enabled
+from .headers import DISPATCH_HEADER, GROUP_HEADER, QUEUE_HEADER, request_headers
 from .lifecycle import (
     PendingReleases,
     begin_dispatch,
@@ -28,7 +29,9 @@ from .lifecycle import (
     release_dispatch,
     retry_pending_releases,
 )
+from .logtime import log_in_utc
 from .outage import Backoff, Outage
+from .redact import safe_url
 from .spool import spool_for
 from .store import store_for
 from .store.base import BeginResult
@@ -68,8 +71,9 @@ class HubReleases:
         if not headers.get(DISPATCH_HEADER) or not headers.get(QUEUE_HEADER):
             return
         with self._busy:
-            self._items.append((app, {DISPATCH_HEADER: headers.get(DISPATCH_HEADER),
-                                      QUEUE_HEADER: headers.get(QUEUE_HEADER)}, reason))
+            kept = (DISPATCH_HEADER, QUEUE_HEADER) + (("id", GROUP_HEADER)
+                                                       if enabled(logger) else ())
+            self._items.append((app, {name: headers.get(name) for name in kept}, reason))
             self._unfinished += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._send, daemon=True,
@@ -127,7 +131,7 @@ def _on_postrun(sender: Any = None, task_id: str | None = None, task: Any = None
             and not getattr(task.request, "fair_released", False):
         release_dispatch(task.app, request_headers(task.request), state or "postrun",
                          done=state in FINISHED_STATES,
-                         run=getattr(task.request, "fair_run", None))
+                         run=getattr(task.request, "fair_run", None), task_id=task_id)
 
 
 @signals.task_prerun.connect(weak=False)
@@ -311,6 +315,10 @@ class LeaseStep(bootsteps.StartStopStep):
             logger.warning("celery_fair: store unreachable at worker start, the lease "
                            "keeper retries in the background: %s", exc)
         self.keeper.start()
+        config = get_config(app)
+        logger.info("celery-fair attached: store %s (namespace %r), fair queues %s, pool %d",
+                    safe_url(config.store_url), config.key_prefix,
+                    ", ".join(self.keeper.queues) or "none", self.keeper.concurrency)
 
     def stop(self, parent: Any) -> None:
         if not hub_releases.drain(HUB_DRAIN_SECONDS):
@@ -330,6 +338,10 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     steps = sender.app.steps["consumer"]
     if LeaseStep not in steps:
         steps.add(LeaseStep)
+    try:  # before Celery sets up the worker's logging (logtime.py)
+        log_in_utc(get_config(sender.app).log_utc, existing=False)
+    except ConfigurationError:
+        pass  # LeaseStep.start fails the worker with it
 
 
 def _concurrency(consumer: Any) -> int:

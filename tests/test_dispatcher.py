@@ -233,8 +233,23 @@ def test_an_idle_queue_is_pruned_past_the_horizon_and_a_hold_brings_it_back(
     def serving(name: str) -> int:
         return len(_records(caplog, f"serving fair queue {name}", logging.INFO))
 
+    steps, step = [], running.dispatcher.step
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        result = step(*args, **kwargs)
+        steps.append(result)
+        return result
+
+    running.dispatcher.step = counted  # type: ignore[method-assign]
     with running:
         wait_for(lambda: serving(idle) and serving(holding), what="both queues served")
+        # Serving a queue wakes it (configure.lua): those wake-ups must be taken before the
+        # clock moves, or the queue taking one after counts as active then (not prunable).
+        wait_for(lambda: not store.client.exists(store.keys(idle).wake,
+                                                 store.keys(holding).wake),
+                 what="the wake-ups of serving them taken")
+        taken = len(steps)
+        wait_for(lambda: len(steps) > taken, what="a step after them")
         clock.now += PRUNE_SECONDS + 1
         wait_for(lambda: idle not in store.queues(), timeout=15,
                  what="the idle queue to be pruned from the set of fair queues")

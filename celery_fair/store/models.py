@@ -100,11 +100,14 @@ class Picked:
 
 @dataclass(frozen=True)
 class Pushed:
-    """One message ``pick`` pushed into the broker's list itself (for metrics)."""
+    """One message ``pick`` pushed into the broker's list itself (for metrics and the
+    dispatch log line)."""
 
     klass: str
     due_at: float | None  # epoch seconds it became due; None when not recorded
     group: str
+    hold_id: str = ""  # the task id
+    dispatch_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -379,11 +379,11 @@ def _picked(flat: list[Any], push: DirectPush | None
     pushed: list[Pushed] = []
     if push is not None:
         count = int(flat.pop(0))
-        for i in range(0, 3 * count, 3):
+        for i in range(0, 5 * count, 5):
             due = _text(flat[i + 1])
             pushed.append(Pushed(_text(flat[i]), float(due) if due else None,
-                                 _text(flat[i + 2])))
-        del flat[:3 * count]
+                                 _text(flat[i + 2]), _text(flat[i + 3]), _text(flat[i + 4])))
+        del flat[:5 * count]
     picked, quarantined = [], []
     for i in range(0, len(flat), 3):
         if flat[i]:

@@ -26,8 +26,8 @@ list as kombu would publish it, and its dispatch is 'queued' at once: no publish
 trip, no window between pick and publish. Anything else (another route, an `expires`
 header, a value stored before headers had a part of their own) is returned as usual.
 Returns: flat array {dispatch id, hold id, stored value, ...}; in direct mode preceded by
-the number of messages pushed and, for each of them, its class, due time (meta `t`, or '')
-and group. A held message that cannot be decoded moves to `quarantine`
+the number of messages pushed and, for each of them, its class, due time (meta `t`, or ''),
+group, hold id and dispatch id. A held message that cannot be decoded moves to `quarantine`
 and comes back as {'', hold id, ''} (so it is logged). ]]
 -- @include common
 -- @include kombu
@@ -126,10 +126,12 @@ while taken < want do
                  'v', value)
       redis.call('ZADD', K_LEASES, tonumber(ARGV[9]), did)
       pushed = pushed + 1
-      -- for the dispatcher's metrics: class, due time, group
+      -- for the dispatcher's metrics and log: class, due time, group, hold id, dispatch id
       pushed_info[#pushed_info + 1] = cls
       pushed_info[#pushed_info + 1] = pushed_due and string.format('%.17g', pushed_due) or ''
       pushed_info[#pushed_info + 1] = g
+      pushed_info[#pushed_info + 1] = id
+      pushed_info[#pushed_info + 1] = did
     else
       redis.call('HSET', k_dispatch(did), 's', 'picked', 'g', g, 'c', cls, 'id', id,
                  'v', value)
@@ -161,7 +163,8 @@ for cls, n in pairs(popped_total) do
   if n > 0 then redis.call('HINCRBY', K_STAT, 'held:' .. cls, -n) end
 end
 if target then
-  -- {pushed, (class, due, group) per pushed message, then the picked triples}
+  -- {pushed, (class, due, group, hold id, dispatch id) per pushed message, then the
+  -- picked triples}
   for i = #pushed_info, 1, -1 do table.insert(out, 1, pushed_info[i]) end
   table.insert(out, 1, pushed)
 end
