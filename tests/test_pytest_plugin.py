@@ -2,8 +2,8 @@
 
 The documented recipe (docs/testing.md, read from the page) runs as a user's suite in a
 subprocess with both plugins active; the function-scoped fixtures run in a user's suite
-through pytester; and this module's own end-to-end test runs a fair task through Celery's
-``celery_session_worker`` and celery_fair's ``fair_dispatcher``. All on real redis-servers.
+through pytester; and a fair task runs through Celery's ``celery_session_worker`` and
+celery_fair's per-test ``fair_dispatcher``. All in subprocesses, on real redis-servers.
 """
 
 from __future__ import annotations
@@ -14,16 +14,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import pytest
-from celery import Celery
-
-from celery_fair import fair_task
-from celery_fair.store.base import Store
-from celery_fair.testing import RedisServer
-
-pytest_plugins = ["pytester", "celery_fair.contrib.pytest"]
+pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).parent.parent
 TESTING_DOC = (ROOT / "docs" / "testing.md").read_text(encoding="utf-8")
@@ -75,30 +68,56 @@ def test_the_docker_smoke_setup_matches_pytest_celerys_api() -> None:
     compile(files["test_fair_smoke.py"], "tests/smoke/test_fair_smoke.py", "exec")
 
 
-# -- this module's own end-to-end test on Celery's session worker -------------------------
+# -- Celery's session worker with a per-test dispatcher ------------------------------------
+# In a subprocess of its own: Celery's session worker lives until its session ends, and
+# alive next to the embedded workers of this project's later tests it made one of them
+# miss its task (tests/test_send_task.py's beat test, run after it in one process).
 
-@fair_task(group="tenant")
-def triple(tenant: str, x: int) -> int:
-    return 3 * x
+SESSION_CONFTEST = '''
+import pytest
+
+pytest_plugins = ["celery_fair.contrib.pytest"]
 
 
 @pytest.fixture(scope="session")
-def celery_config(redis_server: RedisServer) -> dict[str, Any]:
-    # A database of its own: the session worker lives until the session ends.
-    url = redis_server.url + "/7"
-    return {"broker_url": url, "result_backend": url, "fair_key_prefix": "sessionworker",
-            "task_default_queue": "q-session-worker"}
+def celery_config(fair_redis_url):
+    return {"broker_url": fair_redis_url, "result_backend": fair_redis_url,
+            "task_default_queue": "reports"}
+'''
+
+SESSION_TESTS = '''
+from celery_fair import fair_task
 
 
-def test_fair_tasks_through_the_session_worker_and_the_dispatcher(
-        celery_session_app: Celery, celery_session_worker: Any, fair_app: Celery,
-        fair_dispatcher: Any, fair_store: Store, fair_drain: Callable[..., None]) -> None:
-    assert fair_app is celery_session_app          # fair_store's app is the worker's
+@fair_task(group="tenant")
+def triple(tenant, x):
+    return 3 * x
+
+
+def test_fair_tasks_through_the_session_worker(celery_session_app, celery_session_worker,
+                                               fair_app, fair_dispatcher, fair_store,
+                                               fair_drain):
+    assert fair_app is celery_session_app          # the store of the worker's app
     results = [triple.delay("acme", i) for i in range(4)] + [triple.delay("globex", 5)]
     assert [r.get(timeout=30) for r in results] == [0, 3, 6, 9, 15]
     fair_drain()
-    assert fair_store.queues() == ["q-session-worker"]
-    assert fair_store.queue_figures("q-session-worker").released == 5
+    assert fair_store.queues() == ["reports"]
+    assert fair_store.queue_figures("reports").released == 5
+
+
+def test_the_next_test_gets_an_empty_store_and_a_new_dispatcher(
+        celery_session_worker, fair_dispatcher, fair_store, fair_drain):
+    assert fair_store.queues() == []
+    assert triple.delay("initech", 7).get(timeout=30) == 21
+    fair_drain()
+'''
+
+
+def test_session_worker_with_a_per_test_dispatcher(pytester) -> None:
+    pytester.makeconftest(SESSION_CONFTEST)
+    pytester.makepyfile(test_session=SESSION_TESTS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v", timeout=120)
+    result.assert_outcomes(passed=2)
 
 
 # -- the function-scoped fixtures in a user's suite ------------------------------------------
