@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import configparser
 import importlib.metadata
-import logging
 import re
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,7 @@ from packaging.version import Version
 
 from celery_fair.cli import fair, main
 from celery_fair.config import SETTINGS, FairConfig, settings_table
-from celery_fair.dispatcher import Dispatcher
 from celery_fair.errors import ConfigurationError
-from celery_fair.task import store_for
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -161,22 +157,6 @@ def test_the_settings_page_sample_error_is_the_real_error(redis_server: Any):
         FairConfig.from_app(app)
     real = f"{type(info.value).__module__}.{type(info.value).__name__}: {info.value}"
     assert " ".join(real.split()) == " ".join(shown.split())
-
-
-def test_the_tutorial_dispatcher_lines_are_what_the_dispatcher_logs(app: Celery, caplog):
-    # The tutorial's setting: one worker of 4 processes consumes the queue, a task is held.
-    sample = next(b for b in _blocks(DOCS["tutorial.md"], "it logs the queue and the capacity")
-                  if "celery_fair.dispatcher" in b)
-    lines = [line.split("] ", 1)[1] for line in sample.strip().splitlines()]
-    queue = app.conf.task_default_queue
-    now = int(time.time() * 1000)
-    store_for(app).register_worker(queue, "celery@host", 4, now + 60_000, now)
-    app.tasks["proj.work"].delay("acme", "x")
-    caplog.set_level(logging.INFO, logger="celery_fair.dispatcher")
-    Dispatcher(app).step()
-    logged = [r.getMessage() for r in caplog.records if r.name == "celery_fair.dispatcher"]
-    for line in lines[1:]:  # the first, "dispatcher started", is logged by run()
-        assert line.replace(" celery", f" {queue}") in logged, (line, logged)
 
 
 def test_docs_build_with_warnings_as_errors(tmp_path):
