@@ -9,11 +9,13 @@ errors and log lines the docs show as samples, produced for real.
 from __future__ import annotations
 
 import configparser
+import hashlib
 import importlib.metadata
 import re
 import shlex
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -159,18 +161,81 @@ def test_the_settings_page_sample_error_is_the_real_error(redis_server: Any):
     assert " ".join(real.split()) == " ".join(shown.split())
 
 
-def test_docs_build_with_warnings_as_errors(tmp_path):
+@pytest.fixture(scope="module")
+def built_docs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # What `tox -e docs` runs: any warning (a broken reference, a bad docstring, a page in
     # no toctree, a setting linked that the code does not have) fails the build.
-    out = tmp_path / "html"
+    tmp = tmp_path_factory.mktemp("docs")
+    out = tmp / "html"
     build = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         "-d", str(tmp_path / "doctrees"), str(ROOT / "docs"), str(out)],
+         "-d", str(tmp / "doctrees"), str(ROOT / "docs"), str(out)],
         capture_output=True, text=True, timeout=120)
     assert build.returncode == 0, build.stdout + build.stderr
+    return out
+
+
+def test_docs_build_with_warnings_as_errors(built_docs: Path):
+    out = built_docs
     # The reference pages are generated from the code: every setting and every command.
     settings = (out / "settings.html").read_text(encoding="utf-8")
     assert all(f'id="confval-{s.name}"' in settings for s in SETTINGS)
     cli = (out / "cli.html").read_text(encoding="utf-8")
     for group, section in ((fair, "celery-a-proj-fair"), (main, "celery-fair")):
         assert all(f'<section id="{section}-{name}"' in cli for name in group.commands)
+
+
+class _Resources(HTMLParser):
+    """What a page loads: script and stylesheet URLs, and what its module scripts import."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[str] = []
+        self.styles: list[str] = []
+        self.imports: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "script":
+            self._in_script = True
+            if found.get("src"):
+                self.scripts.append(str(found["src"]))
+        elif tag == "link" and "stylesheet" in str(found.get("rel")):
+            self.styles.append(str(found.get("href")))
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = self._in_script and tag != "script"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.imports += re.findall(r"""\bimport\b[^;'"]*?\bfrom\s*['"]([^'"]+)""", data)
+
+
+def test_docs_load_nothing_from_the_network_and_draw_mermaid_locally(built_docs: Path):
+    # Offline, a page that fetched a script or stylesheet from a CDN would be broken.
+    diagrams = []
+    for page in sorted(built_docs.rglob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        found = _Resources()
+        found.feed(html)
+        remote = [url for url in found.scripts + found.styles + found.imports
+                  if re.match(r"(https?:)?//", url)]
+        assert not remote, (page.name, remote)
+        if re.search(r'<pre\s+class="mermaid', html):
+            diagrams.append(page.name)
+            assert found.imports == ["./_static/mermaid/mermaid.mjs"], found.imports
+        if found.imports:
+            # The vendored Mermaid, ahead of the module sphinxcontrib-mermaid imports it from.
+            local = [src.split("?")[0] for src in found.scripts]
+            assert "_static/mermaid/mermaid.min.js" in local, (page.name, found.scripts)
+            for url in ("_static/mermaid/mermaid.min.js", "_static/mermaid/mermaid.mjs"):
+                assert (page.parent / url).is_file(), url
+    assert "how-it-works.html" in diagrams
+    # The copy is the version conf.py and SOURCE.txt name.
+    static = ROOT / "docs" / "_static" / "mermaid"
+    conf = (ROOT / "docs" / "conf.py").read_text(encoding="utf-8")
+    [version] = re.findall(r'^mermaid_version = "([\d.]+)"', conf, re.M)
+    assert (static / "SOURCE.txt").read_text(encoding="utf-8").startswith(f"Mermaid {version},")
+    digest = hashlib.sha256((static / "mermaid.min.js").read_bytes()).hexdigest()
+    assert f"sha256 {digest}" in (static / "SOURCE.txt").read_text(encoding="utf-8")
