@@ -239,3 +239,46 @@ def test_docs_load_nothing_from_the_network_and_draw_mermaid_locally(built_docs:
     assert (static / "SOURCE.txt").read_text(encoding="utf-8").startswith(f"Mermaid {version},")
     digest = hashlib.sha256((static / "mermaid.min.js").read_bytes()).hexdigest()
     assert f"sha256 {digest}" in (static / "SOURCE.txt").read_text(encoding="utf-8")
+
+
+#: Tooling of the tests and the docs, which an installation of the example must not pull in.
+TOOLING = {"pytest", "playwright", "sphinx", "furo", "myst-parser", "hypothesis", "psycopg",
+           "pytest-timeout", "pytest-celery", "sphinx-click", "sphinxcontrib-mermaid"}
+
+
+def _closure(name: str, extras: frozenset[str] = frozenset()) -> set[str]:
+    """The distributions ``pip install name[extras]`` installs (as installed here)."""
+    seen: set[str] = set()
+    todo = [(name, extras)]
+    while todo:
+        dist, wanted = todo.pop()
+        key = dist.lower().replace("_", "-")
+        if key in seen and not wanted:
+            continue
+        seen.add(key)
+        for line in importlib.metadata.requires(dist) or []:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e})
+                                         for e in wanted | {""}):
+                todo.append((req.name, frozenset(req.extras)))
+    return seen
+
+
+def test_the_example_extra_installs_what_the_example_imports_and_no_tooling():
+    installs = _closure("celery-fair", frozenset({"example"}))
+    assert not installs & TOOLING, installs & TOOLING
+    # Everything example_project/ imports comes with it (or with Python).
+    import ast
+
+    provided = importlib.metadata.packages_distributions()
+    local = {p.name for p in (ROOT / "example_project").iterdir()} | {"celery_fair"}
+    for source in (ROOT / "example_project").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and not node.level
+                     and node.module else [])
+            for top in {n.split(".")[0] for n in names} - local - set(sys.stdlib_module_names):
+                dists = {d.lower() for d in provided.get(top, [])}
+                assert dists & installs, (source.name, top, dists)
+    readme = (ROOT / "example_project" / "README.md").read_text(encoding="utf-8")
+    assert 'pip install -e "..[example]"' in readme
