@@ -30,6 +30,8 @@ from celery_fair.cli import fair, main
 from celery_fair.config import SETTINGS, FairConfig, settings_table
 from celery_fair.errors import ConfigurationError
 
+from .components import components_table
+
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 CI = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
@@ -282,3 +284,8 @@ def test_the_example_extra_installs_what_the_example_imports_and_no_tooling():
                 assert dists & installs, (source.name, top, dists)
     readme = (ROOT / "example_project" / "README.md").read_text(encoding="utf-8")
     assert 'pip install -e "..[example]"' in readme
+
+
+def test_readme_lists_the_components_the_suite_needs():
+    # Generated from tests/components.py, whose components the tests require.
+    assert _between("components") == components_table()
