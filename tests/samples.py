@@ -33,6 +33,17 @@ MARKER = re.compile(r"^<!-- sample: ([\w-]+) -->\n(```[^\n]*\n)(.*?)^```", re.M 
 #: What legitimately differs between runs, and what the docs show instead.
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 SHOWN_ID = "f61c5ac7-..."
+#: What a CLI sample is compared on: its text with waits and ages (``0.4s``, ``12 ms``,
+#: ``3m``), time stamps and the column widths they cause all made alike; counts, groups,
+#: columns and words stay exact.
+DURATION = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|sec|min|m|h|d)\b")
+TIMESTAMP = re.compile(r"\b\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?"
+                       r"(?:Z|[+-]\d\d:?\d\d)?")
+
+
+def cli_shape(text: str) -> str:
+    text = TIMESTAMP.sub("<time>", DURATION.sub("<duration>", text))
+    return re.sub(r"([ ─━-])\1+", r"\1", text)
 
 
 def updating() -> bool:
@@ -50,7 +61,9 @@ def samples() -> dict[str, tuple[Path, str]]:
 
 
 def normalize(text: str) -> str:
-    """Task ids shown as ``f61c5ac7-...``, trailing spaces dropped, one final newline."""
+    """Task ids shown as ``f61c5ac7-...``, trailing spaces dropped, one final newline.
+    (An output that comes to show something else that varies, a host name or a pid, needs
+    its rule here, shown as a fixed value like the ids.)"""
     text = UUID.sub(SHOWN_ID, text)
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()) + "\n"
 

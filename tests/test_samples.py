@@ -30,13 +30,12 @@ from click.testing import CliRunner
 
 from celery_fair.cli import fair
 from celery_fair.config import reset_config
-from celery_fair.dispatcher import Dispatcher
 from celery_fair.task import store_for
 from celery_fair.testing import RedisServer
 
-from .conftest import wait_for
+from .conftest import DispatcherThread, wait_for
 from .proj import create_app
-from .samples import DOCUMENTS, MARKER, check_sample, samples
+from .samples import DOCUMENTS, MARKER, check_sample, cli_shape, samples
 
 ROOT = Path(__file__).resolve().parent.parent
 TUTORIAL = ROOT / "docs" / "examples" / "tutorial"
@@ -96,13 +95,16 @@ def test_readme_status_inspect_limit_and_cancel_samples(readme_app: Celery):
         work.delay("globex", f"g{i}")
     work.apply_async(("initech", "later"), countdown=3600)
     check_sample("limit-readme", _run(app, "limit", "globex", "--concurrency", "2"))
-    dispatcher = Dispatcher(app)
-    dispatcher.step()
-    urgent = preview.delay("acme", "preview")  # after the burst: it waits for a free slot
-    dispatcher.step()
-    check_sample("status-readme", _run(app, "status"))
-    check_sample("inspect-readme", _run(app, "inspect", last.id))
-    check_sample("cancel-readme", _run(app, "cancel", urgent.id))
+    store = store_for(app)
+    # A running dispatcher, as in the README: it fills the 4 slots + 2 ahead, and then
+    # nothing moves (no worker takes a task), so the samples show one stable moment.
+    with DispatcherThread(app):
+        wait_for(lambda: store.queue_figures("celery").inflight == 6, timeout=30,
+                 what="the dispatcher to fill the capacity")
+        urgent = preview.delay("acme", "preview")  # after the burst: it waits for a slot
+        check_sample("status-readme", _run(app, "status"), cli_shape)
+        check_sample("inspect-readme", _run(app, "inspect", last.id), cli_shape)
+        check_sample("cancel-readme", _run(app, "cancel", urgent.id))
 
 
 @pytest.fixture(scope="module")
@@ -153,5 +155,5 @@ def test_tutorial_dispatcher_log_sample(tutorial_run: dict[str, str]):
 
 def test_tutorial_status_sample(tutorial_run: dict[str, str]):
     check_sample("tutorial-status",
-                 f"$ celery -A proj fair status\n{tutorial_run['status']}")
+                 f"$ celery -A proj fair status\n{tutorial_run['status']}", cli_shape)
 
