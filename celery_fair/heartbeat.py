@@ -46,6 +46,7 @@ class Heartbeat:
         self.started_ms = now_ms()
         self.last_step_ms = 0
         self._beaten: float | None = None  # monotonic time of the last beat
+        self._beaten_step = 0  # the last step that beat carried
         self._outage = Outage(logger, "dispatcher heartbeat")
 
     def stepped(self) -> None:
@@ -53,10 +54,13 @@ class Heartbeat:
         self.last_step_ms = now_ms()
 
     def maybe_beat(self) -> None:
-        """Beat unless the last beat is under BEAT_SECONDS old; never raises."""
-        if self._beaten is not None and time.monotonic() - self._beaten < BEAT_SECONDS:
+        """Beat unless the last beat is under BEAT_SECONDS old; never raises. The first
+        step is told at once: until then status can only say "last step none yet"."""
+        first_step = self.last_step_ms and not self._beaten_step
+        if self._beaten is not None and not first_step \
+                and time.monotonic() - self._beaten < BEAT_SECONDS:
             return
-        self._beaten = time.monotonic()
+        self._beaten, self._beaten_step = time.monotonic(), self.last_step_ms
         queues, every = self._queues()
         beat = DispatcherBeat(self.id, self.host, self.pid, self.started_ms,
                               self.last_step_ms, tuple(queues), every, self.app)

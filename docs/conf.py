@@ -2,7 +2,9 @@
 
 The settings reference, the CLI reference and the API reference are generated from the
 code at build time (``_ext/fair_docs.py``, sphinx-click, autodoc), so they never drift from
-it. Everything builds offline; the diagrams are Mermaid, drawn by the browser.
+it. Everything builds and reads offline: the diagrams are Mermaid, drawn by the browser
+with the copy of Mermaid under ``_static/mermaid/`` (``_ext/offline_mermaid.py``), never
+loaded from a CDN.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx_click",
     "sphinxcontrib.mermaid",
+    "offline_mermaid",
     "fair_docs",
 ]
 
@@ -46,4 +49,9 @@ napoleon_numpy_docstring = False
 
 html_theme = "furo"
 html_title = f"celery-fair {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+
+# Mermaid comes from _static/mermaid/ (SOURCE.txt there says which version and from where);
+# offline_mermaid adds the script to the pages with a diagram.
+mermaid_use_local = "mermaid/mermaid.mjs"
+mermaid_version = "11.12.1"

@@ -20,9 +20,9 @@ import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import pytest
-
 from celery_fair.store.sql import migrate
+
+from .components import MARIADB, POSTGRESQL, require_component
 
 #: Every backend of the contract suite, in the order the tests run.
 BACKENDS = ("memory", "redis", "sqlite", "postgresql", "mariadb")
@@ -74,9 +74,9 @@ class ServerDatabase(Database):
         try:
             (_postgres if self.kind == "postgresql" else _mysql)(self.server_url, statement)
         except ConnectionRefusedError as exc:
-            variable = "POSTGRES" if self.kind == "postgresql" else "MYSQL"
-            pytest.skip(f"{self.kind} server {_where(self.server_url)} cannot be reached "
-                        f"({exc}); set CELERY_FAIR_TEST_{variable}_URL to where it is")
+            server = POSTGRESQL if self.kind == "postgresql" else MARIADB
+            require_component(server.name, server.how_to_install,
+                              f"{_where(self.server_url)} cannot be reached ({exc})")
 
     def drop(self) -> None:
         force = " WITH (FORCE)" if self.kind == "postgresql" else ""

@@ -30,6 +30,7 @@ from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore, RedisServer, free_port, redis_server_binary  # noqa: F401
 
 from .backends import BACKENDS, Database, create_database
+from .components import RABBITMQ, require, strict, summary_lines
 from .proj import Ledger, create_app
 
 
@@ -42,6 +43,19 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
             and not hasattr(report, "wasxfail"):
         report.outcome = "failed"
         report.longrepr = f"skipped under CELERY_FAIR_STRICT=1: {report.longrepr}"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say at the end of the run which components were missing, what was therefore not
+    run, and how to get them (tests/components.py)."""
+    reports = [r for kind in ("skipped", "failed", "error")
+               for r in terminalreporter.stats.get(kind, [])]
+    lines = summary_lines([str(getattr(r, "longrepr", "")) for r in reports])
+    if lines:
+        outcome = "failed: CELERY_FAIR_STRICT=1" if strict() else "skipped"
+        terminalreporter.section(f"components missing on this machine (tests {outcome})")
+        for line in lines:
+            terminalreporter.line(line)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -78,16 +92,16 @@ def sql_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str]
     tests/backends.py). Skips the test when the server cannot be reached (a failure
     under CELERY_FAIR_STRICT=1, as in CI)."""
     made: dict[str, Database] = {}
-    refused: dict[str, str] = {}
+    refused: dict[str, BaseException] = {}
 
     def url(kind: str) -> str:
         if kind in refused:  # a server found unreachable once is not tried again
-            pytest.skip(refused[kind])
+            raise refused[kind]
         if kind not in made:
             try:
                 made[kind] = create_database(kind, tmp_path_factory.mktemp(kind))
-            except pytest.skip.Exception as skip:
-                refused[kind] = str(skip.msg)
+            except (pytest.skip.Exception, pytest.fail.Exception) as missing:
+                refused[kind] = missing  # tests/components.py: skipped, or failed in CI
                 raise
         return made[kind].url
 
@@ -120,6 +134,7 @@ def any_store(request: Any, sql_url: Callable[[str], str]) -> Iterator[Store]:
 
 @pytest.fixture(scope="session")
 def rabbitmq() -> Iterator[RabbitVhost]:
+    require(RABBITMQ)
     vhost = RabbitVhost()
     yield vhost
     vhost.delete()

@@ -17,6 +17,8 @@ import bench.harness
 from bench.__main__ import SQL_SCENARIOS, main
 from bench.sqlstores import POSTGRESQL
 
+from . import components
+
 #: Figures each scenario reports, on top of its rates (so the report can show them).
 EXPECTED = {
     "hold": {"plain_per_s", "fair_per_s", "ratio", "fair_cpu_ms_per_task"},
@@ -49,6 +51,8 @@ def test_sql_benchmarks_run_report_and_clean_up(tmp_path: Path,
     # PostgreSQL only: the targets are its; MariaDB and SQLite run the same code
     # (`python -m bench ... --store sqlite --smoke` for a look).
     store = "postgresql"
+    components.require(components.POSTGRESQL)
+    components.require(components.RABBITMQ)
     monkeypatch.setattr(bench.harness, "RESULTS", tmp_path)
     databases, vhosts = _databases(), _vhosts()
 

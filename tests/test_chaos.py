@@ -4,10 +4,11 @@ Real subprocess workers (prefork, acks_late) and dispatchers, a Redis (broker an
 that is restarted and crashed (SIGKILL), a worker in a PID namespace of its own with the
 same hostname (as root), a worker whose store alone stops answering for a while, and a
 PostgreSQL ledger that sees what really ran.
-PostgreSQL must be reachable (``CHAOS_PG``, default postgres@127.0.0.1:5432): the test
-fails, never skips, without it. The campaign runs again with celery-fair's store in a
-private PostgreSQL server (``--store postgresql``, bench/postgres.py) that it SIGKILLs
-and restarts; Redis is then the broker only.
+PostgreSQL must be reachable (``CHAOS_PG``, default postgres@127.0.0.1:5432): without a
+server there the tests are skipped, saying so (tests/components.py), and fail in CI. The
+campaign runs again with celery-fair's store in a private PostgreSQL server (``--store
+postgresql``, bench/postgres.py: PostgreSQL's server binaries) that it SIGKILLs and
+restarts; Redis is then the broker only.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from bench.chaos import Plan, can_unshare, duplicate_causes, run
 from bench.ledger import Ledger, LedgerUnavailable
 from celery_fair.testing import free_port
 
+from .components import POSTGRESQL, POSTGRESQL_SERVER_BINARIES, require
+
 
 @pytest.fixture
 def ledger() -> Iterator[Ledger]:
+    require(POSTGRESQL)
     book = Ledger.create(caps={"one": 1, "two": 2})
     yield book
     book.drop()
@@ -70,6 +74,7 @@ def test_unreachable_postgres_is_an_error_not_a_skip(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_chaos_campaign_loses_nothing() -> None:
+    require(POSTGRESQL)  # the ledger
     plan = Plan(tasks=600, groups=10, rounds=2, workers=2, concurrency=3,
                 dispatcher_kills=3, worker_kills=1, redis_restarts=1, redis_crashes=1,
                 namespaced_workers=1, store_outages=1, store_outage_seconds=3.0,
@@ -108,6 +113,8 @@ def test_chaos_campaign_loses_nothing() -> None:
 def test_chaos_campaign_on_postgresql_loses_nothing() -> None:
     """The store is a private PostgreSQL server, crashed (SIGKILL of the postmaster) and
     restarted twice; Redis (the broker) is restarted and crashed too."""
+    require(POSTGRESQL)  # the ledger
+    require(POSTGRESQL_SERVER_BINARIES)  # the store's private server
     plan = Plan(tasks=2000, groups=10, rounds=2, workers=2, concurrency=3,
                 dispatcher_kills=3, worker_kills=1, redis_restarts=1, redis_crashes=1,
                 store="postgresql", store_crashes=2, namespaced_workers=1,

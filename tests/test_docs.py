@@ -9,13 +9,13 @@ errors and log lines the docs show as samples, produced for real.
 from __future__ import annotations
 
 import configparser
+import hashlib
 import importlib.metadata
-import logging
 import re
 import shlex
 import subprocess
 import sys
-import time
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,9 @@ from packaging.version import Version
 
 from celery_fair.cli import fair, main
 from celery_fair.config import SETTINGS, FairConfig, settings_table
-from celery_fair.dispatcher import Dispatcher
 from celery_fair.errors import ConfigurationError
-from celery_fair.task import store_for
+
+from .components import components_table
 
 ROOT = Path(__file__).parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -163,34 +163,129 @@ def test_the_settings_page_sample_error_is_the_real_error(redis_server: Any):
     assert " ".join(real.split()) == " ".join(shown.split())
 
 
-def test_the_tutorial_dispatcher_lines_are_what_the_dispatcher_logs(app: Celery, caplog):
-    # The tutorial's setting: one worker of 4 processes consumes the queue, a task is held.
-    sample = next(b for b in _blocks(DOCS["tutorial.md"], "it logs the queue and the capacity")
-                  if "dispatcher started" in b)
-    lines = [line.split("] ", 1)[1] for line in sample.strip().splitlines()]
-    queue = app.conf.task_default_queue
-    now = int(time.time() * 1000)
-    store_for(app).register_worker(queue, "celery@host", 4, now + 60_000, now)
-    app.tasks["proj.work"].delay("acme", "x")
-    caplog.set_level(logging.INFO, logger="celery_fair.dispatcher")
-    Dispatcher(app).step()
-    logged = [r.getMessage() for r in caplog.records if r.name == "celery_fair.dispatcher"]
-    for line in lines[1:]:  # the first, "dispatcher started", is logged by run()
-        assert line.replace(" celery", f" {queue}") in logged, (line, logged)
-
-
-def test_docs_build_with_warnings_as_errors(tmp_path):
+@pytest.fixture(scope="module")
+def built_docs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # What `tox -e docs` runs: any warning (a broken reference, a bad docstring, a page in
     # no toctree, a setting linked that the code does not have) fails the build.
-    out = tmp_path / "html"
+    tmp = tmp_path_factory.mktemp("docs")
+    out = tmp / "html"
     build = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html",
-         "-d", str(tmp_path / "doctrees"), str(ROOT / "docs"), str(out)],
+         "-d", str(tmp / "doctrees"), str(ROOT / "docs"), str(out)],
         capture_output=True, text=True, timeout=120)
     assert build.returncode == 0, build.stdout + build.stderr
+    return out
+
+
+def test_docs_build_with_warnings_as_errors(built_docs: Path):
+    out = built_docs
     # The reference pages are generated from the code: every setting and every command.
     settings = (out / "settings.html").read_text(encoding="utf-8")
     assert all(f'id="confval-{s.name}"' in settings for s in SETTINGS)
     cli = (out / "cli.html").read_text(encoding="utf-8")
     for group, section in ((fair, "celery-a-proj-fair"), (main, "celery-fair")):
         assert all(f'<section id="{section}-{name}"' in cli for name in group.commands)
+
+
+class _Resources(HTMLParser):
+    """What a page loads: script and stylesheet URLs, and what its module scripts import."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts: list[str] = []
+        self.styles: list[str] = []
+        self.imports: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "script":
+            self._in_script = True
+            if found.get("src"):
+                self.scripts.append(str(found["src"]))
+        elif tag == "link" and "stylesheet" in str(found.get("rel")):
+            self.styles.append(str(found.get("href")))
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = self._in_script and tag != "script"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_script:
+            self.imports += re.findall(r"""\bimport\b[^;'"]*?\bfrom\s*['"]([^'"]+)""", data)
+
+
+def test_docs_load_nothing_from_the_network_and_draw_mermaid_locally(built_docs: Path):
+    # Offline, a page that fetched a script or stylesheet from a CDN would be broken.
+    diagrams = []
+    for page in sorted(built_docs.rglob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        found = _Resources()
+        found.feed(html)
+        remote = [url for url in found.scripts + found.styles + found.imports
+                  if re.match(r"(https?:)?//", url)]
+        assert not remote, (page.name, remote)
+        if re.search(r'<pre\s+class="mermaid', html):
+            diagrams.append(page.name)
+            assert found.imports == ["./_static/mermaid/mermaid.mjs"], found.imports
+        if found.imports:
+            # The vendored Mermaid, ahead of the module sphinxcontrib-mermaid imports it from.
+            local = [src.split("?")[0] for src in found.scripts]
+            assert "_static/mermaid/mermaid.min.js" in local, (page.name, found.scripts)
+            for url in ("_static/mermaid/mermaid.min.js", "_static/mermaid/mermaid.mjs"):
+                assert (page.parent / url).is_file(), url
+    assert "how-it-works.html" in diagrams
+    # The copy is the version conf.py and SOURCE.txt name.
+    static = ROOT / "docs" / "_static" / "mermaid"
+    conf = (ROOT / "docs" / "conf.py").read_text(encoding="utf-8")
+    [version] = re.findall(r'^mermaid_version = "([\d.]+)"', conf, re.M)
+    assert (static / "SOURCE.txt").read_text(encoding="utf-8").startswith(f"Mermaid {version},")
+    digest = hashlib.sha256((static / "mermaid.min.js").read_bytes()).hexdigest()
+    assert f"sha256 {digest}" in (static / "SOURCE.txt").read_text(encoding="utf-8")
+
+
+#: Tooling of the tests and the docs, which an installation of the example must not pull in.
+TOOLING = {"pytest", "playwright", "sphinx", "furo", "myst-parser", "hypothesis", "psycopg",
+           "pytest-timeout", "pytest-celery", "sphinx-click", "sphinxcontrib-mermaid"}
+
+
+def _closure(name: str, extras: frozenset[str] = frozenset()) -> set[str]:
+    """The distributions ``pip install name[extras]`` installs (as installed here)."""
+    seen: set[str] = set()
+    todo = [(name, extras)]
+    while todo:
+        dist, wanted = todo.pop()
+        key = dist.lower().replace("_", "-")
+        if key in seen and not wanted:
+            continue
+        seen.add(key)
+        for line in importlib.metadata.requires(dist) or []:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e})
+                                         for e in wanted | {""}):
+                todo.append((req.name, frozenset(req.extras)))
+    return seen
+
+
+def test_the_example_extra_installs_what_the_example_imports_and_no_tooling():
+    installs = _closure("celery-fair", frozenset({"example"}))
+    assert not installs & TOOLING, installs & TOOLING
+    # Everything example_project/ imports comes with it (or with Python).
+    import ast
+
+    provided = importlib.metadata.packages_distributions()
+    local = {p.name for p in (ROOT / "example_project").iterdir()} | {"celery_fair"}
+    for source in (ROOT / "example_project").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and not node.level
+                     and node.module else [])
+            for top in {n.split(".")[0] for n in names} - local - set(sys.stdlib_module_names):
+                dists = {d.lower() for d in provided.get(top, [])}
+                assert dists & installs, (source.name, top, dists)
+    readme = (ROOT / "example_project" / "README.md").read_text(encoding="utf-8")
+    assert 'pip install -e "..[example]"' in readme
+
+
+def test_readme_lists_the_components_the_suite_needs():
+    # Generated from tests/components.py, whose components the tests require.
+    assert _between("components") == components_table()

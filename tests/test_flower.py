@@ -29,6 +29,7 @@ from celery_fair.summary import read_summaries
 from celery_fair.task import store_for
 from celery_fair.testing import RedisServer, free_port
 
+from .components import CHROMIUM, require
 from .conftest import DispatcherThread, wait_for
 from .helpers import groups, snapshot
 from .procs import CeleryProcess
@@ -37,7 +38,6 @@ from .proj import create_app
 USER, PASSWORD = "fair", "s3cret"
 CONF = {"fair_max_inflight": 2, "fair_group_concurrency": {"acme": 1},
         "fair_group_weights": {"big": 2}, "fair_lease_seconds": 600}
-CHROMIUM = os.environ.get("CELERY_FAIR_CHROMIUM", "/usr/bin/chromium")
 
 
 class FlowerSite:
@@ -241,14 +241,12 @@ def _artifacts(tmp_path: Path) -> Path:
 
 
 def test_page_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} not found: this test needs Debian's chromium "
-                    "(apt-get install -y chromium) or CELERY_FAIR_CHROMIUM=<path>")
+    chromium = require(CHROMIUM)  # skipped with the reason outside CI, failed in CI
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        browser = pw.chromium.launch(executable_path=chromium, headless=True)
         try:
             # Without credentials Flower answers 401 and Chromium gives up on the page.
             anonymous = browser.new_page()

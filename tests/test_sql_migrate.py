@@ -34,6 +34,7 @@ from celery_fair.store.sql import (
 )
 from celery_fair.store.sql.schema import Tables
 
+from .components import MARIADB, POSTGRESQL, require_component
 from .conftest import subprocess_env
 from .procs import CELERY, ROOT
 
@@ -52,7 +53,9 @@ def _server_database(backend: str) -> Iterator[str]:
                 f"CREATE DATABASE {name}")
     except OperationalError as exc:
         admin.dispose()
-        pytest.skip(f"{backend} is not reachable at {admin_url}: {exc.orig}")
+        server = POSTGRESQL if backend == "postgresql" else MARIADB
+        require_component(server.name, server.how_to_install,
+                          f"not reachable at {make_url(admin_url)!r}: {exc.orig}")
     try:
         yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     finally:
@@ -234,7 +237,8 @@ def test_check_schema_shows_the_database_without_its_password(prefix: str) -> No
         with pytest.raises(SchemaOutOfDate) as info:
             check_schema(engine, prefix, "dispatcher")
     except OperationalError as exc:
-        pytest.skip(f"postgresql is not reachable: {exc.orig}")
+        require_component(POSTGRESQL.name, POSTGRESQL.how_to_install,
+                          f"not reachable: {exc.orig}")
     finally:
         engine.dispose()
     message = str(info.value)

@@ -2,7 +2,8 @@
 
 The tutorial includes the files under docs/examples/tutorial/ verbatim; this test runs
 them the way the tutorial says — a prefork worker and a dispatcher started with the
-`celery` command, then `python big.py` and `python acme.py` — against a Redis of its own.
+`celery` command, then `python big.py` and `python acme.py` — against a Redis of its own,
+and checks the tutorial's sample of their output (see tests/samples.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import redis
 from celery_fair.testing import RedisServer
 
 from .conftest import wait_for
+from .samples import check_sample
 
 TUTORIAL = Path(__file__).resolve().parent.parent / "docs" / "examples" / "tutorial"
 CELERY = str(Path(sys.executable).with_name("celery"))
@@ -71,10 +73,14 @@ def test_small_tenant_is_served_while_the_big_backlog_is_held(tutorial_env, tmp_
         wait_for(lambda: store.hlen("fair:{celery}:workers"), timeout=60,
                  what="the worker to register its capacity")
 
-        assert _run("big.py", env).strip() == "big-corp queued 2000 documents"
+        big = _run("big.py", env)
+        assert big.strip() == "big-corp queued 2000 documents"
         out = _run("acme.py", env)
         match = re.fullmatch(r"acme's document 1 is back after (\d+\.\d\d)s\n", out)
         assert match, out
+        # The tutorial shows both outputs; acme's time is its own run's.
+        check_sample("tutorial-run", f"$ python big.py\n{big}$ python acme.py\n{out}",
+                     lambda text: re.sub(r"after \d+\.\d\ds", "after N.NNs", text))
         status = subprocess.run([CELERY, "-A", "proj", "fair", "status", "--json"],
                                 cwd=TUTORIAL, env=env, capture_output=True, text=True,
                                 timeout=60, check=True)
