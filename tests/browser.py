@@ -8,22 +8,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-CHROMIUM = os.environ.get("CELERY_FAIR_CHROMIUM", "/usr/bin/chromium")
+from .components import CHROMIUM, require
 
 
 @contextlib.contextmanager
 def chromium() -> Iterator[Any]:
-    """A headless Chromium (a Playwright ``Browser``), closed at the end; the test fails
-    (never skips) when the binary is missing: CI installs it."""
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"{CHROMIUM} not found: this test needs Debian's chromium "
-                    "(apt-get install -y chromium) or CELERY_FAIR_CHROMIUM=<path>")
+    """A headless Chromium (a Playwright ``Browser``), closed at the end. Without the
+    binary the test is skipped with the reason (components.py), or failed in CI."""
+    path = require(CHROMIUM)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        browser = pw.chromium.launch(executable_path=path, headless=True)
         try:
             yield browser
         finally:

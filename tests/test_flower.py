@@ -29,7 +29,7 @@ from celery_fair.summary import read_summaries
 from celery_fair.task import store_for
 from celery_fair.testing import RedisServer, free_port
 
-from .components import CHROMIUM, require
+from .browser import artifacts, chromium
 from .conftest import DispatcherThread, wait_for
 from .helpers import groups, snapshot
 from .procs import CeleryProcess
@@ -234,51 +234,39 @@ def test_metrics_carry_the_summary(site: FlowerSite) -> None:
     assert "flower_" in text  # Flower's own metrics are still there
 
 
-def _artifacts(tmp_path: Path) -> Path:
-    where = Path(os.environ.get("CELERY_FAIR_ARTIFACTS") or tmp_path)
-    where.mkdir(parents=True, exist_ok=True)
-    return where
-
-
 def test_page_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
-    chromium = require(CHROMIUM)  # skipped with the reason outside CI, failed in CI
     from playwright.sync_api import Error as PlaywrightError
-    from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=chromium, headless=True)
-        try:
-            # Without credentials Flower answers 401 and Chromium gives up on the page.
-            anonymous = browser.new_page()
-            with pytest.raises(PlaywrightError, match="ERR_INVALID_AUTH_CREDENTIALS"):
-                anonymous.goto(site.url + "/fair-queues")
-            context = browser.new_context(
-                http_credentials={"username": USER, "password": PASSWORD},
-                viewport={"width": 1400, "height": 900})
-            page = context.new_page()
-            loaded_at = time.time()
-            assert page.goto(site.url + "/fair-queues").status == 200
-            shown = _read_page(page, site.queue)
-            warning = page.locator(".fair-liveness-warning")
-            assert warning.inner_text() == UNSERVED_WARNING.format(_unserved(site.app))
-            assert warning.is_visible()
-            assert page.locator("tr.fair-dispatcher").count() == 1
-            shot = _artifacts(tmp_path) / "flower-fair-queues.png"
-            page.screenshot(path=str(shot), full_page=True)
-            print(f"screenshot: {shot}")
-            liveness_shot = shot.with_name("flower-liveness.png")
-            page.locator(".fair-queues-page").screenshot(path=str(liveness_shot))
-            print(f"screenshot (liveness): {liveness_shot}")
-            nav = page.locator("a.nav-link", has_text="Fair queues")
-            assert nav.get_attribute("aria-current") == "page"
-            page.locator("a.nav-link", has_text="Broker").click()
-            page.wait_for_url("**/broker")
-            assert page.locator("th", has_text="Held (fair)").count() == 1
-            broker_shot = shot.with_name("flower-broker.png")
-            page.screenshot(path=str(broker_shot), full_page=True)
-            print(f"screenshot: {broker_shot}")
-        finally:
-            browser.close()
+    with chromium() as browser:
+        # Without credentials Flower answers 401 and Chromium gives up on the page.
+        anonymous = browser.new_page()
+        with pytest.raises(PlaywrightError, match="ERR_INVALID_AUTH_CREDENTIALS"):
+            anonymous.goto(site.url + "/fair-queues")
+        context = browser.new_context(
+            http_credentials={"username": USER, "password": PASSWORD},
+            viewport={"width": 1400, "height": 900})
+        page = context.new_page()
+        loaded_at = time.time()
+        assert page.goto(site.url + "/fair-queues").status == 200
+        shown = _read_page(page, site.queue)
+        warning = page.locator(".fair-liveness-warning")
+        assert warning.inner_text() == UNSERVED_WARNING.format(_unserved(site.app))
+        assert warning.is_visible()
+        assert page.locator("tr.fair-dispatcher").count() == 1
+        shot = artifacts(tmp_path) / "flower-fair-queues.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+        liveness_shot = shot.with_name("flower-liveness.png")
+        page.locator(".fair-queues-page").screenshot(path=str(liveness_shot))
+        print(f"screenshot (liveness): {liveness_shot}")
+        nav = page.locator("a.nav-link", has_text="Fair queues")
+        assert nav.get_attribute("aria-current") == "page"
+        page.locator("a.nav-link", has_text="Broker").click()
+        page.wait_for_url("**/broker")
+        assert page.locator("th", has_text="Held (fair)").count() == 1
+        broker_shot = shot.with_name("flower-broker.png")
+        page.screenshot(path=str(broker_shot), full_page=True)
+        print(f"screenshot: {broker_shot}")
     # the page showed a live summary: written by the running dispatcher, within its TTL
     assert loaded_at - 10 <= shown["written_at"] <= time.time()
     _check_against_store(site, shown)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from celery_fair.check_export import SLOT_KINDS, write_metrics_file
 from celery_fair.errors import ConfigurationError
 from celery_fair.task import store_for
 
+from .components import PROMTOOL, require
 from .conftest import subprocess_env, wait_for
 from .helpers import queue_of
 from .test_check import CELERY, ROOT
@@ -190,9 +190,7 @@ def as_series(texts: list[str], values: str) -> list[dict[str, str]]:
 
 def run_promtool_tests(tmp_path: Path, rules: Path, tests: list[dict[str, Any]]) -> None:
     """``promtool test rules``: ``rules`` evaluated on each test's series."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not found: apt-get install -y prometheus")
+    promtool = require(PROMTOOL)  # skipped with the reason outside CI, failed in CI
     spec = {"rule_files": [str(rules)], "evaluation_interval": "1m", "tests": tests}
     path = tmp_path / "alerts_test.yml"
     path.write_text(yaml.safe_dump(spec))
@@ -213,10 +211,7 @@ def scrape_text(port: int) -> str:
 
 
 def test_alert_rules_pass_promtool() -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not found: apt-get install -y prometheus (Debian's package "
-                    "ships it; .ci/run installs it)")
+    promtool = require(PROMTOOL)
     ran = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True,
                          text=True, timeout=60)
     assert ran.returncode == 0, ran.stdout + ran.stderr
