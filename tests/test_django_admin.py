@@ -132,6 +132,10 @@ def test_admin_page_shows_groups_and_sets_limits(site: Site, browser: Any,
         assert _cell(page, group, "weight") == "1", group
         assert re.fullmatch(r"\d+(\.\d)? s|\d+ ms", _cell(page, group, "oldest_wait"))
     assert page.locator('[data-field="held"]').inner_text() == str(sum(HELD.values()))
+    # No dispatcher runs: the page says so, naming the command that starts one.
+    assert page.locator(".fair-liveness-warning").inner_text() == (
+        f"no live dispatcher for queue {QUEUE} with {sum(HELD.values())} held: those tasks "
+        "do not run until one starts; start one with `celery -A docshop fair dispatch`")
 
     row = _row(page, "acme")
     row.locator('input[name="concurrency"]').fill("2")

@@ -15,6 +15,7 @@ from typing import Any
 
 from celery import current_app
 
+from ...liveness import app_name, read_liveness
 from ...store import store_for
 from ...summary import build_summary, format_wait, read_summaries
 
@@ -29,8 +30,9 @@ def celery_app() -> Any:
 
 def read_queues(app: Any, limit: int = GROUP_LIMIT) -> list[dict[str, Any]]:
     """Every fair queue of ``app``: :func:`~celery_fair.summary.build_summary`'s document
-    read now, with the dispatcher's capacity (None when no dispatcher runs) and each
-    group's figures as the page writes them.
+    read now, with the dispatcher's capacity (None when no dispatcher runs), the live
+    dispatchers serving it and, with held work and none, the warning naming the command
+    that starts one (``liveness.py``), and each group's figures as the page writes them.
 
     Raises:
         FairError: the store could not be read.
@@ -38,13 +40,16 @@ def read_queues(app: Any, limit: int = GROUP_LIMIT) -> list[dict[str, Any]]:
     store = store_for(app)
     live = read_summaries(store)
     now = time.time()
+    names = store.queues()
+    liveness = read_liveness(store, app_name(app), names)
     queues = []
-    for queue in store.queues():
+    for queue in names:
         summary = live.get(queue)
         capacity = None if summary is None else summary["capacity"]
         doc = build_summary(store, queue, capacity, now=now, limit=limit)
         doc["held"] = doc["held_interactive"] + doc["held_background"]
         doc["dispatcher"] = summary is not None
+        doc.update(liveness.of_queue(queue))
         for group in doc["groups"]:
             group["cap_text"] = "∞" if group["cap"] is None else str(group["cap"])
             group["weight_text"] = f"{group['weight']:g}"
