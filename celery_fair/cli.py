@@ -10,7 +10,6 @@ from typing import Any
 import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
-from . import limits
 from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
@@ -27,17 +26,17 @@ def _app(ctx: click.Context) -> Any:
     return ctx.obj.app
 
 
-def _cap(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    """--concurrency: an integer from 0 to limits.MAX_CAP, or 'none' (no cap, stored as -1)."""
+def _cap(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """--concurrency: an integer from 0 to limits.MAX_CAP, or 'none' (no cap); as
+    controls.parse_concurrency reads it (the Django admin's form too)."""
+    from .controls import UNCHANGED, parse_concurrency
+
     if value is None:
-        return None
-    if value.lower() == "none":
-        return -1
+        return UNCHANGED
     try:
-        return limits.cap(int(value) if value.isdigit() else value,
-                          "concurrency" + _for_group(ctx))
+        return parse_concurrency(value, "concurrency" + _for_group(ctx))
     except InvalidLimit as exc:
-        raise click.BadParameter(f"{exc} (or 'none')", ctx, param) from None
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _for_group(ctx: click.Context) -> str:
@@ -46,19 +45,17 @@ def _for_group(ctx: click.Context) -> str:
     return f" for group {group!r}" if group is not None else ""
 
 
-def _weight(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
-    """--weight: a finite number from limits.MIN_WEIGHT to limits.MAX_WEIGHT."""
+def _weight(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """--weight: a finite number from limits.MIN_WEIGHT to limits.MAX_WEIGHT; as
+    controls.parse_weight reads it."""
+    from .controls import UNCHANGED, parse_weight
+
     if value is None:
-        return None
+        return UNCHANGED
     try:
-        number: Any = float(value)
-    except ValueError:
-        number = value
-    try:
-        return limits.weight(number, "weight" + _for_group(ctx))
-    except InvalidLimit as exc:  # named as typed (1e7, not 10000000.0)
-        message = str(exc).rpartition(", got ")[0]
-        raise click.BadParameter(f"{message}, got {value}", ctx, param) from None
+        return parse_weight(value, "weight" + _for_group(ctx))
+    except InvalidLimit as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 @fair.command(cls=CeleryCommand)
@@ -139,7 +136,7 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
               cls=CeleryOption, help_group="Limit Options")
 @click.pass_context
 def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
-          concurrency: int | None, weight: float | None, reset: bool) -> None:
+          concurrency: Any, weight: Any, reset: bool) -> None:
     """Set a group's cap and weight at runtime, for every dispatcher at once.
 
     Stored in the store, they take precedence over fair_group_concurrency and
@@ -154,7 +151,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
         group = validate_group(group)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'GROUP'") from None
-    if reset and (concurrency is not None or weight is not None):
+    if reset and (concurrency is not controls.UNCHANGED or weight is not controls.UNCHANGED):
         raise click.UsageError("--reset cannot be combined with --concurrency or --weight")
     if create and not queues:
         raise click.UsageError("--create needs the queue to create: -Q/--queue QUEUE")
@@ -162,9 +159,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
         try:
             done = controls.limit(
                 _app(ctx), group, queue=queues or None, reset=reset, create=create,
-                concurrency=controls.UNCHANGED if concurrency is None
-                else None if concurrency == -1 else concurrency,
-                weight=controls.UNCHANGED if weight is None else weight)
+                concurrency=concurrency, weight=weight)
         except UnknownQueue as exc:
             raise click.BadParameter(str(exc), param_hint="'-Q' / '--queue'") from None
     for item in done:
