@@ -25,6 +25,7 @@ from .errors import (
 )
 from .groups import fair_context
 from .installer import install
+from .position import Position, position
 from .revoke import cancel
 from .task import FairTask, fair_task
 
@@ -38,6 +39,7 @@ __all__ = [
     "InvalidGroup",
     "InvalidLimit",
     "InvalidOption",
+    "Position",
     "StoreConnectionError",
     "StoreError",
     "UnknownQueue",
@@ -45,5 +47,6 @@ __all__ = [
     "fair_context",
     "fair_task",
     "install",
+    "position",
 ]
 __version__ = "0.1.0"

@@ -7,7 +7,12 @@ Two kinds of figures:
   heartbeats: ``celery_fair_dispatchers``). Every dispatcher of a store shows
   the same values: aggregate them with ``max``, not ``sum``.
   The oldest head waits (``celery_fair_oldest_wait_seconds``, and per group) are read
-  over the top groups only (below), like Flower's.
+  over the top groups only (below), like Flower's. The tip-of-queue waits
+  (``celery_fair_oldest_head_wait_seconds{queue}``, alert on it, and
+  ``celery_fair_group_head_wait_seconds`` for the ``fair_metrics_groups`` groups whose
+  heads waited longest, small tenants included) come from :meth:`Store.longest_heads
+  <celery_fair.store.heads.HeadWaits.longest_heads>`: a bounded scan, O(min(groups,
+  10,000)) reads per scrape.
 - **this dispatcher's own**, counted as it works: dispatches, lease reclaims, the wait from
   hold to dispatch, step durations and the loop's lag. Sum those across dispatchers.
 
@@ -31,6 +36,7 @@ from .envelope import INTERACTIVE
 from .errors import ConfigurationError, FairError
 from .liveness import serving_counts
 from .store.base import GroupHeads, as_json, now_ms
+from .store.heads import head_due
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -202,6 +208,7 @@ class _StoreCollector:
                                    store.group_figures(queue, m.top_groups(queue))],
                                   m.dispatcher.capacity(queue))
                 add_head_waits(waits, queue, store.summarize(queue, m.top_groups(queue)))
+                add_longest_heads(waits, queue, store.longest_heads(queue, m.top))
             serving = serving_counts(store.dispatchers(now_ms()), queues)
         except FairError as exc:
             logger.warning("metrics: reading the store failed: %s", exc)
@@ -321,6 +328,13 @@ def head_wait_families() -> dict[str, Metric]:
         "group": GaugeMetricFamily(
             "celery_fair_group_oldest_wait_seconds",
             "How long a top group's oldest held task has waited since due.", labels=_G),
+        "head_queue": GaugeMetricFamily(
+            "celery_fair_oldest_head_wait_seconds", "How long the longest-waiting group "
+            "head of the queue has waited since due, over every group (0: none held).",
+            labels=_Q),
+        "head_group": GaugeMetricFamily(
+            "celery_fair_group_head_wait_seconds", "How long a group's head has waited "
+            "since due, for the groups whose heads waited longest.", labels=_G),
     }
 
 
@@ -330,9 +344,21 @@ def add_head_waits(families: dict[str, Any], queue: str, heads: Iterable[GroupHe
     now = time.time() if now is None else now
     oldest = 0.0
     for head in heads:
-        dues = [d for d in (head.due_interactive, head.due_background) if d is not None]
-        if dues:
-            wait = max(now - min(dues), 0.0)
+        due = head_due(head)
+        if due is not None:
+            wait = max(now - due, 0.0)
             families["group"].add_metric([queue, head.group], wait)
             oldest = max(oldest, wait)
     families["queue"].add_metric([queue], oldest)
+
+
+def add_longest_heads(families: dict[str, Any], queue: str, heads: list[GroupHeads],
+                      now: float | None = None) -> None:
+    """Add ``queue``'s tip-of-queue waits (``heads``: :meth:`Store.longest_heads`, the
+    longest-waiting first): one series per listed group, and the longest per queue."""
+    now = time.time() if now is None else now
+    waits = [(h.group, max(now - due, 0.0)) for h in heads
+             if (due := head_due(h)) is not None]
+    for group, wait in waits:
+        families["head_group"].add_metric([queue, group], wait)
+    families["head_queue"].add_metric([queue], waits[0][1] if waits else 0.0)

@@ -16,8 +16,11 @@ be in flight), as :func:`queue_capacity` defines them (None: not read yet), ``in
 group counted), ``oldest_wait`` (seconds the oldest held message **of the listed groups**
 has waited since it became due; None when they hold nothing: a group outside the list
 is not read), ``ready_interactive``, ``ready_background`` (groups eligible now),
-``released``, ``skipped`` (the store's counters) and ``groups``: a list of ``{group,
-held_interactive, held_background, inflight, delayed, cap, weight, oldest_wait,
+``released``, ``skipped`` (the store's counters), ``release_rate`` (releases a second,
+smoothed over about ``RATE_WINDOW`` seconds from the previous summary's ``released`` and
+``written_at``, whichever dispatcher wrote it; None until two summaries a short while
+apart exist: :func:`celery_fair.position` estimates waits from it) and ``groups``: a
+list of ``{group, held_interactive, held_background, inflight, delayed, cap, weight, oldest_wait,
 limited}`` sorted by held tasks, most first (``limited``: what a runtime limit sets,
 ``cap`` and/or ``weight``).
 
@@ -53,6 +56,8 @@ GROUP_LIMIT = 100
 #: Totals of :meth:`Store.queue_figures` a summary carries under their own name
 #: (for Flower's ``/metrics``, which shows what the dispatcher's shows).
 EXTRA_TOTALS = ("ready_interactive", "ready_background", "released", "skipped")
+#: Seconds the summary's ``release_rate`` averages over (an exponential moving average).
+RATE_WINDOW = 30.0
 #: Groups read per ``summarize`` call: bounds how long one call keeps Redis busy.
 CHUNK = 200
 
@@ -246,9 +251,30 @@ class SummaryWriter:
         if not self.store.claim_writer(queue, max(1, int(self._gap * 900))):
             return False
         summary = build_summary(self.store, queue, capacity, limit=self.limit)
+        summary["release_rate"] = release_rate(
+            self.store.summaries([queue]).get(queue), summary)
         summary["ttl"] = ttl = max(self.ttl, int(3 * self._gap) + 1)
         self.store.put_summary(queue, json.dumps(summary), ttl)
         return True
+
+
+def release_rate(previous: str | None, summary: Mapping[str, Any]) -> float | None:
+    """Releases a second: the rate since the ``previous`` summary document, averaged
+    with its own rate over about :data:`RATE_WINDOW` seconds. None with no basis: no
+    previous summary (or one from another version, a counter reset or a long gap)."""
+    if not previous:
+        return None
+    before = json.loads(previous)
+    elapsed = summary["written_at"] - before.get("written_at", 0)
+    done = summary["released"] - before.get("released", 0)
+    if before.get("version") != SUMMARY_VERSION or done < 0 or not 0 < elapsed < RATE_WINDOW:
+        return None
+    now = float(done / elapsed)
+    old = before.get("release_rate")
+    if old is None:
+        return round(now, 3)
+    share = 1 - math.exp(-elapsed / RATE_WINDOW)
+    return round(share * now + (1 - share) * float(old), 3)
 
 
 def format_wait(seconds: float | None) -> str:

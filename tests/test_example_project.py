@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -139,6 +140,12 @@ def _documents(url: str, customer: str) -> list[dict[str, Any]]:
         return list(json.loads(resp.read())["documents"])
 
 
+def _places(url: str, customer: str) -> list[str]:
+    """The places the customer's page shows for its waiting documents ("#3, about 2 s")."""
+    with urllib.request.urlopen(f"{url}/customers/{customer}/", timeout=10) as resp:
+        return re.findall(r'<span class="place">([^<]+)</span>', resp.read().decode())
+
+
 def test_the_postgresql_variant_names_no_redis(tmp_path):
     """docshop.settings_postgres: broker, results and store all elsewhere than Redis."""
     conf = _celery_conf(dict(os.environ, DJANGO_SETTINGS_MODULE="docshop.settings_postgres",
@@ -151,13 +158,22 @@ def test_the_postgresql_variant_names_no_redis(tmp_path):
 
 @pytest.mark.timeout(150)
 def test_small_customers_are_served_while_the_big_backlog_runs(docshop):
-    done = subprocess.run(
+    load = subprocess.Popen(
         [sys.executable, "load.py", "--url", docshop["url"], "--big", str(BIG_DOCS),
          "--small", "3", "--customers", str(len(SMALL)), "--timeout", "90", "--json"],
-        cwd=PROJECT, env=docshop["env"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr + "\n".join(s.tail() for s in docshop["services"])
-    rows = {row["customer"]: row for row in json.loads(done.stdout)["customers"]}
-    print(done.stdout)
+        cwd=PROJECT, env=docshop["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        # While big-corp's backlog converts, its page tells each waiting document's place.
+        shown = wait_for(lambda: _places(docshop["url"], "big-corp"), timeout=60,
+                         interval=0.05, what="big-corp's page to show a place (#N)")
+        out, err = load.communicate(timeout=120)
+    finally:
+        load.kill()
+    assert all(re.fullmatch(r"#[1-9]\d*(, about .+)?", place) for place in shown), shown
+    assert load.returncode == 0, err + "\n".join(s.tail() for s in docshop["services"])
+    rows = {row["customer"]: row for row in json.loads(out)["customers"]}
+    print(out)
 
     assert set(rows) == {"big-corp", *SMALL}
     assert rows["big-corp"]["documents"] == BIG_DOCS

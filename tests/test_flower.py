@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from celery_fair import cancel, position
 from celery_fair.config import reset_config
 from celery_fair.contrib.flower import format_wait
 from celery_fair.metrics import OTHER, store_families
@@ -330,3 +331,20 @@ def test_an_unreachable_store_is_reported_not_raised(make_app) -> None:
 def test_waits_are_written_for_people() -> None:
     assert [format_wait(s) for s in (None, 0.25, 12.34, 245, 7260)] == \
         ["-", "250 ms", "12.3 s", "4m 05s", "2h 01m"]
+
+
+def test_position_api_answers_a_held_tasks_place_behind_flowers_auth(site: FlowerSite) -> None:
+    result = site.app.tasks["proj.work"].delay("small", "asks-its-place")
+    try:
+        path = f"/api/fair/position/{result.id}"
+        assert site.get(path, auth=False)[0] == 401
+        status, text = site.get(path)
+        assert status == 200, text
+        served = json.loads(text)
+        # no worker runs small's tasks: this one is last of those its group holds
+        last = groups(site.app)["small"]["held_background"]
+        assert (served["state"], served["in_group"], served["group"]) == ("held", last, "small")
+        assert served == position(site.app, result.id).as_json()
+        assert json.loads(site.get("/api/fair/position/nobody")[1])["state"] == "not held"
+    finally:
+        cancel(site.app, result.id)

@@ -188,3 +188,27 @@ def test_cli_dispatcher_serves_metrics(make_app, redis_server, namespace, tmp_pa
             {"class=background": 1, "class=interactive": 0}
     finally:
         assert proc.stop() == 0, proc.output()
+
+
+def test_head_waits_keep_the_longest_waiting_groups_not_the_biggest(
+        make_app, dispatcher) -> None:
+    app = make_app()  # no worker: no capacity, everything stays held
+    queue = queue_of(app)
+    work = app.tasks["proj.work"]
+    work.delay("small")  # one task, held first: the longest-waiting head
+    time.sleep(0.05)  # a head due measurably later (ms resolution)
+    for tenant, count in (("big", 5), ("mid", 3)):
+        for _ in range(count):
+            work.delay(tenant)
+    with served(dispatcher(app), groups=1) as (_, port):
+        s = wait_for(lambda: (got := scrape(port)) and series(
+            got, "celery_fair_group_head_wait_seconds", queue=queue) and got,
+            what="the head-wait series")
+    # one series per queue (fair_metrics_groups=1): small's, though big holds the most
+    assert list(series(s, "celery_fair_held_tasks", queue=queue,
+                       **{"class": "background"})) == ["group=big", f"group={OTHER}"]
+    heads = series(s, "celery_fair_group_head_wait_seconds", queue=queue)
+    assert list(heads) == ["group=small"]
+    oldest = series(s, "celery_fair_oldest_head_wait_seconds", queue=queue)[""]
+    assert oldest == heads["group=small"] >= series(
+        s, "celery_fair_group_oldest_wait_seconds", queue=queue)["group=big"] + 0.04

@@ -157,7 +157,8 @@ def test_every_metric_used_is_exported_and_the_alerts_fire_on_it(
 
     names = exposed([with_data, check_text])
     assert {"celery_fair_wait_seconds_bucket", "celery_fair_group_oldest_wait_seconds",
-            "celery_fair_oldest_wait_seconds"} <= names.keys()
+            "celery_fair_oldest_wait_seconds", "celery_fair_oldest_head_wait_seconds",
+            "celery_fair_group_head_wait_seconds"} <= names.keys()
     dashboard = json.loads(DASHBOARD.read_text())
     assert missing(dashboard_exprs(dashboard), names) == []
     assert missing(alert_exprs(), names) == []
@@ -316,8 +317,8 @@ def test_each_alert_fires_when_it_should_and_only_then(tmp_path) -> None:
         gauge("celery_fair_dispatchers", "0x15", queue="q1"),
         gauge("celery_fair_dispatchers", "0x15", queue="q2"),
         gauge("celery_fair_dispatchers", "1x15", queue="q3"),
-        gauge("celery_fair_oldest_wait_seconds", "400x15", queue="q1"),
-        gauge("celery_fair_oldest_wait_seconds", "100x15", queue="q3"),
+        gauge("celery_fair_oldest_head_wait_seconds", "400x15", queue="q1"),
+        gauge("celery_fair_oldest_head_wait_seconds", "100x15", queue="q3"),
         gauge("celery_fair_loop_lag_seconds", "0.2x15", instance="d1"),
         gauge("celery_fair_loop_lag_seconds", "0+60x15", instance="d2"),  # stuck
         gauge("celery_fair_check_findings", "0x15", queue="q1", kind="group_inflight"),

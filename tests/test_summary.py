@@ -6,6 +6,7 @@ import json
 import logging
 import threading
 import time
+from typing import Any
 
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.envelope import Envelope
@@ -13,10 +14,12 @@ from celery_fair.store.base import Placement
 from celery_fair.store.redis import RedisStore
 from celery_fair.summary import (
     EXTRA_TOTALS,
+    SUMMARY_VERSION,
     Capacity,
     SummaryWriter,
     build_summary,
     read_summaries,
+    release_rate,
 )
 from celery_fair.task import store_for
 from celery_fair.testing import free_port
@@ -259,3 +262,16 @@ def test_a_store_outage_is_logged_once_by_the_summary_writer(caplog):
     finally:
         writer.stop()
     assert len(failures(logging.WARNING)) == 1, caplog.text
+
+
+def test_the_release_rate_is_smoothed_from_the_previous_summary() -> None:
+    def doc(at: float, released: int, rate: float | None = None) -> dict[str, Any]:
+        return {"version": SUMMARY_VERSION, "written_at": at, "released": released,
+                "release_rate": rate}
+
+    assert release_rate(None, doc(100.0, 10)) is None  # no basis yet
+    assert release_rate(json.dumps(doc(99.0, 4)), doc(100.0, 10)) == 6.0
+    smoothed = release_rate(json.dumps(doc(99.0, 4, 2.0)), doc(100.0, 10))
+    assert smoothed is not None and 2.0 < smoothed < 6.0  # the old rate weighs most
+    assert release_rate(json.dumps(doc(40.0, 4, 2.0)), doc(100.0, 10)) is None  # stale
+    assert release_rate(json.dumps(doc(99.0, 40, 2.0)), doc(100.0, 10)) is None  # reset

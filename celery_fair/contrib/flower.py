@@ -8,6 +8,7 @@ what Flower is about to build:
   live dispatchers (a red warning naming the command to start one when a queue holds
   work and none serves it) and each fair queue and its groups: held tasks per class, in
   flight / cap, weight, oldest wait; and the same as JSON at ``/api/fair/queues``;
+* a task's place (:func:`celery_fair.position`) as JSON at ``/api/fair/position/<task id>``;
 * a **Held (fair)** column on the Broker page, and ``fair_held`` / ``fair_delayed`` /
   ``fair_inflight`` in each queue of ``/api/queues/length``;
 * in ``/metrics``, the store-wide metrics of the dispatcher's own ``/metrics``
@@ -47,6 +48,7 @@ from ..liveness import (
     utc,
 )
 from ..metrics import add_queue_figures, dispatchers_family, store_families
+from ..position import position_of
 from ..store import Bounds, store_for_url
 from ..summary import format_wait, read_summaries
 
@@ -88,6 +90,7 @@ def enable() -> None:
     handlers[_catch_all(handlers):0] = [
         web.url(r"/fair-queues", FairQueuesView, name="fair-queues"),
         (r"/api/fair/queues", FairQueuesApi),
+        (r"/api/fair/position/(.+)", FairPositionApi),
     ]
     settings["template_loader"] = FairTemplateLoader(settings["template_path"])
     REGISTRY.register(COLLECTOR)
@@ -160,6 +163,21 @@ class FairQueuesApi(BaseApiHandler):
         if error or liveness is None:
             raise web.HTTPError(503, error or "celery_fair could not read its store")
         self.write({"queues": summaries, **liveness.as_json()})
+
+
+class FairPositionApi(BaseApiHandler):
+    """``GET /api/fair/position/<task id>``: :meth:`Position.as_json
+    <celery_fair.position.Position.as_json>` (state "not held" for an unknown id)."""
+
+    @web.authenticated
+    async def get(self, task_id: str) -> None:
+        try:
+            found = await IOLoop.current().run_in_executor(
+                None, lambda: position_of(store := _store(self.capp), store.locate(task_id)))
+        except FairError as exc:
+            logger.warning("celery_fair: position of %s not read: %s", task_id, exc)
+            raise web.HTTPError(503, f"celery_fair could not read its store: {exc}") from None
+        self.write(found.as_json())
 
 
 # -- holding depth on the Broker page and in /api/queues/length ----------------------

@@ -5,6 +5,9 @@ A *group resolver* is a callable ``request -> group`` (a tenant id, a user id), 
 for "no group" (the task's own rule, the parent task or ``fair_default_group`` decide).
 It is given as the callable itself or as its dotted path, the way Django settings name
 code (``CELERY_FAIR_GROUP_RESOLVER = "myapp.tenancy.tenant_of"``).
+
+:func:`position_json` is a task's place as a JSON-ready dict, for a Django or Flask view
+(``JsonResponse(position_json(app, task_id))``, ``jsonify(position_json(app, task_id))``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from ..config import _resolver_ref
 from ..errors import ConfigurationError, InvalidGroup
 from ..groups import fair_context
 from ..names import validate_group
+from ..position import position
 
 #: A request's group: a callable of the framework's request object.
 Resolver = Callable[[Any], Any]
@@ -70,3 +74,10 @@ def request_scope(group: str | None, interactive: bool) -> Iterator[None]:
     """The ``fair_context`` of one request (reset when the block ends, error or not)."""
     with fair_context(group=group, interactive=interactive or None):
         yield
+
+
+def position_json(app: Any, task_id: str) -> dict[str, Any]:
+    """Where ``task_id`` stands (:func:`celery_fair.position`) as a JSON-ready dict:
+    ``in_group``, ``groups_ahead``, ``dispatches_ahead``, ``eta_seconds``, ``state``,
+    ``queue``, ``group``, ``lower_bound``. Raises as :func:`celery_fair.position` does."""
+    return position(app, task_id).as_json()

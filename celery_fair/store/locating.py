@@ -7,6 +7,7 @@ dispatches before it. Reads only, bounded by :data:`MAX_GROUPS_READ` groups.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Protocol
@@ -30,12 +31,28 @@ class Locating:
     def _dispatched_at(self, queue: str, task_id: str) -> Location | None:
         raise NotImplementedError
 
+    def _copies_at(self, queue: str, task_id: str) -> list[str]:
+        """The hold ids ``<task_id>~<suffix>`` of the copies of ``task_id`` held in
+        ``queue``, sorted (each backend's copies index: O(copies), no scan)."""
+        raise NotImplementedError
+
     def locate(self, task_id: str) -> Location | None:
-        """See :meth:`~celery_fair.store.base.Store.locate`."""
+        """See :meth:`~celery_fair.store.base.Store.locate`: the task itself held, else
+        a copy of it held under a suffixed id (the first in order), else its dispatch."""
         for queue in self.queues():
-            found = self._held_at(queue, task_id) or self._dispatched_at(queue, task_id)
+            found = self._held_at(queue, task_id) or self._copy_held_at(queue, task_id) \
+                or self._dispatched_at(queue, task_id)
             if found is not None:
                 return found
+        return None
+
+    def _copy_held_at(self, queue: str, task_id: str) -> Location | None:
+        if "~" in task_id:  # a hold id already: its own copies index is its task id's
+            return None
+        for hold_id in self._copies_at(queue, task_id):
+            found = self._held_at(queue, hold_id)
+            if found is not None:  # reported under the id the caller knows
+                return dataclasses.replace(found, task_id=task_id)
         return None
 
 

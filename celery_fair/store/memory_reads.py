@@ -43,6 +43,10 @@ class MemoryReads(Locating):
         return dataclasses.replace(where, place=place_of(
             cast(PlaceReads, self), queue, klass, group, position))  # MemoryStore has the reads
 
+    def _copies_at(self, queue: str, task_id: str) -> list[str]:
+        with self._queue(queue) as fq:
+            return sorted(fq.copies.get(task_id, ()))
+
     def _dispatched_at(self, queue: str, task_id: str) -> Location | None:
         with self._queue(queue) as fq:
             for did in sorted(fq.leases, key=lambda d: (fq.leases[d], d)):

@@ -283,6 +283,10 @@ class RedisReads(Locating):
         place = place_of(self, queue, klass, group, None if position is None else int(position))
         return dataclasses.replace(where, place=place)
 
+    def _copies_at(self, queue: str, task_id: str) -> list[str]:
+        with _wrapped(self.where):
+            return sorted(_text(h) for h in self.client.smembers(self.keys(queue).copies(task_id)))
+
     def _dispatched_at(self, queue: str, task_id: str) -> Location | None:
         """A picked, queued or running dispatch of ``task_id`` (read through the leases:
         one per task in flight)."""

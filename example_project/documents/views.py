@@ -8,8 +8,20 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from celery_fair import position
+from celery_fair.summary import format_wait
+
 from .models import Document
 from .tasks import convert_document, render_preview
+
+#: Waiting documents whose place the customer page looks up (each is a few store reads).
+PLACES_SHOWN = 20
+
+
+def conversion_id(document_id):
+    """The conversion's task id: known from the document, so its page can ask where it
+    stands (``celery_fair.position``)."""
+    return f"convert-{document_id}"
 
 
 def upload_documents(customer, files):
@@ -19,7 +31,7 @@ def upload_documents(customer, files):
         docs = [Document.objects.create(customer=customer, name=name, content=content,
                                         uploaded_at=now) for name, content in files]
     for doc in docs:  # after the commit, so the worker finds the rows
-        convert_document.delay(customer, doc.pk)
+        convert_document.apply_async((customer, doc.pk), task_id=conversion_id(doc.pk))
     return docs
 
 
@@ -38,9 +50,21 @@ def index(request):
 
 
 def customer_page(request, customer):
-    docs = Document.objects.filter(customer=customer).order_by("-id")[:100]
+    docs = list(Document.objects.filter(customer=customer).order_by("-id")[:100])
+    waiting = [d for d in docs if d.conversion_started_at is None][-PLACES_SHOWN:]
+    for doc in waiting:  # the oldest waiting ones: "#3, about 1.2 s"
+        doc.place = place_text(position(convert_document.app, conversion_id(doc.pk)))
     return render(request, "documents/customer.html",
                   {"customer": customer, "documents": docs})
+
+
+def place_text(where):
+    """A held task's place for people: ``#N`` in its customer's queue, and the wait
+    estimate when there is one."""
+    if where.state != "held" or where.in_group is None:
+        return ""
+    about = "" if where.eta_seconds is None else f", about {format_wait(where.eta_seconds)}"
+    return f"#{where.in_group}{about}"
 
 
 @require_POST

@@ -41,6 +41,12 @@ class SqlInspecting(SqlReads, Locating):
         return Location(where.task_id, queue, row.grp, where.klass, "held",
                         place=place_of(reads, queue, row.klass, row.grp, position))
 
+    def _copies_at(self, queue: str, task_id: str) -> list[str]:
+        m = self.t.messages.c
+        found = self._read("locate", lambda c: list(c.execute(select(m.hold_id).where(
+            self._q(self.t.messages, queue), m.task_id == task_of(task_id))).scalars()))
+        return sorted(h for h in found if h.startswith(task_id + "~"))
+
     def _dispatched_at(self, queue: str, task_id: str) -> Location | None:
         d = self.t.dispatches.c
         row = self._read("locate", lambda c: c.execute(
