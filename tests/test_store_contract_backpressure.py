@@ -1,7 +1,8 @@
-"""Backpressure in the store contract, on every backend (``any_store``): a hold given a
-``max_held`` is refused with GroupFull, atomically with the hold, when its group already
-holds that many messages (both classes and its delayed ones); nothing is written, other
-groups hold as before, and a resend of what is held is never refused."""
+"""Backpressure and the held listing in the store contract, on every backend
+(``any_store``): a hold given a ``max_held`` is refused with GroupFull, atomically with
+the hold, when its group already holds that many messages (both classes and its delayed
+ones); nothing is written, other groups hold as before, and a resend of what is held is
+never refused. ``held_messages`` lists a group's waiting messages in pick order."""
 
 from __future__ import annotations
 
@@ -55,3 +56,23 @@ def test_a_max_held_out_of_range_is_refused_before_anything_is_written(
     with pytest.raises(InvalidLimit, match="hold a1: max held must be None .* got 0"):
         hold_max(store, "a1", "acme", 0)
     assert store.queues() == []
+
+
+def test_held_messages_lists_a_groups_waiting_messages_in_pick_order(store: Store) -> None:
+    hold(store, "b1", "acme")
+    hold(store, "b2", "acme")
+    hold(store, "i1", "acme", klass="i")
+    hold(store, "later", "acme", due_ms=NOW + 60_000)  # delayed: not listed
+    hold(store, "g1", "globex")
+    hold(store, "b1", "acme", cost=2.0)  # a copy, b1~1, at acme's tail
+    listed = store.held_messages(Q, "acme", 10)
+    assert [(m.hold_id, m.klass) for m in listed] == \
+        [("i1", "i"), ("b1", "b"), ("b2", "b"), ("b1~1", "b")]
+    assert listed[1].value == value("b1", "acme")
+    assert [m.hold_id for m in store.held_messages(Q, "acme", 2)] == ["i1", "b1"]
+    assert [m.hold_id for m in store.held_messages(Q, "acme", 10, "b")] == \
+        ["b1", "b2", "b1~1"]
+    assert picked_ids(store, limit=1) == ["i1"]  # dispatched: no longer listed
+    assert [m.hold_id for m in store.held_messages(Q, "acme", 10, "i")] == []
+    assert store.held_messages(Q, "nobody", 10) == []
+    assert store.held_messages("never", "acme", 10) == []

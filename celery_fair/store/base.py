@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .beats import Beats
+from .held import HeldReads
 from .models import (
     CANCELLED_SECONDS,
     PLACEMENT_CLASSES,
@@ -70,7 +71,7 @@ CHECK_BATCH = 500
 KEEP, RESET = "", "reset"
 
 
-class Store(Beats, abc.ABC):
+class Store(Beats, HeldReads, abc.ABC):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).
