@@ -30,7 +30,7 @@ from typing import Any, Union
 
 from . import limits
 from .envelope import Envelope
-from .errors import CorruptMessage, InvalidLimit, UnknownQueue
+from .errors import CorruptMessage, InvalidLimit, InvalidOption, UnknownQueue
 from .names import validate_group
 from .queues import known_queues as _known_queues
 from .queues import unknown_queues_message
@@ -227,8 +227,8 @@ def held(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
 
     Raises:
         InvalidGroup: ``group`` is not a group name.
-        InvalidLimit: ``limit`` is not from 1 to :data:`MAX_LISTED`, or ``klass`` not
-            ``'interactive'``/``'background'``/None.
+        InvalidLimit: ``limit`` is not from 1 to :data:`MAX_LISTED`.
+        InvalidOption: ``klass`` is not ``'interactive'``/``'background'``/None.
         UnknownQueue: a queue named is not a known fair queue.
     """
     group, code = validate_group(group), _class_code(klass)
@@ -258,14 +258,17 @@ def purge(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
         until then are REVOKED).
     """
     group, code = validate_group(group), _class_code(klass)
+    limits.cap(batch, "purge batch", 1)
     store = store_for(app)
     done: list[Cancelled] = []
     for name in _listed_queues(app, store, queue):
         while True:
-            ids = {m.hold_id.split("~")[0] for m in store.held_messages(name, group, batch, code)}
-            removed = store.cancel(name, sorted(ids)) if ids else []
+            listed = store.held_messages(name, group, batch, code)
+            ids = sorted({m.hold_id.split("~")[0] for m in listed})
+            removed = store.cancel(name, ids) if ids else []
             done += [mark_revoked(app, name, hold_id, value) for hold_id, value in removed]
-            if not removed:  # none left (or every one listed was dispatched meanwhile)
+            # a short batch was the last; none removed: the rest was dispatched meanwhile
+            if len(listed) < batch or not removed:
                 break
     return done
 
@@ -284,7 +287,7 @@ def held_count(app: Any, group: Any, *, queue: str | Sequence[str] | None = None
 
 def _class_code(klass: str | None) -> str | None:
     if klass is not None and klass not in CLASSES:
-        raise InvalidLimit(f"class {klass!r} is invalid: expected 'interactive', "
+        raise InvalidOption(f"class {klass!r} is invalid: expected 'interactive', "
                            "'background' or None (both)")
     return None if klass is None else CLASSES[klass]
 

@@ -38,3 +38,12 @@ def test_delay_past_the_limit_raises_group_full_and_writes_nothing(make_app, wor
         wait_settled(app)
     assert work.delay("acme", "again").id  # room again
     assert app.ledger.runs().get("refused") is None
+
+
+def test_group_full_keeps_its_fields_through_pickle():
+    import pickle
+
+    full = GroupFull(queue="celery", group="acme", count=5, limit=5)
+    again = pickle.loads(pickle.dumps(full))
+    assert (again.queue, again.group, again.count, again.limit, str(again)) == \
+        ("celery", "acme", 5, 5, str(full))

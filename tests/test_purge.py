@@ -11,7 +11,7 @@ import subprocess
 from celery_fair import controls
 
 from .conftest import subprocess_env, wait_for
-from .helpers import held, queue_of, snapshot, wait_settled
+from .helpers import held, held_chord, queue_of, snapshot, wait_settled
 from .procs import CELERY, ROOT
 
 
@@ -85,3 +85,19 @@ def test_held_and_purge_refuse_bad_input_before_anything_changes(app, redis_serv
         else:
             raise AssertionError(f"{bad} accepted")
     assert [t.task_id for t in controls.purge(app, "acme")] and held(app) == {}
+
+
+def test_purging_a_chords_held_members_fails_the_chord_as_revoke_does(make_app, worker,
+                                                                        dispatcher):
+    app = make_app()
+    result, errback = held_chord(app)
+    assert held(app) == {"acme": 2}
+    assert len(controls.purge(app, "acme")) == 2
+    assert [r.state for r in result.parent.results] == ["REVOKED", "REVOKED"]
+    # as on revoke(): the chord completes here, its body fails, its errback is held in
+    # the group of the part that completed it (published after the purge's last batch)
+    assert (result.state, type(result.result).__name__) == ("FAILURE", "ChordError")
+    assert held(app) == {"acme": 1}
+    with worker(the_app=app, concurrency=1), dispatcher(app):
+        assert app.AsyncResult(errback.id).get(timeout=30) == "acme"
+    wait_settled(app)
