@@ -47,3 +47,12 @@ def test_group_full_keeps_its_fields_through_pickle():
     again = pickle.loads(pickle.dumps(full))
     assert (again.queue, again.group, again.count, again.limit, str(again)) == \
         ("celery", "acme", 5, 5, str(full))
+
+
+def test_the_settings_page_shows_the_real_group_full_message():
+    from pathlib import Path
+
+    page = (Path(__file__).parent.parent / "docs" / "settings.md").read_text()
+    shown = page.split("celery_fair.errors.GroupFull: ", 1)[1].split("```", 1)[0]
+    full = GroupFull(queue="celery", group="acme", count=50000, limit=50000)
+    assert " ".join(shown.split()) == str(full)
