@@ -14,6 +14,7 @@ from .config import FairConfig
 from .errors import (
     ConfigurationError,
     FairError,
+    GroupFull,
     HoldOutcomeUnknown,
     InvalidCost,
     InvalidGroup,
@@ -34,6 +35,7 @@ __all__ = [
     "FairConfig",
     "FairError",
     "FairTask",
+    "GroupFull",
     "HoldOutcomeUnknown",
     "InvalidCost",
     "InvalidGroup",

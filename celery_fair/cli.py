@@ -10,6 +10,7 @@ from typing import Any
 import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
+from .cli_backlog import held, purge
 from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
@@ -263,6 +264,8 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: tuple[str, ..
 
 fair.add_command(dispatch)
 fair.add_command(migrate)
+fair.add_command(held)
+fair.add_command(purge)
 
 
 @click.group()

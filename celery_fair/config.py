@@ -6,7 +6,6 @@ generated from it, so a setting documented is a setting validated.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -18,6 +17,7 @@ from typing import Any, Callable
 from celery import Celery
 
 from . import limits
+from .config_keys import reject_unknown
 from .errors import ConfigurationError, InvalidLimit
 from .names import validate_group
 from .redact import safe_url
@@ -46,6 +46,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("fair_group_concurrency", {}, "Per-group caps overriding the default: {group: n}."),
     Setting("fair_group_weights", {},
             "Per-group weights (default 1): a weight-2 group gets twice the share."),
+    Setting("fair_group_max_held", None,
+            "Backpressure: most tasks one group may hold in a fair queue (waiting, both "
+            "classes, and delayed); holding one more raises GroupFull at publish time "
+            "(None: unlimited). Retries are never refused."),
+    Setting("fair_group_max_held_overrides", {},
+            "Per-group limits overriding fair_group_max_held: {group: n or None}."),
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
             "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "
@@ -125,13 +131,6 @@ def settings_table() -> str:
     rows = ["| setting | default | meaning |", "|---|---|---|"]
     rows += [f"| `{s.name}` | `{s.default!r}` | {s.doc} |" for s in SETTINGS]
     return "\n".join(rows)
-#: Settings celery_fair does not read yet -> why; setting one is an error saying so (an
-#: ignored setting would look as if it worked).
-NOT_SUPPORTED_YET = {
-    "fair_policy": "celery_fair schedules by weighted start-time fair queueing only "
-                   "(fair_group_weights set the shares; equal weights give round robin); "
-                   "remove the setting",
-}
 ON_STORE_ERROR = ("raise", "publish")
 
 
@@ -145,6 +144,8 @@ class FairConfig:
     default_concurrency: int | None
     group_concurrency: Mapping[str, int]
     group_weights: Mapping[str, float]
+    max_held: int | None  # fair_group_max_held: None unlimited
+    max_held_overrides: Mapping[str, int | None]
     max_inflight: int | None  # None: auto
     dispatch_ahead: int
     interactive_reserve: int
@@ -166,11 +167,15 @@ class FairConfig:
     report_interval: float = 10.0  # seconds; 0: no periodic report (reporting.py)
     log_utc: bool = True  # log timestamps in UTC (logtime.py)
 
+    def max_held_of(self, group: str) -> int | None:
+        """The most tasks ``group`` may hold (None: unlimited)."""
+        return self.max_held_overrides.get(group, self.max_held)
+
     @classmethod
     def from_app(cls, app: Celery) -> FairConfig:
         """Read and validate the app's settings; raise ConfigurationError on the first bad one."""
         conf = app.conf
-        _reject_unknown(conf, getattr(app, "namespace", None))
+        reject_unknown(conf, getattr(app, "namespace", None), _DEFAULTS)
         get: Callable[[str], Any] = lambda name: conf.get(name, _DEFAULTS[name])  # noqa: E731
         return cls(
             store_url=_store_url(get("fair_store_url"), conf.get("broker_url")),
@@ -181,6 +186,9 @@ class FairConfig:
             group_concurrency=_group_map("fair_group_concurrency",
                                          get("fair_group_concurrency"), _cap),
             group_weights=_group_map("fair_group_weights", get("fair_group_weights"), _weight),
+            max_held=_max_held("fair_group_max_held", get("fair_group_max_held")),
+            max_held_overrides=_group_map("fair_group_max_held_overrides",
+                                          get("fair_group_max_held_overrides"), _max_held),
             max_inflight=_max_inflight(get("fair_max_inflight")),
             dispatch_ahead=_count("fair_dispatch_ahead", get("fair_dispatch_ahead"),
                                   minimum=0),
@@ -224,42 +232,6 @@ def get_config(app: Celery) -> FairConfig:
 def reset_config(app: Celery) -> None:
     """Forget the cached settings (after changing ``app.conf`` in tests)."""
     _cache.pop(app, None)
-
-
-def _reject_unknown(conf: Mapping[str, Any], namespace: str | None) -> None:
-    prefix = namespace.rstrip("_") + "_" if namespace else ""
-    for key in map(str, list(conf.keys())):
-        read_as = _fair_key(key, prefix)
-        if read_as is None or read_as[1] in _DEFAULTS:
-            continue
-        written_prefix, name = read_as
-        if name in NOT_SUPPORTED_YET:
-            raise ConfigurationError(f"setting {key}={conf[key]!r} is not supported yet: "
-                                     f"{NOT_SUPPORTED_YET[name]}")
-        hint = ""
-        for close in difflib.get_close_matches(name, list(_DEFAULTS), n=1):
-            # spelled the way the user spells settings (CELERY_FAIR_... in Django)
-            hint = f"; did you mean {written_prefix + _case_like(key, close)!r}?"
-        raise ConfigurationError(f"unknown celery_fair setting {key!r}{hint}")
-
-
-def _case_like(key: str, name: str) -> str:
-    return name.upper() if key.isupper() else name
-
-
-def _fair_key(key: str, prefix: str) -> tuple[str, str] | None:
-    """(prefix as written, ``fair_*`` name) of a key celery_fair would read, else None.
-
-    Celery maps a namespace (``config_from_object("django.conf:settings",
-    namespace="CELERY")``) for every key it is asked for, so ``CELERY_FAIR_X`` reads as
-    ``fair_x``. With a namespace, other settings of the source (Django's own ``FAIR_*``)
-    are not Celery's; only a lowercase ``fair_x`` set on ``app.conf`` is read bare.
-    """
-    if prefix and key.upper().startswith(prefix.upper() + "FAIR_"):
-        return key[:len(prefix)], key[len(prefix):].lower()
-    if key.lower().startswith("fair_") and (not prefix or key.islower()):
-        return "", key.lower()
-    return None
 
 
 def _fail(name: str, value: Any, expected: str) -> ConfigurationError:
@@ -320,6 +292,13 @@ def _cap(name: str, value: Any, minimum: int = 1) -> int:
 
 def _optional_cap(name: str, value: Any) -> int | None:
     return None if value is None else _cap(name, value)
+
+
+def _max_held(name: str, value: Any) -> int | None:
+    try:
+        return limits.max_held(value, "a limit")
+    except InvalidLimit as exc:
+        raise _fail(name, value, str(exc).removeprefix("a limit must be ")) from None
 
 
 def _optional_path(name: str, value: Any) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FairError(Exception):
     """celery_fair failed."""
@@ -32,6 +34,31 @@ class UnknownQueue(FairError, ValueError):
 
 class InvalidOption(FairError, ValueError):
     """A celery_fair task option is invalid."""
+
+
+class GroupFull(FairError):
+    """A fairness group holds as many tasks as its limit allows (fair_group_max_held):
+    the task was not held, nothing was written."""
+
+    def __init__(self, message: str | None = None, *, queue: str = "", group: str = "",
+                 count: int = 0, limit: int = 0) -> None:
+        super().__init__(message or (
+            f"group {group!r} is full in fair queue {queue!r}: it holds {count} tasks, "
+            f"its limit is {limit} (fair_group_max_held); the task was not held"
+            if group else None))
+        self.queue, self.group, self.count, self.limit = queue, group, count, limit
+
+    def in_queue(self, queue: str) -> GroupFull:
+        """The same refusal, saying which fair queue (a store's policy code knows not)."""
+        return GroupFull(queue=queue, group=self.group, count=self.count, limit=self.limit)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled across processes (a result backend, a pool) with its fields
+        return _group_full, (str(self), self.queue, self.group, self.count, self.limit)
+
+
+def _group_full(message: str, queue: str, group: str, count: int, limit: int) -> GroupFull:
+    return GroupFull(message, queue=queue, group=group, count=count, limit=limit)
 
 
 class StoreError(FairError):

@@ -151,8 +151,10 @@ class HoldingProducer:
             exchange=exchange, routing_key=routing_key, queue=queue,
             delivery_mode=delivery_mode, priority=priority, properties=properties,
             due_at=max(now, due) / 1000)
-        where = Placement(headers[GROUP_HEADER], headers[CLASS_HEADER], headers[COST_HEADER],
-                          self._front)
+        group = headers[GROUP_HEADER]
+        # A retry (front) is work already taken in: backpressure refuses only new work.
+        where = Placement(group, headers[CLASS_HEADER], headers[COST_HEADER], self._front,
+                          None if self._front else get_config(self._app).max_held_of(group))
         value = envelope.encode(where.group, where.klass, where.cost, where.front)
         self._store.hold(envelope.queue, envelope.task_id, value, where, due, now)
         if enabled(logger):

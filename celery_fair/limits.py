@@ -24,6 +24,8 @@ MIN_WEIGHT = 1e-6
 MAX_WEIGHT = 1e6
 #: Costs are finite numbers in (0, MAX_COST].
 MAX_COST = 1e9
+#: Most tasks one group may be allowed to hold (fair_group_max_held).
+MAX_HELD = 1_000_000_000
 
 
 def cap(value: Any, what: str, minimum: int = 0) -> int:
@@ -68,6 +70,21 @@ def cost(value: Any, what: str = "fair cost") -> float:
         raise InvalidCost(f"{what} must be a finite number in (0, {MAX_COST:g}], "
                           f"got {value!r}")
     return float(value)
+
+
+def max_held(value: Any, what: str) -> int | None:
+    """``value`` as a backpressure limit: None (unlimited) or an integer from 1 to
+    :data:`MAX_HELD`.
+
+    Raises:
+        InvalidLimit: naming ``what``, the accepted range and ``value``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_HELD:
+        raise InvalidLimit(f"{what} must be None (unlimited) or an integer from 1 to "
+                           f"{MAX_HELD:_}, got {value!r}")
+    return value
 
 
 def check_policy(policy: Policy) -> Policy:

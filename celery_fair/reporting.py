@@ -38,7 +38,7 @@ from .summary import Capacity
 logger = logging.getLogger("celery_fair.dispatcher")
 
 #: The scheduling policy: weighted start-time fair queueing, the only one there is
-#: (setting ``fair_policy`` is refused, see config.NOT_SUPPORTED_YET).
+#: (setting ``fair_policy`` is refused, see config_keys.NOT_SUPPORTED_YET).
 POLICY = "wfq"
 
 

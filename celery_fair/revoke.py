@@ -57,11 +57,13 @@ def cancel_held(app: Celery, task_ids: Iterable[str]) -> list[Cancelled]:
     done: list[Cancelled] = []
     for queue in store.queues() if ids else ():
         for hold_id, value in store.cancel(queue, ids):
-            done.append(_revoked(app, queue, hold_id, value))
+            done.append(mark_revoked(app, queue, hold_id, value))
     return done
 
 
-def _revoked(app: Celery, queue: str, hold_id: str, value: bytes) -> Cancelled:
+def mark_revoked(app: Celery, queue: str, hold_id: str, value: bytes) -> Cancelled:
+    """A message removed from the store (by ``Store.cancel``): mark its task REVOKED as a
+    worker would for a revoke (chords and errbacks learn of it)."""
     try:
         group, _, envelope = Envelope.decode(value)
     except CorruptMessage:

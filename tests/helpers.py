@@ -120,3 +120,17 @@ def wait_outcome(result: Any, app: Celery, settle: Callable[[], bool] | None = N
     if settle is not None:
         wait_for(settle, what="the run to settle")
     return outcome(result)
+
+
+def held_chord(app: Celery) -> tuple[Any, Any]:
+    """A chord of two ``proj.add`` members held in group acme, whose body (``proj.tsum``)
+    has an errback (``proj.group_of``, answering its group): (the chord's result, the
+    errback's frozen signature)."""
+    from celery import chord
+
+    add, tsum = app.tasks["proj.add"], app.tasks["proj.tsum"]
+    errback = app.tasks["proj.group_of"].si()
+    errback.freeze()
+    result = chord([add.s(1, 1), add.s(2, 2)], tsum.s().on_error(errback)).apply_async(
+        fair_group="acme")
+    return result, errback

@@ -219,6 +219,10 @@ BAD_SETTINGS = [
     ({"fair_default_group": ""}, "fair_default_group", "empty"),
     ({"fair_key_prefix": ""}, "fair_key_prefix", "''"),
     ({"fair_on_store_error": "drop"}, "fair_on_store_error", "'drop'"),
+    ({"fair_group_max_held": 0}, "fair_group_max_held", "None (unlimited) or an integer"),
+    ({"fair_group_max_held": 2.5}, "fair_group_max_held", "2.5"),
+    ({"fair_group_max_held_overrides": {"a": -1}}, "fair_group_max_held_overrides", "'a'"),
+    ({"fair_group_max_held_overrides": {"": 5}}, "fair_group_max_held_overrides", "empty"),
 ]
 BAD_SETTING_IDS = [f"{next(iter(c))}={next(iter(c.values()))!r}" for c, _, _ in BAD_SETTINGS]
 

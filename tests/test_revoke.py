@@ -31,6 +31,7 @@ from .conftest import subprocess_env, wait_for
 from .helpers import (
     client_app,
     held,
+    held_chord,
     queue_of,
     settled,
     snapshot,
@@ -296,11 +297,7 @@ def test_revoke_group_and_chord_member_match_plain_celery(make_app, worker, disp
 
 def test_revoked_last_chord_member_while_held(make_app, worker, dispatcher, broker):
     app = make_app()
-    add, tsum = app.tasks["proj.add"], app.tasks["proj.tsum"]
-    errback = app.tasks["proj.group_of"].si()
-    errback.freeze()
-    result = chord([add.s(1, 1), add.s(2, 2)], tsum.s().on_error(errback)).apply_async(
-        fair_group="acme")
+    result, errback = held_chord(app)
     first, last = result.parent.results
     assert held(app) == {"acme": 2}
     with worker(the_app=app, concurrency=2):

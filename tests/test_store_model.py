@@ -40,6 +40,7 @@ from hypothesis.stateful import (
 
 from celery_fair.check import check
 from celery_fair.envelope import Envelope
+from celery_fair.errors import GroupFull
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
@@ -127,15 +128,25 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(group=st.sampled_from(GROUPS), klass=st.sampled_from(CLASSES),
           cost=st.sampled_from([1, 1, 2, 0.5, 3]), front=st.booleans(),
-          delay=st.sampled_from([0, 0, 0, 5_000]), same_id=st.booleans())
+          delay=st.sampled_from([0, 0, 0, 5_000]), same_id=st.booleans(),
+          max_held=st.sampled_from([None, None, 1, 2, 3]))
     def hold(self, group: str, klass: str, cost: float, front: bool, delay: int,
-             same_id: bool) -> None:
+             same_id: bool, max_held: int | None) -> None:
         if not same_id or not self.ids:
             self.ids += 1
         hold_id = f"t{self.ids}"
         due = self.now + delay if delay else 0
-        self.both("hold", hold_id, stored(group, klass, cost, front, hold_id),
-                  Placement(group, klass, cost, front), due, self.now)
+        args = (hold_id, stored(group, klass, cost, front, hold_id),
+                Placement(group, klass, cost, front, max_held), due, self.now)
+        try:
+            held = self.other.hold(Q, *args)
+        except GroupFull as full:  # backpressure: both refuse, with the same count
+            with pytest.raises(GroupFull) as same:
+                self.memory.hold(Q, *args)
+            assert (same.value.count, same.value.limit) == (full.count, full.limit)
+            assert str(same.value) == str(full)
+            return
+        assert self.memory.hold(Q, *args) == held
 
     @rule(limit=st.integers(1, 5), capacity=st.sampled_from([None, None, 2, 4, 6]))
     def pick(self, limit: int, capacity: int | None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from .. import limits
+from ..errors import GroupFull
 from ..store.base import BeginResult, Picked, Policy, check_hold
 from .common import (
     KEEP,
@@ -51,6 +52,8 @@ class FairQueue(QueueData):
         held = self.msgs.get(hold_id)
         if held is not None and held.value == value:
             return hold_id  # the same publication, resent
+        self._check_room(p)
+        p = Placement(p.group, p.klass, p.cost, p.front)  # max_held is not kept
         if held is not None:
             self._count("dup", 1)
             hold_id = copy_id(hold_id, self.stat["dup"])
@@ -64,6 +67,16 @@ class FairQueue(QueueData):
         elif self._enqueue(hold_id, p):
             self.woken = True
         return hold_id
+
+    def _check_room(self, p: Placement) -> None:
+        """Raise GroupFull (queue left to the caller) when ``p``'s group is full."""
+        if p.max_held is None:
+            return
+        group = self.groups.get(p.group)
+        count = self._held("i", p.group) + self._held("b", p.group) + (
+            group.delayed if group else 0)
+        if count >= p.max_held:
+            raise GroupFull(group=p.group, count=count, limit=p.max_held)
 
     def _delayed_order(self) -> list[tuple[int, bytes, str]]:
         return sorted((due, i.encode(), i) for i, due in self.delayed.items())

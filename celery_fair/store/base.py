@@ -24,6 +24,7 @@ from typing import Any
 
 from .beats import Beats
 from .heads import HeadWaits
+from .held import HeldReads
 from .models import (
     CANCELLED_SECONDS,
     PLACEMENT_CLASSES,
@@ -71,7 +72,7 @@ CHECK_BATCH = 500
 KEEP, RESET = "", "reset"
 
 
-class Store(Beats, HeadWaits, abc.ABC):
+class Store(Beats, HeadWaits, HeldReads, abc.ABC):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).

@@ -15,7 +15,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from ..errors import CorruptMessage, StoreConnectionError, StoreError, StoreFull
+from ..errors import CorruptMessage, GroupFull, StoreConnectionError, StoreError, StoreFull
 from .base import now_ms as base_now_ms
 
 
@@ -25,6 +25,8 @@ def _explained(operation: str, queue: str) -> Iterator[None]:
         yield
     except (StoreConnectionError, StoreFull, CorruptMessage):
         raise
+    except GroupFull as full:
+        raise full.in_queue(queue) from None
     except StoreError as exc:
         # A script error is a damaged or foreign key: say where, and what finds it.
         raise StoreError(f"{exc} (operation {operation}, fair queue {queue!r}; "
@@ -98,6 +100,9 @@ def _wrapped(where: str = "",
         # A pipeline puts the command (with a value's head) before the script's own error:
         # keep only the error.
         reply = str(exc).rpartition("of pipeline caused error: ")[2]
+        if reply.startswith("FULL "):  # hold.lua: the group is full, nothing written
+            _, count, limit, group = reply.split(" ", 3)
+            raise GroupFull(group=group, count=int(count), limit=int(limit)) from None
         if reply.startswith("CORRUPT "):  # a script refused a value (hold.lua): no write
             raise CorruptMessage(f"celery_fair store refused{at}: {reply[8:]}") from exc
         raise StoreError(f"celery_fair store failed{at}: {exc}") from exc

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..envelope import due_of
+from ..errors import GroupFull
 from ..names import validate_group
 from ..policy import CLASSES, KEEP, FairQueue, Placement, QueueState
 from .base import (
@@ -79,8 +80,12 @@ class MemoryStore(MemoryReads, Store):
              now_ms: int) -> str:
         where = check_hold(hold_id, value, placement)  # before anything is written
         with self._queue(queue) as fq:
+            try:
+                held = fq.hold(hold_id, value, where, due_ms, now_ms)
+            except GroupFull as full:
+                raise full.in_queue(queue) from None
             self._registered.add(queue)
-            return fq.hold(hold_id, value, where, due_ms, now_ms)
+            return held
 
     def pick(self, queue: str, limit: int, capacity: int | None, now_ms: int,
              lease_ms: int, *, token: str | None = None) -> list[Picked]:

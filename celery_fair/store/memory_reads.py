@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import cast
 
-from ..policy import FairQueue
+from ..policy import CLASSES, FairQueue
 from .base import PRUNE_GRACE_MS, DispatcherBeat, Location, now_ms
+from .held import HeldMessage
 from .locating import CLASS_NAMES, Locating, PlaceReads, place_of
 
 
@@ -46,6 +47,13 @@ class MemoryReads(Locating):
     def _copies_at(self, queue: str, task_id: str) -> list[str]:
         with self._queue(queue) as fq:
             return sorted(fq.copies.get(task_id, ()))
+
+    def held_messages(self, queue: str, group: str, limit: int,
+                      klass: str | None = None) -> list[HeldMessage]:
+        with self._queue(queue) as fq:
+            ids = [(c, i) for c in ([klass] if klass else CLASSES)
+                   for i in fq.lists.get((c, group), ())]
+            return [HeldMessage(i, c, fq.msgs[i].value) for c, i in ids[:limit]]
 
     def _dispatched_at(self, queue: str, task_id: str) -> Location | None:
         with self._queue(queue) as fq:

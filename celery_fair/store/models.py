@@ -29,6 +29,10 @@ class Placement:
     klass: str
     cost: float
     front: bool
+    #: backpressure (fair_group_max_held): refuse the hold with GroupFull when the group
+    #: already holds this many messages (waiting in either class, or delayed), checked
+    #: atomically with the hold; None: unlimited. Not part of the stored value.
+    max_held: int | None = None
 
 
 def check_hold(hold_id: str, value: Any, placement: Any) -> Placement:
@@ -61,7 +65,8 @@ def check_hold(hold_id: str, value: Any, placement: Any) -> Placement:
     except InvalidGroup as exc:
         raise InvalidGroup(f"hold {hold_id}: {exc}") from None
     cost = limits.cost(placement.cost, f"hold {hold_id}: cost")
-    return Placement(group, placement.klass, cost, placement.front)
+    max_held = limits.max_held(placement.max_held, f"hold {hold_id}: max held")
+    return Placement(group, placement.klass, cost, placement.front, max_held)
 
 
 class BeginResult(enum.IntEnum):

@@ -104,7 +104,8 @@ class RedisStore(RedisReads, Store):
         lose it (a partial flush, a failover), the next hold puts it back, and the
         dispatchers and `fair check` find the queue again."""
         p = check_hold(hold_id, value, placement)
-        args = [hold_id, value, due_ms, now_ms, p.group, p.klass, p.cost, int(p.front)]
+        args = [hold_id, value, due_ms, now_ms, p.group, p.klass, p.cost, int(p.front),
+                "" if p.max_held is None else p.max_held]
         with _wrapped(self.where, unreachable=StoreUnreachable):
             self._connect()
         try:

@@ -26,8 +26,10 @@ from .base import (
     snapshot_of,
 )
 from .connection import _first, _seconds, _text, _wrapped
+from .held import HeldMessage
 from .keys import QueueKeys, dispatchers_key, queues_key
 from .locating import CLASS_NAMES, Locating, place_of
+from .models import PLACEMENT_CLASSES
 
 
 class RedisReads(Locating):
@@ -265,6 +267,19 @@ class RedisReads(Locating):
 
 
     # -- where a task stands (``fair inspect``) --------------------------------------
+
+    def held_messages(self, queue: str, group: str, limit: int,
+                      klass: str | None = None) -> list[HeldMessage]:
+        k, classes = self.keys(queue), [klass] if klass else list(PLACEMENT_CLASSES)
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=True)  # both lists at one instant
+            for c in classes:
+                pipe.lrange(k.held(c, group), 0, limit - 1)
+            ids = [(c, _text(i)) for c, got in zip(classes, pipe.execute()) for i in got]
+            values = self.client.hmget(k.msg, [i for _, i in ids[:limit]]) if ids else []
+        # a message picked between the two reads has no value any more: not held
+        return [HeldMessage(i, c, v.encode() if isinstance(v, str) else v)
+                for (c, i), v in zip(ids, values) if v is not None]
 
     def _held_at(self, queue: str, task_id: str) -> Location | None:
         k = self.keys(queue)

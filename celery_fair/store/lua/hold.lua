@@ -10,8 +10,12 @@ ARGV[5]  group  } the placement, given by the caller (Store.hold takes it as arg
 ARGV[6]  class  } RedisStore checked it with check_hold): this script places the message
 ARGV[7]  cost   } by these, and never derives them from the value
 ARGV[8]  front ('1': at the head of its group, a retry; '0': at its tail)
+ARGV[9]  max held ('': unlimited): backpressure (fair_group_max_held); refuse the hold
+         when the group already holds this many messages (both classes' lists and its
+         delayed ones). A resend of what is held under ARGV[1] is never refused.
 Returns: the hold id used.
-Errors (before anything is written): CORRUPT when the value's prefix is not envelope.py's
+Errors (before anything is written): FULL <count> <limit> <group> when the
+group is full; CORRUPT when the value's prefix is not envelope.py's
 encoding of this placement; ERR for a placement out of range, a due time that is not a
 number, a key of a foreign type.
 Why the prefix is checked against the arguments: pick, promote, cancel and check read
@@ -60,6 +64,12 @@ end
 
 local held = redis.call('HGET', K_MSG, id)
 if held == value then return id end
+local max_held = tonumber(ARGV[9])
+if max_held then
+  local n = redis.call('LLEN', k_list('i', g)) + redis.call('LLEN', k_list('b', g))
+            + tonumber(redis.call('HGET', k_group(g), 'd') or '0')
+  if n >= max_held then return redis.error_reply('FULL ' .. n .. ' ' .. ARGV[9] .. ' ' .. g) end
+end
 preflight()
 if held then
   id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, func, select, update
 
+from ...errors import GroupFull
 from ...policy import Placement
 from ...policy.decisions import (
     LIVE,
@@ -84,6 +85,8 @@ class Lifecycle:
         (the same value: a resend, held once; another: a copy under a new id)."""
         u = self.unit(conn, queue)
         u.group(p.group, create=True)
+        if p.max_held is not None:
+            return self._hold_if_room(u, hold_id, value, p, due_ms, now_ms)
         delayed = due_ms > now_ms
         seq = None if delayed else self._place(u, p.group, p.front)
         due = due_ms if delayed else None
@@ -103,6 +106,22 @@ class Lifecycle:
             u.woken = u.refresh(p.group)
         u.flush()
         return hold_id, u.woken
+
+    def _hold_if_room(self, u: Unit, hold_id: str, value: bytes, p: Placement,
+                      due_ms: int, now_ms: int) -> tuple[str, bool]:
+        """``hold`` under backpressure, the group's row locked: a resend is held once
+        (never refused), anything else only while the group holds fewer than
+        ``p.max_held`` messages; GroupFull rolls the transaction back."""
+        held = self._message(u.conn, u.queue, hold_id)
+        if held is not None and bytes(held["value"]) == value:
+            return hold_id, False
+        row = u.groups[p.group]
+        assert row is not None and p.max_held is not None
+        count = int(row["held_i"] + row["held_b"] + row["delayed"])
+        if count >= p.max_held:
+            raise GroupFull(queue=u.queue, group=p.group, count=count, limit=p.max_held)
+        return self.hold(u.conn, u.queue, hold_id, value,
+                         Placement(p.group, p.klass, p.cost, p.front), due_ms, now_ms)
 
     def _next_dup(self, conn: Connection, queue: str) -> int:
         q = self.t.queues.c

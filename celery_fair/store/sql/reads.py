@@ -24,6 +24,7 @@ from ..base import (
     limited_by,
     snapshot_of,
 )
+from ..held import HeldMessage
 from .engine import transaction
 from .migrate import check_schema
 from .schema import Tables
@@ -72,6 +73,19 @@ class SqlReads:
 
     def _q(self, table: Any, queue: str) -> Any:
         return and_(table.c.ns == self.namespace, table.c.queue == queue)
+
+    def held_messages(self, queue: str, group: str, limit: int,
+                      klass: str | None = None) -> list[HeldMessage]:
+        m = self.t.messages.c
+        # messages_list's order: (klass, grp, seq); 'b' < 'i', so interactive is sorted
+        # first by descending class
+        where = [self._q(self.t.messages, queue), m.grp == group, m.seq.is_not(None)]
+        if klass:
+            where.append(m.klass == klass)
+        rows = self._read("held messages", lambda c: c.execute(
+            select(m.hold_id, m.klass, m.value).where(*where)
+            .order_by(m.klass.desc(), m.seq).limit(limit)).all())
+        return [HeldMessage(r.hold_id, r.klass, bytes(r.value)) for r in rows]
 
     # -- queues and workers ------------------------------------------------------------
 

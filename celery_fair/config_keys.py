@@ -1,0 +1,56 @@
+"""Which keys of ``app.conf`` are celery_fair settings, and refusing unknown ones (a
+misspelt setting would otherwise be silently ignored)."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import ConfigurationError
+
+#: Settings celery_fair does not read yet -> why; setting one is an error saying so (an
+#: ignored setting would look as if it worked).
+NOT_SUPPORTED_YET = {
+    "fair_policy": "celery_fair schedules by weighted start-time fair queueing only "
+                   "(fair_group_weights set the shares; equal weights give round robin); "
+                   "remove the setting",
+}
+
+
+def reject_unknown(conf: Mapping[str, Any], namespace: str | None,
+                   known: Mapping[str, Any]) -> None:
+    """Raise ConfigurationError for a ``fair_*`` key of ``conf`` not in ``known``."""
+    prefix = namespace.rstrip("_") + "_" if namespace else ""
+    for key in map(str, list(conf.keys())):
+        read_as = _fair_key(key, prefix)
+        if read_as is None or read_as[1] in known:
+            continue
+        written_prefix, name = read_as
+        if name in NOT_SUPPORTED_YET:
+            raise ConfigurationError(f"setting {key}={conf[key]!r} is not supported yet: "
+                                     f"{NOT_SUPPORTED_YET[name]}")
+        hint = ""
+        for close in difflib.get_close_matches(name, list(known), n=1):
+            # spelled the way the user spells settings (CELERY_FAIR_... in Django)
+            hint = f"; did you mean {written_prefix + _case_like(key, close)!r}?"
+        raise ConfigurationError(f"unknown celery_fair setting {key!r}{hint}")
+
+
+def _case_like(key: str, name: str) -> str:
+    return name.upper() if key.isupper() else name
+
+
+def _fair_key(key: str, prefix: str) -> tuple[str, str] | None:
+    """(prefix as written, ``fair_*`` name) of a key celery_fair would read, else None.
+
+    Celery maps a namespace (``config_from_object("django.conf:settings",
+    namespace="CELERY")``) for every key it is asked for, so ``CELERY_FAIR_X`` reads as
+    ``fair_x``. With a namespace, other settings of the source (Django's own ``FAIR_*``)
+    are not Celery's; only a lowercase ``fair_x`` set on ``app.conf`` is read bare.
+    """
+    if prefix and key.upper().startswith(prefix.upper() + "FAIR_"):
+        return key[:len(prefix)], key[len(prefix):].lower()
+    if key.lower().startswith("fair_") and (not prefix or key.islower()):
+        return "", key.lower()
+    return None
