@@ -11,6 +11,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
 from . import limits
+from .cli_controls import audit
 from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
@@ -137,13 +138,17 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
               cls=CeleryOption, help_group="Limit Options")
 @click.option("--reset", is_flag=True, help="Drop the runtime limits: the settings apply.",
               cls=CeleryOption, help_group="Limit Options")
+@click.option("--reason", default=None, help="Why, for the audit log (fair audit).",
+              cls=CeleryOption, help_group="Limit Options")
 @click.pass_context
 def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
-          concurrency: int | None, weight: float | None, reset: bool) -> None:
+          concurrency: int | None, weight: float | None, reset: bool,
+          reason: str | None) -> None:
     """Set a group's cap and weight at runtime, for every dispatcher at once.
 
     Stored in the store, they take precedence over fair_group_concurrency and
     fair_group_weights and survive dispatcher restarts. Without options: show them.
+    A change is recorded in the audit log (fair audit) under the OS user.
     A queue must be known (in the store, or declared by the app) unless --create is
     given: then the limits wait in the store for the queue's first task.
     """
@@ -164,7 +169,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
                 _app(ctx), group, queue=queues or None, reset=reset, create=create,
                 concurrency=controls.UNCHANGED if concurrency is None
                 else None if concurrency == -1 else concurrency,
-                weight=controls.UNCHANGED if weight is None else weight)
+                weight=controls.UNCHANGED if weight is None else weight, reason=reason)
         except UnknownQueue as exc:
             raise click.BadParameter(str(exc), param_hint="'-Q' / '--queue'") from None
     for item in done:
@@ -266,6 +271,7 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: tuple[str, ..
         ctx.exit(1)
 
 
+fair.add_command(audit)
 fair.add_command(dispatch)
 fair.add_command(migrate)
 

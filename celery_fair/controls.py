@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from . import limits
+from . import audit, limits
 from .errors import InvalidLimit, UnknownQueue
 from .names import validate_group
 from .queues import known_queues as _known_queues
@@ -66,7 +66,8 @@ class Limit:
 
 def limit(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
           concurrency: Concurrency = UNCHANGED, weight: Weight = UNCHANGED,
-          reset: bool = False, create: bool = False) -> list[Limit]:
+          reset: bool = False, create: bool = False, actor: Any = None,
+          reason: str | None = None) -> list[Limit]:
     """Set ``group``'s runtime cap and weight in ``queue`` (default: every fair queue).
 
     Runtime limits take precedence over ``fair_group_concurrency`` and
@@ -82,22 +83,45 @@ def limit(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
         weight: its share of dispatches relative to other groups (default weight 1).
         reset: drop the group's runtime cap and weight (the settings apply again).
         create: accept a queue that has not held a task yet (limits set ahead of work).
+        actor: who makes the change, for the audit log (a name, or a Django user);
+            None: the OS user.
+        reason: why, for the audit log (at most :data:`~celery_fair.audit.MAX_REASON`
+            characters).
 
     Returns:
-        The limits in force afterwards, one per queue.
+        The limits in force afterwards, one per queue. A change (not a plain read) is
+        recorded in the audit log (:mod:`celery_fair.audit`), one entry per queue.
 
     Raises:
         InvalidGroup: ``group`` is not a group name.
         InvalidLimit: a number is out of range, or ``reset`` is combined with one.
+        InvalidControl: ``actor`` or ``reason`` is not valid.
         UnknownQueue: a queue has never held a task (and ``create`` is false), or no
             queue is named and none exists yet.
         StoreError: the store failed (some queues may have been changed then).
     """
     group = validate_group(group)
     cap_arg, weight_arg = _limit_args(group, concurrency, weight, reset)
+    who, why = audit.actor_name(actor), audit.check_reason(reason)
     store = store_for(app)
-    return [Limit(name, group, *store.limit(name, group, cap_arg, weight_arg))
-            for name in _queues(app, store, queue, create)]
+    done = []
+    for name in _queues(app, store, queue, create):
+        done.append(Limit(name, group, *store.limit(name, group, cap_arg, weight_arg)))
+        if (cap_arg, weight_arg) != (KEEP, KEEP):  # a read changes nothing: not logged
+            audit.record(store, "limit", _limit_record(done[-1], cap_arg, weight_arg),
+                         actor=who, reason=why)
+    return done
+
+
+def _limit_record(after: Limit, cap: int | str, weight: float | str) -> dict[str, Any]:
+    """What the audit log keeps of a limit change: what was asked and what is in force."""
+    asked: dict[str, Any] = {"reset": True} if cap == RESET else {}
+    if cap not in (KEEP, RESET):
+        asked["concurrency"] = None if cap == -1 else cap
+    if weight not in (KEEP, RESET):
+        asked["weight"] = weight
+    return {"queue": after.queue, "group": after.group, **asked,
+            "in_force": {"cap": after.cap, "weight": after.weight}}
 
 
 def known_queues(app: Any) -> list[str]:

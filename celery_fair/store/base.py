@@ -5,8 +5,8 @@ kombu stay in ``holding.py`` and ``publisher.py``. All times are milliseconds si
 passed in by the caller, so the operations are deterministic and testable.
 
 :class:`Store` groups its methods in families: the lifecycle of a held message, the
-policy, the worker registry, the dispatchers' heartbeats (``beats.py``), wake-ups, reads
-and maintenance. Every method may raise
+policy, the worker registry, the dispatchers' heartbeats (``beats.py``), the audit log
+(``audit.py``), wake-ups, reads and maintenance. Every method may raise
 :class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
 store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
 docstrings name the others and what a resend does (a client resends a call whose reply a
@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .audit import Audit
 from .beats import Beats
 from .models import (
     CANCELLED_SECONDS,
@@ -70,7 +71,7 @@ CHECK_BATCH = 500
 KEEP, RESET = "", "reset"
 
 
-class Store(Beats, abc.ABC):
+class Store(Beats, Audit, abc.ABC):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).

@@ -136,3 +136,8 @@ def queues_key(namespace: str) -> str:
 def dispatchers_key(namespace: str) -> str:
     """HASH of the dispatchers' heartbeats: id -> JSON of its beat and ``expires_ms``."""
     return f"{namespace}:dispatchers"
+
+
+def audit_key(namespace: str) -> str:
+    """LIST of the audit log's entries (JSON), newest first, trimmed to AUDIT_MAX."""
+    return f"{namespace}:audit"

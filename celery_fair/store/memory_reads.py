@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections import deque
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import cast
 
 from ..policy import FairQueue
+from . import audit
+from .audit import AuditEntry
 from .base import PRUNE_GRACE_MS, DispatcherBeat, Location, now_ms
 from .locating import CLASS_NAMES, Locating, PlaceReads, place_of
 
@@ -22,6 +25,7 @@ class MemoryReads(Locating):
     _cond: threading.Condition
     _writers: dict[str, int]  # queue -> until when its summary writer holds the claim
     _summaries: dict[str, tuple[int, str]]  # queue -> (expires ms, document)
+    _audit: deque[AuditEntry]
     _beats: dict[str, tuple[DispatcherBeat, int]]  # dispatcher id -> (beat, expires ms)
 
     def _queue(self, queue: str) -> AbstractContextManager[FairQueue]:
@@ -103,3 +107,14 @@ class MemoryReads(Locating):
     def forget_dispatcher(self, dispatcher_id: str) -> None:
         with self._cond:
             self._beats.pop(dispatcher_id, None)
+
+    def audit_append(self, entry: AuditEntry) -> None:
+        with self._cond:
+            self._audit.append(entry)
+            while len(self._audit) > audit.AUDIT_MAX:
+                self._audit.popleft()
+
+    def audit_read(self, limit: int = 100, since_ms: int | None = None) -> list[AuditEntry]:
+        with self._cond:
+            newest = list(reversed(self._audit))[:max(limit, 0)]
+        return [e for e in newest if since_ms is None or e.at_ms >= since_ms]

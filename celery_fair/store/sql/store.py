@@ -31,6 +31,7 @@ from ..base import (
 )
 from ..connection import Bounds
 from ..models import check_hold
+from .audit import SqlAudit
 from .controls import Controls
 from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
@@ -47,7 +48,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SqlStore(SqlInspecting, Store):
+class SqlStore(SqlInspecting, SqlAudit, Store):
     """Fair queues of one namespace in one SQL database."""
 
     def __init__(self, engine: Engine, namespace: str = "fair",
