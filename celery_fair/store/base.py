@@ -49,6 +49,7 @@ from .models import (
     limited_by,
     snapshot_of,
 )
+from .pausing import Pausing
 
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRUNE_GRACE_MS",
            "QUARANTINE_MAX", "RESET", "TOMBSTONE_SECONDS", "BeginAnswer", "BeginResult",
@@ -71,7 +72,7 @@ CHECK_BATCH = 500
 KEEP, RESET = "", "reset"
 
 
-class Store(Beats, Audit, abc.ABC):
+class Store(Beats, Audit, Pausing, abc.ABC):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).

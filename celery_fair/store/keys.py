@@ -97,6 +97,11 @@ class QueueKeys:
         return f"{self.prefix}:limit:weights"
 
     @property
+    def pauses(self) -> str:
+        """ZSET paused group ('': the whole queue) -> until when (ms; inf: no end)."""
+        return f"{self.prefix}:pauses"
+
+    @property
     def backlog(self) -> str:
         return f"{self.prefix}:backlog"
 

@@ -77,7 +77,10 @@ class Tables:
                 Column("reserve", Integer, nullable=False, default=0),
                 Column("default_weight", Double, nullable=False, default=1.0),
                 Column("picks", BigInteger, nullable=False, default=0),
-                Column("dups", BigInteger, nullable=False, default=0)))
+                Column("dups", BigInteger, nullable=False, default=0),
+                # how many rows of ``pauses`` the queue has: 0 spares every operation
+                # the look at them
+                Column("pauses", Integer, nullable=False, default=0, server_default="0")))
         #: Caps and weights of groups, from the settings and at runtime (``fair limit``).
         self.limits = Table(
             f"{p}limits", md, *_keys(
@@ -189,6 +192,12 @@ class Tables:
             Column("every_queue", Boolean, nullable=False),
             Column("app", name(255), nullable=False),
             Column("expires_ms", BigInteger, nullable=False))
+        #: Paused groups (``fair pause``; grp '' the whole queue), until ``until_ms``
+        #: (None: until resumed); the queue's ``pauses`` counts them.
+        self.pauses = Table(
+            f"{p}pauses", md, *_keys(
+                Column("grp", name(GROUP), primary_key=True),
+                Column("until_ms", BigInteger)))
         #: The audit log of controls (``store/audit.py``): one JSON document per entry,
         #: ``seq`` in the order appended (trimmed to AUDIT_MAX per namespace).
         self.audit = Table(
