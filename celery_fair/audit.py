@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import os
 from collections.abc import Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 from .errors import InvalidControl
@@ -18,7 +19,7 @@ from .store.audit import AUDIT_MAX, AuditEntry
 from .store.base import Store, now_ms
 
 __all__ = ["AUDIT_MAX", "MAX_REASON", "AuditEntry", "actor_name", "check_reason", "read",
-           "record"]
+           "record", "utc_text"]
 
 #: Longest reason kept (characters); longer is refused, not cut.
 MAX_REASON = 500
@@ -72,6 +73,11 @@ def record(store: Store, action: str, args: Mapping[str, Any], *, actor: str,
     entry = AuditEntry(now_ms(), actor, action, dict(args), reason, until_ms)
     store.audit_append(entry)
     return entry
+
+
+def utc_text(ms: int) -> str:
+    """A store time (ms) as the log shows it: ISO 8601 in UTC, to the second."""
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def read(app: Any, limit: int = 100, since_ms: int | None = None) -> list[AuditEntry]:

@@ -11,7 +11,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
 from . import limits
-from .cli_controls import audit
+from .cli_controls import audit, pause, resume
 from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
@@ -183,7 +183,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
 @click.pass_context
 def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Where a task stands: held (its place and what is ahead of it), or dispatched."""
-    from .locate import describe
+    from .locate import describe, paused
     from .store import store_for
 
     app = _app(ctx)
@@ -197,6 +197,8 @@ def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
                 f"{where['result_state']}: finished, never published as a fair task, or "
                 "unknown)")
     else:
+        if where["state"] in ("held", "delayed"):
+            where["paused"] = paused(store_for(app), where)
         text = describe(where)
     click.echo(json.dumps(where, indent=2) if as_json else text)
 
@@ -272,6 +274,8 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: tuple[str, ..
 
 
 fair.add_command(audit)
+fair.add_command(pause)
+fair.add_command(resume)
 fair.add_command(dispatch)
 fair.add_command(migrate)
 

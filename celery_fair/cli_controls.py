@@ -1,17 +1,93 @@
-"""``celery -A proj fair audit``: the audit log of controls (``celery_fair.audit``).
-Registered on the ``fair`` group by ``cli.py``."""
+"""``celery -A proj fair pause|resume|audit``: pauses and the audit log of controls
+(``celery_fair.controls``, ``celery_fair.audit``). Registered on the ``fair`` group by
+``cli.py``.
+
+Grammar: ``fair pause GROUP [-Q QUEUE] [--for 1h] [--reason TEXT]`` pauses a group (in
+every fair queue unless -Q names some); ``fair pause -Q QUEUE`` (no GROUP) pauses the
+whole queue; ``fair resume`` takes the same GROUP / -Q.
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from typing import Any
 
 import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
-from .errors import FairError
+from .audit import utc_text
+from .cli_queues import queue_option
+from .errors import FairError, InvalidControl, InvalidGroup, UnknownQueue
 from .store.audit import AUDIT_MAX, AuditEntry
+
+
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    from .controls import parse_duration
+
+    try:
+        return None if value is None else parse_duration(value)
+    except InvalidControl as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+_reason = click.option("--reason", default=None, help="Why, for the audit log (fair audit).",
+                       cls=CeleryOption, help_group="Pause Options")
+
+
+@click.command(cls=CeleryCommand)
+@click.argument("group", required=False)
+@queue_option("Pause Options", default="every fair queue in the store; without GROUP: "
+              "required, the queues paused whole")
+@click.option("--for", "for_seconds", default=None, callback=_duration, metavar="DURATION",
+              help="Resume by itself after this long: seconds, or 30m, 1h, 2d "
+                   "(default: until fair resume).",
+              cls=CeleryOption, help_group="Pause Options")
+@_reason
+@click.pass_context
+def pause(ctx: click.Context, group: str | None, queues: tuple[str, ...],
+          for_seconds: float | None, reason: str | None) -> None:
+    """Pause a group (every class) or, without GROUP, the whole -Q queue.
+
+    Running tasks finish; held and newly held tasks wait until fair resume (or --for).
+    The pause lives in the store: it reaches every dispatcher at its next step and
+    survives restarts. Recorded in the audit log (fair audit).
+    """
+    from . import controls
+
+    for item in _run(lambda: controls.pause(ctx.obj.app, group, queue=queues or None,
+                                            for_seconds=for_seconds, reason=reason)):
+        click.echo(f"paused {item}")
+
+
+@click.command(cls=CeleryCommand)
+@click.argument("group", required=False)
+@queue_option("Pause Options", default="every fair queue in the store; without GROUP: "
+              "required, the queues resumed whole")
+@_reason
+@click.pass_context
+def resume(ctx: click.Context, group: str | None, queues: tuple[str, ...],
+           reason: str | None) -> None:
+    """Lift fair pause of a group or, without GROUP, of the whole -Q queue."""
+    from . import controls
+
+    done = _run(lambda: controls.resume(ctx.obj.app, group, queue=queues or None,
+                                        reason=reason))
+    for item in done:
+        click.echo(f"resumed {item}")
+    if not done:
+        click.echo("nothing to resume: not paused")
+
+
+def _run(call: Any) -> Any:
+    """The control's errors as the CLI's: a bad group or queue is a usage error."""
+    try:
+        return call()
+    except InvalidGroup as exc:
+        raise click.BadParameter(str(exc), param_hint="'GROUP'") from None
+    except UnknownQueue as exc:
+        raise click.BadParameter(str(exc), param_hint="'-Q' / '--queue'") from None
+    except FairError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @click.command(cls=CeleryCommand)
@@ -43,16 +119,12 @@ def audit(ctx: click.Context, limit: int, as_json: bool) -> None:
 def audit_line(entry: AuditEntry) -> str:
     """One entry as a line: when (UTC), who, what with its arguments, until, why."""
     args = " ".join(f"{k}={_value(v)}" for k, v in entry.args.items())
-    line = f"{_utc(entry.at_ms)}  {entry.actor}  {entry.action} {args}"
+    line = f"{utc_text(entry.at_ms)}  {entry.actor}  {entry.action} {args}"
     if entry.until_ms is not None:
-        line += f"  until {_utc(entry.until_ms)}"
+        line += f"  until {utc_text(entry.until_ms)}"
     if entry.reason:
         line += f"  reason: {entry.reason}"
     return line
-
-
-def _utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _value(value: Any) -> str:

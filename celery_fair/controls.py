@@ -13,7 +13,12 @@ anything, so a bad request changes nothing::
     controls.limit(app, "acme", concurrency=None)          # no cap
     controls.limit(app, "acme", reset=True)                # the settings apply again
 
-Later controls (pausing a group, boosting one) belong here too, one function each.
+    controls.pause(app, "acme", for_seconds=3600, reason="incident 42")
+    controls.resume(app, "acme")
+    controls.pause(app, queue="reports")                   # the whole queue
+
+Every change is recorded in the audit log (:mod:`celery_fair.audit`, ``fair audit``).
+Later controls (boosting a group) belong here too, one function each.
 """
 
 from __future__ import annotations
@@ -24,15 +29,16 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from . import audit, limits
-from .errors import InvalidLimit, UnknownQueue
+from .errors import InvalidControl, InvalidLimit, UnknownQueue
 from .names import validate_group
 from .queues import known_queues as _known_queues
 from .queues import unknown_queues_message
 from .store import store_for
-from .store.base import KEEP, RESET, Store
+from .store.base import KEEP, RESET, Store, now_ms
+from .store.pausing import WHOLE_QUEUE
 
-__all__ = ["UNCHANGED", "Limit", "Unchanged", "known_queues", "limit", "parse_concurrency",
-           "parse_weight"]
+__all__ = ["MAX_PAUSE_SECONDS", "UNCHANGED", "Limit", "Pause", "Unchanged", "known_queues",
+           "limit", "parse_concurrency", "parse_duration", "parse_weight", "pause", "resume"]
 
 
 class Unchanged(enum.Enum):
@@ -124,6 +130,95 @@ def _limit_record(after: Limit, cap: int | str, weight: float | str) -> dict[str
             "in_force": {"cap": after.cap, "weight": after.weight}}
 
 
+#: Longest pause with an end (a year); longer: pause without an end, resume by hand.
+MAX_PAUSE_SECONDS = 366 * 86400
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A pause set or lifted: ``group`` None is the whole ``queue``; ``until_ms`` None:
+    no end (or lifted)."""
+
+    queue: str
+    group: str | None
+    until_ms: int | None = None
+
+    def __str__(self) -> str:
+        what = f"queue {self.queue}" if self.group is None else \
+            f"group {self.group} in queue {self.queue}"
+        return what if self.until_ms is None else f"{what} until {audit.utc_text(self.until_ms)}"
+
+
+def pause(app: Any, group: Any = None, *, queue: str | Sequence[str] | None = None,
+          for_seconds: float | None = None, reason: str | None = None,
+          actor: Any = None) -> list[Pause]:
+    """Pause ``group`` (all its classes) in ``queue`` (default: every fair queue), or,
+    with no group, the whole ``queue``: nothing of it is dispatched until
+    :func:`resume`, or for ``for_seconds`` (then it resumes by itself at a dispatcher's
+    next step). Running tasks finish; held and newly held tasks wait. A pause is not a
+    cap: the group's limits stay as they are. It lives in the store (survives restarts).
+
+    Returns:
+        The pauses set, one per queue. Each is recorded in the audit log.
+
+    Raises:
+        InvalidGroup, InvalidControl (a duration, actor or reason), UnknownQueue (a queue
+        never held a task, or none named for a whole-queue pause): nothing written.
+    """
+    names, g, who, why = _pause_args(app, group, queue, actor, reason)
+    seconds = _seconds(for_seconds)
+    until = None if seconds is None else now_ms() + int(seconds * 1000)
+    store = store_for(app)
+    done = []
+    for name in names:
+        store.pause(name, WHOLE_QUEUE if g is None else g, until)
+        done.append(Pause(name, g, until))
+        audit.record(store, "pause", {"queue": name, "group": g, "for_seconds": seconds},
+                     actor=who, reason=why, until_ms=until)
+    return done
+
+
+def resume(app: Any, group: Any = None, *, queue: str | Sequence[str] | None = None,
+           reason: str | None = None, actor: Any = None) -> list[Pause]:
+    """Lift :func:`pause` of ``group`` (no group: of the whole ``queue``) in ``queue``
+    (default: every fair queue); dispatch resumes at once.
+
+    Returns:
+        The pauses lifted (a queue where it was not paused is left out). Each is recorded
+        in the audit log.
+
+    Raises:
+        As :func:`pause`.
+    """
+    names, g, who, why = _pause_args(app, group, queue, actor, reason)
+    store = store_for(app)
+    done = [Pause(name, g) for name in names
+            if store.resume(name, WHOLE_QUEUE if g is None else g)]
+    for lifted in done:
+        audit.record(store, "resume", {"queue": lifted.queue, "group": g},
+                     actor=who, reason=why)
+    return done
+
+
+def parse_duration(text: str) -> float:
+    """A duration typed by a person: seconds (``90``), or a number with a unit ``s``,
+    ``m``, ``h`` or ``d`` (``30m``, ``1.5h``).
+
+    Raises:
+        InvalidControl: naming the text and the accepted forms.
+    """
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value = text.strip().lower()
+    scale = units.get(value[-1:], 1) if value else 1
+    number = value[:-1] if value[-1:] in units else value
+    try:
+        return _seconds(float(number) * scale) or 0.0
+    except (ValueError, InvalidControl):
+        raise InvalidControl(f"duration must be seconds or a number with s, m, h or d "
+                             f"(90, 30m, 1h), more than 0 and at most 366d, got {text!r}"
+                             ) from None
+
+
 def known_queues(app: Any) -> list[str]:
     """Every known fair queue of ``app`` (held a task, or declared by the app:
     :mod:`celery_fair.queues`), sorted."""
@@ -186,8 +281,8 @@ def _limit_args(group: str, concurrency: Concurrency, weight: Weight,
     return cap, number
 
 
-def _queues(app: Any, store: Store, queue: str | Sequence[str] | None,
-            create: bool) -> list[str]:
+def _queues(app: Any, store: Store, queue: str | Sequence[str] | None, create: bool,
+            hint: str = "; to set limits before its first task, add --create") -> list[str]:
     """The queues named, checked against the known ones; when none is named, every queue
     that has held a task."""
     if queue is None:
@@ -202,6 +297,26 @@ def _queues(app: Any, store: Store, queue: str | Sequence[str] | None,
         raise UnknownQueue("no fair queue named: name one, or none for all of them")
     unknown = [name for name in names if name not in known]
     if unknown and not create:
-        raise UnknownQueue(unknown_queues_message(
-            unknown, known, "; to set limits before its first task, add --create"))
+        raise UnknownQueue(unknown_queues_message(unknown, known, hint))
     return names
+
+
+def _pause_args(app: Any, group: Any, queue: str | Sequence[str] | None, actor: Any,
+                reason: Any) -> tuple[list[str], str | None, str, str | None]:
+    """The checked queues, group (None: whole queue), actor and reason of a pause."""
+    g = None if group is None else validate_group(group)
+    if g is None and queue is None:
+        raise UnknownQueue("name a group to pause, or a queue to pause whole")
+    who, why = audit.actor_name(actor), audit.check_reason(reason)
+    return _queues(app, store_for(app), queue, False, ""), g, who, why
+
+
+def _seconds(value: Any) -> float | None:
+    """A pause's duration checked (None: no end)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value <= MAX_PAUSE_SECONDS:
+        raise InvalidControl(f"for_seconds must be a number of seconds above 0 and at most "
+                             f"{MAX_PAUSE_SECONDS} (366 days), got {value!r}")
+    return float(value)

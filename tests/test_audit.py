@@ -8,27 +8,13 @@ import json
 from typing import Any
 
 import pytest
-from celery.bin.base import CLIContext
-from click.testing import CliRunner, Result
 
 from celery_fair import audit, controls
-from celery_fair.cli import fair
 from celery_fair.errors import InvalidControl
 from celery_fair.task import store_for
 
+from .control_helpers import cli, held_fixture  # noqa: F401  (the fixture ``held``)
 from .helpers import queue_of
-
-
-def cli(app: Any, *args: str) -> Result:
-    obj = CLIContext(app=app, no_color=True, workdir=None)
-    return CliRunner().invoke(fair, list(args), obj=obj, catch_exceptions=False)
-
-
-@pytest.fixture
-def held(app: Any) -> Any:
-    """acme holds a task in the app's fair queue: the queue exists."""
-    app.tasks["proj.work"].delay("acme", "x")
-    return app
 
 
 def test_a_limit_change_is_recorded_with_its_actor_and_reason(held: Any) -> None:

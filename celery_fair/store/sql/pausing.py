@@ -48,14 +48,16 @@ class SqlPausing:
         p = self.s.t.pauses.c
 
         def work(c: Connection) -> tuple[list[str], bool]:
-            due = sorted(c.execute(select(p.grp).where(
-                p.ns == self.namespace, p.queue == queue, p.until_ms.is_not(None),
-                p.until_ms <= now_ms)).scalars())
-            if not due:  # the common case: nothing locked
+            def due() -> list[str]:
+                return sorted(c.execute(select(p.grp).where(
+                    p.ns == self.namespace, p.queue == queue, p.until_ms.is_not(None),
+                    p.until_ms <= now_ms)).scalars())
+            if not due():  # the common case (a look each second): nothing locked
                 return [], False
             u = Unit(c, self.s, self.namespace, queue, True, self.wakes.notice)
-            _drop(self.s, u, c, due)
-            return _settle(self.s, u, c, due), u.woken
+            lifted = due()  # again under the lock: another dispatcher may have lifted them
+            _drop(self.s, u, c, lifted)
+            return _settle(self.s, u, c, lifted), u.woken
         lifted, woken = self._do("expire pauses", queue, work)
         self._wake_if(queue, woken)
         return list(lifted)
