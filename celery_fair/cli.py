@@ -11,7 +11,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
 from . import limits
-from .cli_controls import audit, pause, resume
+from .cli_controls import audit, mark_pauses, pause, resume
 from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
@@ -93,8 +93,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, top: int,
         with _errors():
             names = list(queues) or store.queues()
             live = read_liveness(store, app_name(app), names)  # who dispatches them
-            return [{**queue_status(store, config, q, top), **live.of_queue(q)}
-                    for q in names]
+            return [mark_pauses(store, {**queue_status(store, config, q, top),
+                                        **live.of_queue(q)}) for q in names]
 
     show(ctx, read, as_json, watch, render_status)
 
@@ -115,9 +115,10 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
     with _errors():
         store = store_for(_app(ctx))
         _known(_app(ctx), store, queues)
-        data = [{"queue": q, "groups": [doc(g) for g in store.busiest_groups(q, limit)],
-                 "group_count": store.queue_figures(q).group_count}
-                for q in (queues or store.queues())]
+        data = [mark_pauses(store, {
+            "queue": q, "groups": [doc(g) for g in store.busiest_groups(q, limit)],
+            "group_count": store.queue_figures(q).group_count})
+            for q in (queues or store.queues())]
     show(ctx, lambda: data, as_json, None, render_groups)
 
 

@@ -19,6 +19,7 @@ from .audit import utc_text
 from .cli_queues import queue_option
 from .errors import FairError, InvalidControl, InvalidGroup, UnknownQueue
 from .store.audit import AUDIT_MAX, AuditEntry
+from .store.pausing import WHOLE_QUEUE
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
@@ -131,3 +132,16 @@ def _value(value: Any) -> str:
     if isinstance(value, dict):
         return ",".join(f"{k}:{_value(v)}" for k, v in value.items())
     return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def mark_pauses(store: Any, doc: dict[str, Any]) -> dict[str, Any]:
+    """Mark a queue's document (``fair status``, ``fair groups``) with its pauses: the
+    queue's ``paused`` (its pause), each paused group's ``paused`` (true); absent when
+    not paused, so the documents of a store without pauses stay as they were."""
+    pauses = store.pauses(doc["queue"])
+    if WHOLE_QUEUE in pauses:
+        doc["paused"] = {"until_ms": pauses[WHOLE_QUEUE]}
+    for group in doc.get("groups", ()):
+        if group["group"] in pauses:
+            group["paused"] = True
+    return doc

@@ -6,6 +6,7 @@ log. The store's part on every backend: tests/test_store_contract_pause.py."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -81,8 +82,17 @@ def test_cli_pause_resume_and_inspect_says_paused(held: Any) -> None:
     assert "about 1 dispatches before it" in cli(held, "inspect", task_id).output
     assert cli(held, "pause", "-Q", queue).output == f"paused queue {queue}\n"
     assert "paused (queue): it waits until fair resume" in cli(held, "inspect", task_id).output
+    cli(held, "pause", "acme")
+    status = cli(held, "status").output
+    assert f"queue {queue}: PAUSED until fair resume" in status and "acme (paused)" in status
+    groups = cli(held, "groups").output
+    assert "(PAUSED)" in groups and "acme (paused)" in groups
+    [doc] = json.loads(cli(held, "groups", "--json").output)["queues"]
+    assert (doc["paused"], doc["groups"][0]["paused"]) == ({"until_ms": None}, True)
     assert cli(held, "resume", "-Q", queue).output == f"resumed queue {queue}\n"
     assert cli(held, "resume", "-Q", queue).output == "nothing to resume: not paused\n"
+    cli(held, "resume", "acme")
+    assert "paused" not in cli(held, "status").output.lower()
     for args, named in ((["pause"], "'-Q' / '--queue'"), (["pause", "acme", "-Q", "nosuch"],
                         "'-Q' / '--queue'"), (["pause", "acme", "--for", "soon"], "'--for'"),
                         (["pause", "bad\x00g"], "'GROUP'")):
