@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from celery_fair.check import check
 from celery_fair.errors import InvalidGroup
 from celery_fair.policy.decisions import INTERACTIVE
 from celery_fair.store.base import Store
@@ -34,6 +35,8 @@ def test_a_paused_group_is_not_picked_in_either_class_until_resumed(store: Store
     store.pause(Q, "acme", None)
     assert store.pauses(Q) == {"acme": None}
     hold(store, "acme", klass=INTERACTIVE)  # newly held work waits too
+    report = check(store, queues=[Q])  # fair check: a paused group is rightly not ready
+    assert report.ok, str(report)
     assert picked(store) == ["globex"]
     assert store.resume(Q, "acme") is True
     assert store.resume(Q, "acme") is False  # a resend changes nothing
