@@ -11,6 +11,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
 from .cli_backlog import held, purge
+from .cli_controls import audit, mark_pauses, pause, resume
 from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
@@ -90,8 +91,8 @@ def status(ctx: click.Context, as_json: bool, watch: float | None, top: int,
         with _errors():
             names = list(queues) or store.queues()
             live = read_liveness(store, app_name(app), names)  # who dispatches them
-            return [{**queue_status(store, config, q, top), **live.of_queue(q)}
-                    for q in names]
+            return [mark_pauses(store, {**queue_status(store, config, q, top),
+                                        **live.of_queue(q)}) for q in names]
 
     show(ctx, read, as_json, watch, render_status)
 
@@ -112,9 +113,10 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
     with _errors():
         store = store_for(_app(ctx))
         _known(_app(ctx), store, queues)
-        data = [{"queue": q, "groups": [doc(g) for g in store.busiest_groups(q, limit)],
-                 "group_count": store.queue_figures(q).group_count}
-                for q in (queues or store.queues())]
+        data = [mark_pauses(store, {
+            "queue": q, "groups": [doc(g) for g in store.busiest_groups(q, limit)],
+            "group_count": store.queue_figures(q).group_count})
+            for q in (queues or store.queues())]
     show(ctx, lambda: data, as_json, None, render_groups)
 
 
@@ -135,13 +137,16 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
               cls=CeleryOption, help_group="Limit Options")
 @click.option("--reset", is_flag=True, help="Drop the runtime limits: the settings apply.",
               cls=CeleryOption, help_group="Limit Options")
+@click.option("--reason", default=None, help="Why, for the audit log (fair audit).",
+              cls=CeleryOption, help_group="Limit Options")
 @click.pass_context
 def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
-          concurrency: Any, weight: Any, reset: bool) -> None:
+          concurrency: Any, weight: Any, reset: bool, reason: str | None) -> None:
     """Set a group's cap and weight at runtime, for every dispatcher at once.
 
     Stored in the store, they take precedence over fair_group_concurrency and
     fair_group_weights and survive dispatcher restarts. Without options: show them.
+    A change is recorded in the audit log (fair audit) under the OS user.
     A queue must be known (in the store, or declared by the app) unless --create is
     given: then the limits wait in the store for the queue's first task.
     """
@@ -160,7 +165,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
         try:
             done = controls.limit(
                 _app(ctx), group, queue=queues or None, reset=reset, create=create,
-                concurrency=concurrency, weight=weight)
+                concurrency=concurrency, weight=weight, reason=reason)
         except UnknownQueue as exc:
             raise click.BadParameter(str(exc), param_hint="'-Q' / '--queue'") from None
     for item in done:
@@ -174,7 +179,7 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
 @click.pass_context
 def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
     """Where a task stands: held (its place and what is ahead of it), or dispatched."""
-    from .locate import describe
+    from .locate import describe, paused
     from .store import store_for
 
     app = _app(ctx)
@@ -188,6 +193,8 @@ def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
                 f"{where['result_state']}: finished, never published as a fair task, or "
                 "unknown)")
     else:
+        if where["state"] in ("held", "delayed"):
+            where["paused"] = paused(store_for(app), where)
         text = describe(where)
     click.echo(json.dumps(where, indent=2) if as_json else text)
 
@@ -262,6 +269,9 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: tuple[str, ..
         ctx.exit(1)
 
 
+fair.add_command(audit)
+fair.add_command(pause)
+fair.add_command(resume)
 fair.add_command(dispatch)
 fair.add_command(migrate)
 fair.add_command(held)

@@ -70,9 +70,11 @@ def held(ctx: click.Context, group: str, queues: tuple[str, ...], klass: str | N
 @_selection("Purge Options")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.", cls=CeleryOption,
               help_group="Purge Options")
+@click.option("--reason", default=None, help="Why, for the audit log (fair audit).",
+              cls=CeleryOption, help_group="Purge Options")
 @click.pass_context
 def purge(ctx: click.Context, group: str, queues: tuple[str, ...], klass: str | None,
-          yes: bool) -> None:
+          yes: bool, reason: str | None) -> None:
     """Remove GROUP's held tasks and mark each REVOKED (running tasks are left alone)."""
     try:
         app = _checked(ctx, queues)
@@ -84,7 +86,7 @@ def purge(ctx: click.Context, group: str, queues: tuple[str, ...], klass: str | 
         if not yes:
             click.confirm(f"Purge {count} held {klass or ''}{' ' if klass else ''}tasks of "
                           f"group {group} (each becomes REVOKED)?", abort=True)
-        done = controls.purge(app, group, queue=named, klass=klass)
+        done = controls.purge(app, group, queue=named, klass=klass, reason=reason)
     except FairError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"purged {len(done)} held tasks of group {group}: they will not run; "

@@ -59,7 +59,7 @@ def render_status(queues: list[dict[str, Any]]) -> Any:
         return Text("no fair queues yet (nothing has been held)")
     parts: list[Any] = [queue_table(queues)]
     for q in queues:
-        parts.extend(liveness_lines(q))
+        parts.extend(pause_line(q) + liveness_lines(q))
     for q in queues:
         parts.extend(queue_groups(q))
     return Group(*parts)
@@ -108,6 +108,20 @@ def queue_groups(q: dict[str, Any]) -> list[Any]:
     return parts
 
 
+def pause_line(q: dict[str, Any]) -> list[Any]:
+    """A line when the whole queue is paused (``fair pause -Q``)."""
+    from rich.text import Text
+
+    from .audit import utc_text
+
+    if "paused" not in q:
+        return []
+    until = q["paused"]["until_ms"]
+    return [Text(f"queue {q['queue']}: PAUSED until "
+                 f"{'fair resume' if until is None else utc_text(until)}: nothing is "
+                 "dispatched", style="bold yellow")]
+
+
 def liveness_lines(q: dict[str, Any]) -> list[Any]:
     """The queue's live dispatchers, one line each; or, with held work and none, a red
     warning naming the command that starts one (``liveness.py``)."""
@@ -131,7 +145,8 @@ def render_groups(queues: list[dict[str, Any]]) -> Any:
 
     parts: list[Any] = []
     for q in queues:
-        parts.append(Text(f"queue {q['queue']}: {q['group_count']} groups with work"))
+        parts.append(Text(f"queue {q['queue']}: {q['group_count']} groups with work"
+                          + (" (PAUSED)" if "paused" in q else "")))
         if q["groups"]:
             parts.append(_group_table(q["groups"]))
     return Group(*parts) if parts else Text("no fair queues yet (nothing has been held)")
@@ -142,9 +157,11 @@ def _group_table(rows: list[dict[str, Any]]) -> Any:
     from rich.table import Table
 
     limited = any(g["limited"] for g in rows)
+    notes = (["* runtime limit (celery fair limit)"] if limited else []) + \
+        (["(paused) celery fair pause: resume with celery fair resume GROUP"]
+         if any(g.get("paused") for g in rows) else [])
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
-                  caption="* runtime limit (celery fair limit)" if limited else None,
-                  caption_justify="left")
+                  caption="\n".join(notes) or None, caption_justify="left")
     waits = any("oldest_wait" in g for g in rows)  # status reads them; groups does not
     names = ("group", "held", "interactive", "delayed", "in flight", "cap", "weight")
     for name in names + (("oldest wait",) if waits else ()):
@@ -153,7 +170,8 @@ def _group_table(rows: list[dict[str, Any]]) -> Any:
         cap_mark = " *" if "cap" in g["limited"] else ""
         weight_mark = " *" if "weight" in g["limited"] else ""
         wait = (format_wait(g["oldest_wait"]),) if waits else ()
-        table.add_row(g["group"], str(g["held_background"]), str(g["held_interactive"]),
+        table.add_row(g["group"] + (" (paused)" if g.get("paused") else ""),
+                      str(g["held_background"]), str(g["held_interactive"]),
                       str(g["delayed"]), str(g["inflight"]),
                       ("-" if g["cap"] is None else str(g["cap"])) + cap_mark,
                       f"{g['weight']:g}{weight_mark}", *wait)

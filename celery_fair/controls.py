@@ -15,31 +15,35 @@ anything, so a bad request changes nothing::
 
     controls.held(app, "acme", limit=20)                   # what acme waits with
     controls.purge(app, "acme", klass="background")        # drop its backlog: REVOKED
+    controls.pause(app, "acme", for_seconds=3600, reason="incident 42")
+    controls.resume(app, "acme")
+    controls.pause(app, queue="reports")                   # the whole queue
 
-Later controls (pausing a group, boosting one) belong here too, one function each.
+Every change is recorded in the audit log (:mod:`celery_fair.audit`, ``fair audit``).
+Later controls (boosting a group) belong here too, one function each.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-from . import limits
-from .envelope import Envelope
-from .errors import CorruptMessage, InvalidLimit, InvalidOption, UnknownQueue
+from . import audit, limits
+from .backlog import CLASSES, MAX_LISTED, PURGE_BATCH, HeldTask, held, held_count, purge
+from .errors import InvalidControl, InvalidLimit, UnknownQueue
 from .names import validate_group
+from .queues import checked_queues
 from .queues import known_queues as _known_queues
-from .queues import unknown_queues_message
-from .revoke import Cancelled, mark_revoked
 from .store import store_for
-from .store.base import KEEP, RESET, Store
+from .store.base import KEEP, RESET, now_ms
+from .store.pausing import WHOLE_QUEUE
 
-__all__ = ["UNCHANGED", "HeldTask", "Limit", "Unchanged", "held", "held_count",
-           "known_queues", "limit", "parse_concurrency", "parse_weight", "purge"]
+__all__ = ["CLASSES", "MAX_LISTED", "MAX_PAUSE_SECONDS", "PURGE_BATCH", "UNCHANGED",
+           "HeldTask", "Limit", "Pause", "Unchanged", "held", "held_count", "known_queues",
+           "limit", "parse_concurrency", "parse_duration", "parse_weight", "pause", "purge",
+           "resume"]
 
 
 class Unchanged(enum.Enum):
@@ -73,7 +77,8 @@ class Limit:
 
 def limit(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
           concurrency: Concurrency = UNCHANGED, weight: Weight = UNCHANGED,
-          reset: bool = False, create: bool = False) -> list[Limit]:
+          reset: bool = False, create: bool = False, actor: Any = None,
+          reason: str | None = None) -> list[Limit]:
     """Set ``group``'s runtime cap and weight in ``queue`` (default: every fair queue).
 
     Runtime limits take precedence over ``fair_group_concurrency`` and
@@ -89,22 +94,134 @@ def limit(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
         weight: its share of dispatches relative to other groups (default weight 1).
         reset: drop the group's runtime cap and weight (the settings apply again).
         create: accept a queue that has not held a task yet (limits set ahead of work).
+        actor: who makes the change, for the audit log (a name, or a Django user);
+            None: the OS user.
+        reason: why, for the audit log (at most :data:`~celery_fair.audit.MAX_REASON`
+            characters).
 
     Returns:
-        The limits in force afterwards, one per queue.
+        The limits in force afterwards, one per queue. A change (not a plain read) is
+        recorded in the audit log (:mod:`celery_fair.audit`), one entry per queue.
 
     Raises:
         InvalidGroup: ``group`` is not a group name.
         InvalidLimit: a number is out of range, or ``reset`` is combined with one.
+        InvalidControl: ``actor`` or ``reason`` is not valid.
         UnknownQueue: a queue has never held a task (and ``create`` is false), or no
             queue is named and none exists yet.
         StoreError: the store failed (some queues may have been changed then).
     """
     group = validate_group(group)
     cap_arg, weight_arg = _limit_args(group, concurrency, weight, reset)
+    who, why = audit.actor_name(actor), audit.check_reason(reason)
     store = store_for(app)
-    return [Limit(name, group, *store.limit(name, group, cap_arg, weight_arg))
-            for name in _queues(app, store, queue, create)]
+    done = []
+    for name in checked_queues(app, store, queue, create):
+        done.append(Limit(name, group, *store.limit(name, group, cap_arg, weight_arg)))
+        if (cap_arg, weight_arg) != (KEEP, KEEP):  # a read changes nothing: not logged
+            audit.record(store, "limit", _limit_record(done[-1], cap_arg, weight_arg),
+                         actor=who, reason=why)
+    return done
+
+
+def _limit_record(after: Limit, cap: int | str, weight: float | str) -> dict[str, Any]:
+    """What the audit log keeps of a limit change: what was asked and what is in force."""
+    asked: dict[str, Any] = {"reset": True} if cap == RESET else {}
+    if cap not in (KEEP, RESET):
+        asked["concurrency"] = None if cap == -1 else cap
+    if weight not in (KEEP, RESET):
+        asked["weight"] = weight
+    return {"queue": after.queue, "group": after.group, **asked,
+            "in_force": {"cap": after.cap, "weight": after.weight}}
+
+
+#: Longest pause with an end (a year); longer: pause without an end, resume by hand.
+MAX_PAUSE_SECONDS = 366 * 86400
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A pause set or lifted: ``group`` None is the whole ``queue``; ``until_ms`` None:
+    no end (or lifted)."""
+
+    queue: str
+    group: str | None
+    until_ms: int | None = None
+
+    def __str__(self) -> str:
+        what = f"queue {self.queue}" if self.group is None else \
+            f"group {self.group} in queue {self.queue}"
+        return what if self.until_ms is None else f"{what} until {audit.utc_text(self.until_ms)}"
+
+
+def pause(app: Any, group: Any = None, *, queue: str | Sequence[str] | None = None,
+          for_seconds: float | None = None, reason: str | None = None,
+          actor: Any = None) -> list[Pause]:
+    """Pause ``group`` (all its classes) in ``queue`` (default: every fair queue), or,
+    with no group, the whole ``queue``: nothing of it is dispatched until
+    :func:`resume`, or for ``for_seconds`` (then it resumes by itself at a dispatcher's
+    next step). Running tasks finish; held and newly held tasks wait. A pause is not a
+    cap: the group's limits stay as they are. It lives in the store (survives restarts).
+
+    Returns:
+        The pauses set, one per queue. Each is recorded in the audit log.
+
+    Raises:
+        InvalidGroup, InvalidControl (a duration, actor or reason), UnknownQueue (a queue
+        never held a task, or none named for a whole-queue pause): nothing written.
+    """
+    names, g, who, why = _pause_args(app, group, queue, actor, reason)
+    seconds = _seconds(for_seconds)
+    until = None if seconds is None else now_ms() + int(seconds * 1000)
+    store = store_for(app)
+    done = []
+    for name in names:
+        store.pause(name, WHOLE_QUEUE if g is None else g, until)
+        done.append(Pause(name, g, until))
+        audit.record(store, "pause", {"queue": name, "group": g, "for_seconds": seconds},
+                     actor=who, reason=why, until_ms=until)
+    return done
+
+
+def resume(app: Any, group: Any = None, *, queue: str | Sequence[str] | None = None,
+           reason: str | None = None, actor: Any = None) -> list[Pause]:
+    """Lift :func:`pause` of ``group`` (no group: of the whole ``queue``) in ``queue``
+    (default: every fair queue); dispatch resumes at once.
+
+    Returns:
+        The pauses lifted (a queue where it was not paused is left out). Each is recorded
+        in the audit log.
+
+    Raises:
+        As :func:`pause`.
+    """
+    names, g, who, why = _pause_args(app, group, queue, actor, reason)
+    store = store_for(app)
+    done = [Pause(name, g) for name in names
+            if store.resume(name, WHOLE_QUEUE if g is None else g)]
+    for lifted in done:
+        audit.record(store, "resume", {"queue": lifted.queue, "group": g},
+                     actor=who, reason=why)
+    return done
+
+
+def parse_duration(text: str) -> float:
+    """A duration typed by a person: seconds (``90``), or a number with a unit ``s``,
+    ``m``, ``h`` or ``d`` (``30m``, ``1.5h``).
+
+    Raises:
+        InvalidControl: naming the text and the accepted forms.
+    """
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value = text.strip().lower()
+    scale = units.get(value[-1:], 1) if value else 1
+    number = value[:-1] if value[-1:] in units else value
+    try:
+        return _seconds(float(number) * scale) or 0.0
+    except (ValueError, InvalidControl):
+        raise InvalidControl(f"duration must be seconds or a number with s, m, h or d "
+                             f"(90, 30m, 1h), more than 0 and at most 366d, got {text!r}"
+                             ) from None
 
 
 def known_queues(app: Any) -> list[str]:
@@ -169,141 +286,22 @@ def _limit_args(group: str, concurrency: Concurrency, weight: Weight,
     return cap, number
 
 
-def _queues(app: Any, store: Store, queue: str | Sequence[str] | None,
-            create: bool) -> list[str]:
-    """The queues named, checked against the known ones; when none is named, every queue
-    that has held a task."""
-    if queue is None:
-        every = store.queues()
-        if not every:
-            raise UnknownQueue("no fair queue has held a task yet: name the queue to set "
-                               "limits ahead of its first task")
-        return every
-    known = _known_queues(app, store)
-    names = [queue] if isinstance(queue, str) else list(queue)
-    if not names:
-        raise UnknownQueue("no fair queue named: name one, or none for all of them")
-    unknown = [name for name in names if name not in known]
-    if unknown and not create:
-        raise UnknownQueue(unknown_queues_message(
-            unknown, known, "; to set limits before its first task, add --create"))
-    return names
+def _pause_args(app: Any, group: Any, queue: str | Sequence[str] | None, actor: Any,
+                reason: Any) -> tuple[list[str], str | None, str, str | None]:
+    """The checked queues, group (None: whole queue), actor and reason of a pause."""
+    g = None if group is None else validate_group(group)
+    if g is None and queue is None:
+        raise UnknownQueue("name a group to pause, or a queue to pause whole")
+    who, why = audit.actor_name(actor), audit.check_reason(reason)
+    return checked_queues(app, store_for(app), queue, False, ""), g, who, why
 
 
-# -- a group's held tasks: list them (`fair held`), purge them (`fair purge`) -------------
-
-#: Most messages one step of :func:`purge` reads and cancels (one store call each).
-PURGE_BATCH = 500
-#: Most tasks :func:`held` lists.
-MAX_LISTED = 100_000
-#: What ``klass`` takes -> the store's class.
-CLASSES = {"interactive": "i", "background": "b"}
-
-
-@dataclass(frozen=True)
-class HeldTask:
-    """A task waiting in its group (``age``: seconds since it was held or became due;
-    None for a message without the time)."""
-
-    task_id: str
-    hold_id: str
-    queue: str
-    group: str
-    klass: str  # "interactive" or "background"
-    name: str
-    age: float | None
-
-    def as_json(self) -> dict[str, Any]:
-        """As ``fair held --json`` prints it (``klass`` under the key "class")."""
-        doc = dataclasses.asdict(self)
-        doc["class"] = doc.pop("klass")
-        return doc
-
-
-def held(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
-         klass: str | None = None, limit: int = 100) -> list[HeldTask]:
-    """Up to ``limit`` tasks ``group`` holds (waiting, not delayed, not dispatched), per
-    queue interactive first, each class head first: the next to run first.
-
-    Raises:
-        InvalidGroup: ``group`` is not a group name.
-        InvalidLimit: ``limit`` is not from 1 to :data:`MAX_LISTED`.
-        InvalidOption: ``klass`` is not ``'interactive'``/``'background'``/None.
-        UnknownQueue: a queue named is not a known fair queue.
-    """
-    group, code = validate_group(group), _class_code(klass)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LISTED:
-        raise InvalidLimit(f"limit must be an integer from 1 to {MAX_LISTED:_}, "
-                           f"got {limit!r}")
-    store, now = store_for(app), time.time()
-    out: list[HeldTask] = []
-    for name in _listed_queues(app, store, queue):
-        for m in store.held_messages(name, group, limit - len(out), code):
-            out.append(_held_task(name, group, m.hold_id, m.klass, m.value, now))
-        if len(out) >= limit:
-            break
-    return out
-
-
-def purge(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
-          klass: str | None = None, batch: int = PURGE_BATCH) -> list[Cancelled]:
-    """Remove every task ``group`` holds (waiting; in ``klass`` only when given) and mark
-    each REVOKED in the result backend, as ``revoke()`` of a held task does (chords and
-    errbacks behave alike): ``fair cancel`` of the group's held ids, ``batch`` at a time.
-    Delayed tasks (countdown/ETA not reached) and dispatched or running ones are left:
-    their slots are not touched. Returns what was removed.
-
-    Raises:
-        what :func:`held` raises; StoreError when the store failed (the tasks removed
-        until then are REVOKED).
-    """
-    group, code = validate_group(group), _class_code(klass)
-    limits.cap(batch, "purge batch", 1)
-    store = store_for(app)
-    done: list[Cancelled] = []
-    for name in _listed_queues(app, store, queue):
-        while True:
-            listed = store.held_messages(name, group, batch, code)
-            ids = sorted({m.hold_id.split("~")[0] for m in listed})
-            removed = store.cancel(name, ids) if ids else []
-            done += [mark_revoked(app, name, hold_id, value) for hold_id, value in removed]
-            # a short batch was the last; none removed: the rest was dispatched meanwhile
-            if len(listed) < batch or not removed:
-                break
-    return done
-
-
-def held_count(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
-               klass: str | None = None) -> int:
-    """How many tasks :func:`purge` would remove now (what its confirmation shows)."""
-    group, code = validate_group(group), _class_code(klass)
-    store, count = store_for(app), 0
-    for name in _listed_queues(app, store, queue):
-        for f in store.group_figures(name, [group]):
-            count += (f.held_interactive if code != "b" else 0) + \
-                (f.held_background if code != "i" else 0)
-    return count
-
-
-def _class_code(klass: str | None) -> str | None:
-    if klass is not None and klass not in CLASSES:
-        raise InvalidOption(f"class {klass!r} is invalid: expected 'interactive', "
-                           "'background' or None (both)")
-    return None if klass is None else CLASSES[klass]
-
-
-def _listed_queues(app: Any, store: Store, queue: str | Sequence[str] | None) -> list[str]:
-    """The queues named (checked), or every queue that has held a task."""
-    return store.queues() if queue is None else _queues(app, store, queue, False)
-
-
-def _held_task(queue: str, group: str, hold_id: str, klass: str, value: bytes,
-               now: float) -> HeldTask:
-    try:
-        _, _, envelope = Envelope.decode(value)
-        name, due = str(envelope.headers.get("task", "?")), envelope.due_at
-    except CorruptMessage:
-        name, due = "?", None
-    return HeldTask(hold_id.split("~")[0], hold_id, queue, group,
-                    "interactive" if klass == "i" else "background", name,
-                    None if due is None else max(0.0, round(now - due, 3)))
+def _seconds(value: Any) -> float | None:
+    """A pause's duration checked (None: no end)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value <= MAX_PAUSE_SECONDS:
+        raise InvalidControl(f"for_seconds must be a number of seconds above 0 and at most "
+                             f"{MAX_PAUSE_SECONDS} (366 days), got {value!r}")
+    return float(value)

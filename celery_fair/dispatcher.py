@@ -31,6 +31,7 @@ from .events import DISPATCH, enabled, log_event
 from .heartbeat import Heartbeat
 from .liveness import app_name
 from .outage import Backoff, Outage
+from .pauses import PauseExpiry
 from .publisher import KombuPublisher
 from .redact import safe_url
 from .reporting import Reporter, log_start
@@ -111,6 +112,7 @@ class Dispatcher:
         self._outage = Outage(logger, "dispatcher step",
                               expected=(FairError, OperationalError, OSError))
         self._summary = SummaryWriter(store)  # for dashboards; about once a second
+        self._pauses = PauseExpiry(lambda: self.store, lambda: self.clock())
         self._reporter = Reporter(lambda: self.store, self.config)  # fair_report_interval
         self.observer: DispatchObserver | None = None
         # Its failures never fail a step (see _notify): one warning per burst of them.
@@ -151,6 +153,8 @@ class Dispatcher:
         queues = self._schedule.take(served) if due_only else served
         if not refreshed:
             self.directory.recheck_empty(queues)
+        # before the picks, so a pause that ended lets this step dispatch
+        self._pauses.maybe_expire(served, _now_ms() if now_ms is None else now_ms)
         for queue in queues:
             self._step_queue(queue, result, now_ms)
         self._summary.maybe_write(served, self.directory.capacities())

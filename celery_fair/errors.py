@@ -88,3 +88,7 @@ class HoldOutcomeUnknown(StoreConnectionError):
 
 class CorruptMessage(StoreError):
     """A held message could not be decoded."""
+
+
+class InvalidControl(FairError, ValueError):
+    """A control's actor, reason or duration is not valid (``celery_fair.controls``)."""

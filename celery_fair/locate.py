@@ -9,6 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from .audit import utc_text
+
+
+def paused(store: Any, where: dict[str, Any]) -> dict[str, Any] | None:
+    """The pause a held task waits on (its group's, else its queue's), as ``fair inspect
+    --json`` shows it: {"what": "group" or "queue", "until_ms": ms or None}."""
+    pauses = store.pauses(where["queue"])
+    for what, key in (("group", where["group"]), ("queue", "")):
+        if key in pauses:
+            return {"what": what, "until_ms": pauses[key]}
+    return None
+
 
 def describe(where: dict[str, Any]) -> str:
     """``locate``'s answer as a few lines of text."""
@@ -21,6 +33,12 @@ def describe(where: dict[str, Any]) -> str:
     cap = "no cap" if where["cap"] is None else f"cap {where['cap']}"
     lines = [head, f"  position {where['position']} of {where['group_held']} held in its group "
                    f"({where['inflight']} in flight, {cap}, weight {where['weight']:g})"]
+    if where.get("paused"):  # no estimate: nothing is dispatched before the resume
+        pause = where["paused"]
+        until = "fair resume" if pause["until_ms"] is None else \
+            f"{utc_text(pause['until_ms'])} (or fair resume)"
+        lines.append(f"  paused ({pause['what']}): it waits until {until}")
+        return "\n".join(lines)
     if where["ready"]:
         lines.append(f"  {where['groups_ahead']} groups ahead of its group in the ready set")
     else:

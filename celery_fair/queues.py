@@ -9,8 +9,10 @@ or the app declares it: ``task_default_queue``, ``task_queues``, or a queue name
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .errors import UnknownQueue
 
 
 def declared_queues(app: Any) -> set[str]:
@@ -44,3 +46,24 @@ def unknown_queues_message(unknown: list[str], known: list[str], hint: str = "")
     return (f"no fair queue named {', '.join(unknown)}; known fair queues: "
             f"{', '.join(known) or 'none'} (the store's, and the app's declared queues)"
             f"{hint}")
+
+
+def checked_queues(app: Any, store: Any, queue: str | Sequence[str] | None, create: bool,
+            hint: str = "; to set limits before its first task, add --create") -> list[str]:
+    """The queues a control names, checked against the known ones (UnknownQueue, before
+    anything is written; ``create``: any name goes); when none is named, every queue that
+    has held a task."""
+    if queue is None:
+        every: list[str] = store.queues()
+        if not every:
+            raise UnknownQueue("no fair queue has held a task yet: name the queue to set "
+                               "limits ahead of its first task")
+        return every
+    known = known_queues(app, store)
+    names = [queue] if isinstance(queue, str) else list(queue)
+    if not names:
+        raise UnknownQueue("no fair queue named: name one, or none for all of them")
+    unknown = [name for name in names if name not in known]
+    if unknown and not create:
+        raise UnknownQueue(unknown_queues_message(unknown, known, hint))
+    return names

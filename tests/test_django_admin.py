@@ -150,6 +150,8 @@ def test_admin_page_shows_groups_and_sets_limits(site: Site, browser: Any,
     print(f"screenshot: {shot}")
     acme = site.group("acme")  # what the form wrote, read from the store
     assert (acme.cap, acme.weight, acme.limited) == (2, 1.0, ("cap",))
+    [entry] = site.store.audit_read()  # recorded under the admin's user
+    assert (entry.actor, entry.action, entry.args["concurrency"]) == ("boss", "limit", 2)
 
     _row(page, "globex").locator('input[name="weight"]').fill("0.5")
     _row(page, "globex").locator('button[value="set"]').click()
@@ -170,6 +172,7 @@ def test_admin_page_shows_groups_and_sets_limits(site: Site, browser: Any,
     assert (acme.cap, acme.weight, acme.limited) == (2, 1.0, ("cap",))
     assert (globex.cap, globex.weight, globex.limited) == (None, 1.0, ())
     assert (acme.held_background, globex.held_background) == (3, 2)  # still held
+    assert [e.actor for e in site.store.audit_read()] == ["boss"] * 3  # the refused: none
     assert shot.stat().st_size > 10_000
 
 

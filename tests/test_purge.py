@@ -9,6 +9,7 @@ import json
 import subprocess
 
 from celery_fair import controls
+from celery_fair.task import store_for
 
 from .conftest import subprocess_env, wait_for
 from .helpers import held, held_chord, queue_of, snapshot, wait_settled
@@ -42,11 +43,15 @@ def test_fair_held_lists_and_fair_purge_revokes_after_confirmation(app, redis_se
     refused = fair("purge", "acme", answer="n\n")  # asked, and declined
     assert "Purge 4 held tasks of group acme" in refused.stdout
     assert refused.returncode == 1 and held(app) == {"acme": 4, "globex": 1}
-    done = fair("purge", "acme", answer="y\n")
+    assert store_for(app).audit_read() == []  # declined: nothing done, nothing recorded
+    done = fair("purge", "acme", "--reason", "runaway backlog", answer="y\n")
     assert done.returncode == 0, done.stderr
     assert "purged 4 held tasks of group acme" in done.stdout
     assert [r.state for r in waiting] == ["REVOKED"] * 4
     assert held(app) == {"globex": 1} and other.state == "PENDING"
+    [entry] = store_for(app).audit_read()  # the purge, with its reason, in the audit log
+    assert (entry.action, entry.reason, entry.args["group"], entry.args["removed"]) == \
+        ("purge", "runaway backlog", "acme", 4)
 
 
 def test_purge_leaves_a_running_task_and_its_slot_alone(make_app, worker, dispatcher):

@@ -44,6 +44,7 @@ from celery_fair.errors import GroupFull
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
+from celery_fair.store.pausing import WHOLE_QUEUE
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore, RedisServer
 
@@ -220,6 +221,16 @@ class StoreMachine(RuleBasedStateMachine):
         self.now += ms
         self.both("promote", self.now, 1000)
         self.both("reclaim", self.now, 1000)
+        self.both("expire_pauses", self.now)
+
+    @rule(group=st.sampled_from([*GROUPS, WHOLE_QUEUE]),
+          until=st.sampled_from([None, 3_000, 20_000]))
+    def pause(self, group: str, until: int | None) -> None:
+        self.both("pause", group, None if until is None else self.now + until)
+
+    @rule(group=st.sampled_from([*GROUPS, WHOLE_QUEUE]))
+    def resume(self, group: str) -> None:
+        self.both("resume", group)
 
     @rule(cap=st.sampled_from([None, 1, 2, 4]), reserve=st.sampled_from([0, 1, 2]),
           weight=st.sampled_from([1.0, 1.0, 2.0]),
@@ -252,6 +263,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.memory.inspect(Q) == self.state(Q)
         self.both_read("queue_figures")
         self.both_read("group_figures", GROUPS)
+        self.both_read("pauses")
         for did in self.dispatched:
             self.both_read("dispatch_state", did)
         for i in range(1, self.ids + 1):  # where each task stands, held or dispatched

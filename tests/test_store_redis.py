@@ -379,6 +379,7 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
     store.release(Q, p.dispatch_id)
     configure(store)
     store.limit(Q, "g", 2)
+    store.pause(Q, "g", None)
     store.cancel(Q, ["not-held"])
     store.summarize(Q, ["g"])
     store.check(Q, False, NOW, LEASE)

@@ -91,6 +91,8 @@ class QueueData:
     limit_weights: dict[str, float] = field(default_factory=dict)
     caps: dict[str, int] = field(default_factory=dict)
     weights: dict[str, float] = field(default_factory=dict)
+    #: paused groups (``fair pause``; '' the whole queue) -> until when (ms; inf: no end)
+    pauses: dict[str, float] = field(default_factory=dict)
     msgs: dict[str, Held] = field(default_factory=dict)
     lists: dict[tuple[str, str], deque[str]] = field(default_factory=dict)
     delayed: dict[str, int] = field(default_factory=dict)  # hold id -> due ms
@@ -134,7 +136,8 @@ class QueueData:
         return self.weights.get(g, self.default_weight)
 
     def _eligible(self, klass: str, g: str, n: int) -> bool:
-        return eligible(klass, self._held(klass, g), n, self.cap_of(g), self.reserve)
+        return eligible(klass, self._held(klass, g), n, self.cap_of(g), self.reserve,
+                        g in self.pauses)
 
     def _refresh(self, g: str) -> bool:
         """Make g's ready-set membership match its eligibility; a group entering starts

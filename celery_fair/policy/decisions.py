@@ -14,11 +14,13 @@ PICKED, QUEUED, RUNNING, LOST, SUPERSEDED = "picked", "queued", "running", "lost
 LIVE = (PICKED, QUEUED, RUNNING)
 
 
-def eligible(klass: str, held: int, inflight: int, cap: int, reserve: int) -> bool:
+def eligible(klass: str, held: int, inflight: int, cap: int, reserve: int,
+             paused: bool = False) -> bool:
     """Whether a group holding ``held`` messages of ``klass`` with ``inflight``
     dispatches may be picked under ``cap`` (-1: none; 0: paused in both classes: the
-    reserve is room above a cap, not a way past it)."""
-    if held <= 0:
+    reserve is room above a cap, not a way past it). A ``paused`` group (``fair pause``)
+    is never eligible, in either class, whatever its cap."""
+    if held <= 0 or paused:
         return False
     if cap < 0:
         return True

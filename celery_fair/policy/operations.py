@@ -92,6 +92,8 @@ class FairQueue(QueueData):
              token: str) -> list[Picked]:
         """Take up to ``want`` messages in fair order; see ``pick.lua``."""
         self._count("picks", 1)
+        if "" in self.pauses:  # the whole queue is paused: nothing leaves it
+            return []
         if capacity is not None:
             want = min(want, capacity - self.stat.get("inflight", 0))
         out: list[Picked] = []
@@ -316,6 +318,28 @@ class FairQueue(QueueData):
         if self._refresh(g):
             self.woken = True
         return self.cap_of(g), self.weight_of(g)
+
+    def pause(self, g: str, until_ms: float) -> None:
+        """Pause g ('' the whole queue) until ``until_ms`` (inf: until resumed); a pause
+        again replaces the last. See ``pause.lua``."""
+        self.pauses[g] = until_ms
+        if g:
+            self._refresh(g)
+
+    def resume(self, g: str) -> bool:
+        """Lift g's pause ('' the queue's); True when it was paused. See ``pause.lua``."""
+        if self.pauses.pop(g, None) is None:
+            return False
+        if not g or self._refresh(g):
+            self.woken = True
+        return True
+
+    def expire_pauses(self, now_ms: int) -> list[str]:
+        """Lift the pauses due at ``now_ms``; returns them, by name."""
+        due = sorted(g for g, until in self.pauses.items() if until <= now_ms)
+        for g in due:
+            self.resume(g)
+        return due
 
 
 def _lay(g: str, value: N | None, limits: dict[str, N], in_force: dict[str, N],

@@ -5,8 +5,9 @@ kombu stay in ``holding.py`` and ``publisher.py``. All times are milliseconds si
 passed in by the caller, so the operations are deterministic and testable.
 
 :class:`Store` groups its methods in families: the lifecycle of a held message, the
-policy, the worker registry, the dispatchers' heartbeats (``beats.py``), wake-ups, reads
-and maintenance. Every method may raise
+policy, the worker registry, wake-ups, reads and maintenance; and families in mixins of
+their own: heartbeats (``beats.py``), the audit log (``audit.py``), pauses
+(``pausing.py``), head waits (``heads.py``) and held messages (``held.py``). Every method may raise
 :class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
 store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
 docstrings name the others and what a resend does (a client resends a call whose reply a
@@ -17,11 +18,11 @@ dropped connection lost). Optional speed-ups are capabilities a backend declares
 from __future__ import annotations
 
 import abc
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from .audit import Audit
 from .beats import Beats
 from .heads import HeadWaits
 from .held import HeldReads
@@ -48,8 +49,11 @@ from .models import (
     busiest_first,
     check_hold,
     limited_by,
+    now_ms,
     snapshot_of,
+    wall_clock_ms,
 )
+from .pausing import Pausing
 
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRUNE_GRACE_MS",
            "QUARANTINE_MAX", "RESET", "TOMBSTONE_SECONDS", "BeginAnswer", "BeginResult",
@@ -58,21 +62,13 @@ __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRU
            "as_json", "busiest_first", "check_hold", "limited_by", "now_ms", "snapshot_of"]
 
 
-def now_ms() -> int:
-    """The wall clock in ms since the epoch: what callers pass as the store's clock."""
-    return int(time.time() * 1000)
-
-
-wall_clock_ms = now_ms  # for methods whose argument of that name hides it
-
-
 #: Most entries one step of :meth:`Store.check` reads (a few ms of the store's time).
 CHECK_BATCH = 500
 #: :meth:`Store.limit` arguments: leave the value as it is, or clear the runtime limit.
 KEEP, RESET = "", "reset"
 
 
-class Store(Beats, HeadWaits, HeldReads, abc.ABC):
+class Store(Beats, HeadWaits, HeldReads, Audit, Pausing, abc.ABC):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).

@@ -97,6 +97,11 @@ class QueueKeys:
         return f"{self.prefix}:limit:weights"
 
     @property
+    def pauses(self) -> str:
+        """ZSET paused group ('': the whole queue) -> until when (ms; inf: no end)."""
+        return f"{self.prefix}:pauses"
+
+    @property
     def backlog(self) -> str:
         return f"{self.prefix}:backlog"
 
@@ -136,3 +141,8 @@ def queues_key(namespace: str) -> str:
 def dispatchers_key(namespace: str) -> str:
     """HASH of the dispatchers' heartbeats: id -> JSON of its beat and ``expires_ms``."""
     return f"{namespace}:dispatchers"
+
+
+def audit_key(namespace: str) -> str:
+    """LIST of the audit log's entries (JSON), newest first, trimmed to AUDIT_MAX."""
+    return f"{namespace}:audit"

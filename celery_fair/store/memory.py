@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +24,7 @@ from ..envelope import due_of
 from ..errors import GroupFull
 from ..names import validate_group
 from ..policy import CLASSES, KEEP, FairQueue, Placement, QueueState
+from .audit import AuditEntry
 from .base import (
     CANCELLED_SECONDS,
     PRUNE_GRACE_MS,
@@ -63,6 +65,7 @@ class MemoryStore(MemoryReads, Store):
         self._writers: dict[str, int] = {}  # queue -> until when its summary writer holds
         self._summaries: dict[str, tuple[int, str]] = {}  # queue -> (expires ms, document)
         self._beats: dict[str, tuple[DispatcherBeat, int]] = {}  # id -> (beat, expires ms)
+        self._audit: deque[AuditEntry] = deque()  # newest last
 
     @contextmanager
     def _queue(self, queue: str) -> Iterator[FairQueue]:
@@ -314,6 +317,7 @@ class MemoryStore(MemoryReads, Store):
             self._registered.clear()
             self._writers.clear()
             self._summaries.clear()
+            self._audit.clear()
 
     def advice(self) -> list[str]:
         """Nothing to advise: the memory store is for tests, and says so."""

@@ -5,15 +5,21 @@ dispatchers' heartbeats."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
+from collections import deque
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import cast
 
+from ..names import validate_group
 from ..policy import CLASSES, FairQueue
+from . import audit
+from .audit import AuditEntry
 from .base import PRUNE_GRACE_MS, DispatcherBeat, Location, now_ms
 from .held import HeldMessage
 from .locating import CLASS_NAMES, Locating, PlaceReads, place_of
+from .pausing import WHOLE_QUEUE
 
 
 class MemoryReads(Locating):
@@ -23,6 +29,8 @@ class MemoryReads(Locating):
     _cond: threading.Condition
     _writers: dict[str, int]  # queue -> until when its summary writer holds the claim
     _summaries: dict[str, tuple[int, str]]  # queue -> (expires ms, document)
+    _audit: deque[AuditEntry]
+    _queues: dict[str, FairQueue]
     _beats: dict[str, tuple[DispatcherBeat, int]]  # dispatcher id -> (beat, expires ms)
 
     def _queue(self, queue: str) -> AbstractContextManager[FairQueue]:
@@ -115,3 +123,34 @@ class MemoryReads(Locating):
     def forget_dispatcher(self, dispatcher_id: str) -> None:
         with self._cond:
             self._beats.pop(dispatcher_id, None)
+
+    def audit_append(self, entry: AuditEntry) -> None:
+        with self._cond:
+            self._audit.append(entry)
+            while len(self._audit) > audit.AUDIT_MAX:
+                self._audit.popleft()
+
+    def audit_read(self, limit: int = 100, since_ms: int | None = None) -> list[AuditEntry]:
+        with self._cond:
+            newest = list(reversed(self._audit))[:max(limit, 0)]
+        return [e for e in newest if since_ms is None or e.at_ms >= since_ms]
+
+    def pause(self, queue: str, group: str, until_ms: int | None) -> None:
+        if group != WHOLE_QUEUE:
+            group = validate_group(group)
+        with self._queue(queue) as fq:
+            fq.pause(group, math.inf if until_ms is None else until_ms)
+
+    def resume(self, queue: str, group: str) -> bool:
+        with self._queue(queue) as fq:
+            return fq.resume(group)
+
+    def pauses(self, queue: str) -> dict[str, int | None]:
+        with self._cond:
+            fq = self._queues.get(queue)
+            found = dict(fq.pauses) if fq is not None else {}
+        return {g: None if math.isinf(until) else int(until) for g, until in found.items()}
+
+    def expire_pauses(self, queue: str, now_ms: int) -> list[str]:
+        with self._queue(queue) as fq:
+            return fq.expire_pauses(now_ms)

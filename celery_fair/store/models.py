@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,14 @@ from typing import Any
 from .. import limits
 from ..errors import CorruptMessage, InvalidGroup, InvalidOption
 from ..names import validate_group
+
+
+def now_ms() -> int:
+    """The wall clock in ms since the epoch: what callers pass as the store's clock."""
+    return int(time.time() * 1000)
+
+
+wall_clock_ms = now_ms  # for methods whose argument of that name hides it
 
 # -- what the lifecycle operations take and answer ----------------------------------
 

@@ -46,6 +46,7 @@ from .connection import (
     now_ms,
 )
 from .keys import QueueKeys, queues_key
+from .redis_controls import RedisAudit, RedisPausing
 from .redis_reads import RedisReads
 from .scripts import OPERATIONS, source
 
@@ -61,7 +62,7 @@ logger = logging.getLogger(__name__)
 _WHERE = ("host", "port", "db", "path")
 
 
-class RedisStore(RedisReads, Store):
+class RedisStore(RedisReads, RedisAudit, RedisPausing, Store):
     """Fair queues of one namespace in one Redis database."""
 
     supports_direct_push = True

@@ -82,7 +82,7 @@ class FairQueueAdmin(admin.ModelAdmin):
         if not self.has_change_permission(request):
             raise PermissionDenied
         try:
-            for done in apply_limit(celery_app(), request.POST):
+            for done in apply_limit(celery_app(), request.POST, actor=request.user):
                 logger.info("celery_fair admin: %s set %s", request.user, done)
                 messages.success(request, f"Limits in force: {done}")
         except FairError as exc:  # a bad value or queue, or the store failed
@@ -90,12 +90,13 @@ class FairQueueAdmin(admin.ModelAdmin):
         return redirect(f"{self.admin_site.name}:{self.url_name('changelist')}")
 
 
-def apply_limit(app: Any, form: Any) -> list[controls.Limit]:
+def apply_limit(app: Any, form: Any, actor: Any = None) -> list[controls.Limit]:
     """Run one submitted limit form through :func:`celery_fair.controls.limit`.
 
     Fields: ``group``, ``queue`` (blank: every fair queue), ``action`` (``set`` or
     ``reset``), and for ``set`` ``concurrency`` (an integer, ``none``, or blank to keep
-    it) and ``weight`` (a number, or blank to keep it).
+    it) and ``weight`` (a number, or blank to keep it). ``actor`` (the admin page passes
+    ``request.user``) is who the audit log names.
 
     Raises:
         FairError: naming the field at fault, before anything is written.
@@ -103,11 +104,12 @@ def apply_limit(app: Any, form: Any) -> list[controls.Limit]:
     group = form.get("group", "").strip()
     queue = form.get("queue", "").strip() or None
     if form.get("action") == "reset":
-        return controls.limit(app, group, queue=queue, reset=True)
+        return controls.limit(app, group, queue=queue, reset=True, actor=actor)
     where = f" for group {group!r}"
     concurrency = controls.parse_concurrency(form.get("concurrency", ""), "concurrency" + where)
     weight = controls.parse_weight(form.get("weight", ""), "weight" + where)
     if concurrency is controls.UNCHANGED and weight is controls.UNCHANGED:
         raise InvalidLimit(f"nothing to set{where}: give a concurrency (an "
                            "integer, or 'none' for no cap), a weight, or both")
-    return controls.limit(app, group, queue=queue, concurrency=concurrency, weight=weight)
+    return controls.limit(app, group, queue=queue, concurrency=concurrency, weight=weight,
+                          actor=actor)

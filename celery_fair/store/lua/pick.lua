@@ -39,6 +39,7 @@ if capacity >= 0 then
   local room = capacity - tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
   if room < want then want = room end
 end
+if redis.call('ZSCORE', K_PAUSES, '') then want = 0 end  -- the whole queue is paused
 local default_weight = valid_weight(redis.call('HGET', K_CONF, 'weight')) or 1
 local default_cap = valid_cap(redis.call('HGET', K_CONF, 'cap')) or -1
 

@@ -126,7 +126,7 @@ class SqlInspecting(SqlReads, Locating):
         u.load_ready([(k, name) for k in CLASSES])
         for klass in CLASSES:
             ok = row is not None and eligible(klass, row[f"held_{klass}"], row["inflight"],
-                                              u.cap(name), u.q["reserve"])
+                                              u.cap(name), u.q["reserve"], u.paused(name))
             if ok != (u.ready[(klass, name)] is not None):
                 out.append(("ready", f"{klass}:{name}", "ready set and eligibility differ",
                             "re-ranked" if repair else ""))

@@ -146,6 +146,8 @@ class Lifecycle:
         u.queue_changed = True
         if capacity is not None:
             want = min(want, capacity - self.inflight(conn, queue))
+        if u.paused(""):  # the whole queue is paused
+            want = 0
         out: list[Picked] = []
         if want > 0:
             out = Picking(self.s, u, want, now_ms + lease_ms, token).run()

@@ -4,8 +4,8 @@ Every row carries the store's namespace (``fair_key_prefix``), so apps and test 
 share a database without seeing each other. One row per thing the policy keeps
 (``celery_fair.policy``): a fair queue, a group, a ready-set entry, a held or delayed
 message, a dispatch; plus the runtime limits, sharded counters, cancel answers, the
-quarantine, the worker registry, the dispatchers' heartbeats and the dashboards'
-summaries.
+quarantine, the worker registry, the dispatchers' heartbeats, the dashboards'
+summaries and the audit log of controls.
 
 Names compare byte-wise on every database (PostgreSQL ``COLLATE "C"``, MariaDB/MySQL
 ``utf8mb4_bin``, SQLite's default), as Redis compares them: ties in the ready set break
@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0002"
+SCHEMA_VERSION = "0003"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -77,7 +77,10 @@ class Tables:
                 Column("reserve", Integer, nullable=False, default=0),
                 Column("default_weight", Double, nullable=False, default=1.0),
                 Column("picks", BigInteger, nullable=False, default=0),
-                Column("dups", BigInteger, nullable=False, default=0)))
+                Column("dups", BigInteger, nullable=False, default=0),
+                # how many rows of ``pauses`` the queue has: 0 spares every operation
+                # the look at them
+                Column("pauses", Integer, nullable=False, default=0, server_default="0")))
         #: Caps and weights of groups, from the settings and at runtime (``fair limit``).
         self.limits = Table(
             f"{p}limits", md, *_keys(
@@ -189,3 +192,19 @@ class Tables:
             Column("every_queue", Boolean, nullable=False),
             Column("app", name(255), nullable=False),
             Column("expires_ms", BigInteger, nullable=False))
+        #: Paused groups (``fair pause``; grp '' the whole queue), until ``until_ms``
+        #: (None: until resumed); the queue's ``pauses`` counts them.
+        self.pauses = Table(
+            f"{p}pauses", md, *_keys(
+                Column("grp", name(GROUP), primary_key=True),
+                Column("until_ms", BigInteger)))
+        #: The audit log of controls (``store/audit.py``): one JSON document per entry,
+        #: ``seq`` in the order appended (trimmed to AUDIT_MAX per namespace).
+        self.audit = Table(
+            f"{p}audit", md,
+            Column("seq", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+                   autoincrement=True),
+            Column("ns", name(NS), nullable=False),
+            Column("at_ms", BigInteger, nullable=False),
+            Column("doc", Text, nullable=False),
+            Index(f"{p}audit_ns_seq", "ns", "seq"))

@@ -117,7 +117,7 @@ class Statements:
     def _queue_new(self, d: str) -> Any:
         return insert_ignoring(d, self.t.queues).values(
             ns=bindparam("ns"), queue=bindparam("queue"), registered=False, default_cap=-1,
-            reserve=0, default_weight=1.0, picks=0, dups=0)
+            reserve=0, default_weight=1.0, picks=0, dups=0, pauses=0)
 
     def _queue_register(self, _: str) -> Any:
         return update(self.t.queues).where(_mine(self.t.queues)).values(registered=True)

@@ -31,10 +31,12 @@ from ..base import (
 )
 from ..connection import Bounds
 from ..models import check_hold
+from .audit import SqlAudit
 from .controls import Controls
 from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
 from .lifecycle import Lifecycle
+from .pausing import SqlPausing
 from .schema import DEFAULT_PREFIX, Tables
 from .statements import Statements
 from .wakes import Wakes, wakes_for
@@ -47,7 +49,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SqlStore(SqlInspecting, Store):
+class SqlStore(SqlInspecting, SqlAudit, SqlPausing, Store):
     """Fair queues of one namespace in one SQL database."""
 
     def __init__(self, engine: Engine, namespace: str = "fair",

@@ -65,6 +65,7 @@ class Unit:
         self.ready: dict[tuple[str, str], float | None] = {}  # (klass, g) -> tag / absent
         self._ready_loaded: dict[tuple[str, str], float | None] = {}
         self._limits: dict[str, tuple[int, float]] = {}
+        self._paused: set[str] | None = None  # the paused groups ('' the queue), once read
         self.counts: dict[str, int] = {}
         self.queue_changed = False
         self.woken = False
@@ -191,6 +192,21 @@ class Unit:
     def forget_limits(self, g: str) -> None:
         self._limits.pop(g, None)
 
+    def paused(self, g: str) -> bool:
+        """Whether g ('' the whole queue) is paused; read once per unit, and only when
+        the queue has pauses (its row counts them)."""
+        if not self.q.get("pauses"):
+            return False
+        if self._paused is None:
+            p = self.t.pauses.c
+            self._paused = set(self.conn.execute(select(p.grp).where(
+                p.ns == self.ns, p.queue == self.queue)).scalars())
+        return g in self._paused
+
+    def forget_pauses(self, count: int) -> None:
+        """The pauses changed (``count`` of them now): read them again when needed."""
+        self.q["pauses"], self._paused = count, None
+
     # -- ready sets ---------------------------------------------------------------------
 
     def load_ready(self, keys: Iterable[tuple[str, str]]) -> None:
@@ -224,7 +240,8 @@ class Unit:
         if counts is None:
             return False
         held = counts[0] if klass == "i" else counts[1]
-        return held > 0 and _eligible(klass, held, counts[2], self.cap(g), self.q["reserve"])
+        return held > 0 and _eligible(klass, held, counts[2], self.cap(g), self.q["reserve"],
+                                      self.paused(g))
 
     def _membership(self, klass: str, g: str) -> None:
         """Know whether g is in the class's ready set, from the counts it had when its

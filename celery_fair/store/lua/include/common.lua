@@ -12,6 +12,7 @@ local K_CONF_CAPS = prefix .. ':conf:caps'          -- HASH group -> cap from th
 local K_CONF_WEIGHTS = prefix .. ':conf:weights'    -- HASH group -> weight from the settings
 local K_LIMIT_CAPS = prefix .. ':limit:caps'        -- HASH group -> runtime cap (limit.lua)
 local K_LIMIT_WEIGHTS = prefix .. ':limit:weights'  -- HASH group -> runtime weight
+local K_PAUSES = prefix .. ':pauses'    -- ZSET paused group ('': the queue) -> until (ms, inf)
 local K_BACKLOG = prefix .. ':backlog'  -- ZSET group -> held messages (both classes)
 local K_GROUPS = prefix .. ':groups'    -- SET groups with held, delayed or in-flight work
 local K_DELAYED = prefix .. ':delayed'  -- ZSET hold id -> due time (ms)
@@ -142,6 +143,7 @@ end
 -- interactive work may also use the reserve above the cap. `default_cap`: see cap_of.
 local function eligible(cls, g, n, default_cap)
   if redis.call('LLEN', k_list(cls, g)) == 0 then return false end
+  if redis.call('ZSCORE', K_PAUSES, g) then return false end  -- paused (pause.lua): any class
   local cap = cap_of(g, default_cap)
   if cap < 0 then return true end
   -- cap 0 pauses the group (`fair limit`): the reserve is room above a cap for

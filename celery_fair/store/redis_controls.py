@@ -1,0 +1,66 @@
+"""Operator controls on Redis: the audit log (:class:`~celery_fair.store.audit.Audit`),
+one list per namespace, newest first, trimmed to AUDIT_MAX on each append; and pauses
+(:class:`~celery_fair.store.pausing.Pausing`), ``pause.lua``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..names import validate_group
+from . import audit
+from .audit import AuditEntry
+from .connection import _text, _wrapped
+from .keys import QueueKeys, audit_key
+from .pausing import WHOLE_QUEUE
+
+
+class RedisAudit:
+    """A mixin of :class:`~celery_fair.store.redis.RedisStore` (it gives the client)."""
+
+    client: Any
+    namespace: str
+    where: str
+
+    def audit_append(self, entry: AuditEntry) -> None:
+        """LPUSH and LTRIM in one MULTI: the list never passes AUDIT_MAX."""
+        key = audit_key(self.namespace)
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.lpush(key, entry.dumps())
+            pipe.ltrim(key, 0, audit.AUDIT_MAX - 1)
+            pipe.execute()
+
+    def audit_read(self, limit: int = 100, since_ms: int | None = None) -> list[AuditEntry]:
+        if limit <= 0:
+            return []
+        with _wrapped(self.where):
+            docs = self.client.lrange(audit_key(self.namespace), 0, limit - 1)
+        entries = [AuditEntry.loads(doc) for doc in docs]
+        return [e for e in entries if since_ms is None or e.at_ms >= since_ms]
+
+
+class RedisPausing:
+    """A mixin of :class:`~celery_fair.store.redis.RedisStore` (it gives ``_run``)."""
+
+    client: Any
+    where: str
+    keys: Any
+    _run: Any
+
+    def pause(self, queue: str, group: str, until_ms: int | None) -> None:
+        if group != WHOLE_QUEUE:
+            group = validate_group(group)
+        self._run("pause", queue, "pause", group, "inf" if until_ms is None else until_ms)
+
+    def resume(self, queue: str, group: str) -> bool:
+        return bool(self._run("pause", queue, "resume", group))
+
+    def pauses(self, queue: str) -> dict[str, int | None]:
+        keys: QueueKeys = self.keys(queue)
+        with _wrapped(self.where):
+            found = self.client.zrange(keys.pauses, 0, -1, withscores=True)
+        return {_text(g): None if math.isinf(until) else int(until) for g, until in found}
+
+    def expire_pauses(self, queue: str, now_ms: int) -> list[str]:
+        return [_text(g) for g in self._run("pause", queue, "expire", now_ms)]
