@@ -389,6 +389,11 @@ def test_controls_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
         page.on("pageerror", lambda error: errors.append(str(error)))
         assert page.goto(site.url + "/fair-queues?autorefresh=1").status == 200
         act = _Actions(page, q, errors)
+        # the page polls: a pause made elsewhere shows up with no click
+        controls.pause(app, "big", queue=q, reason="from python", actor="ops")
+        page.locator(f'section[data-queue="{q}"] li.fair-pause[data-group="big"]').wait_for()
+        assert act("big", "resume", {}, "resumed group big")
+        assert "big" not in store.pauses(q)
 
         assert act("acme", "pause", {"for": "1h", "reason": "incident 42"}, "paused group acme")
         until = store.pauses(q)["acme"]
@@ -471,3 +476,19 @@ def _audited(store: Any, action: str, reason: str | None = None) -> Any:
     if reason is not None:
         assert entry.reason == reason
     return entry
+
+
+def test_the_actor_is_the_flower_user() -> None:
+    from types import SimpleNamespace
+
+    from celery_fair.contrib.flower_controls import flower_user
+
+    def handler(user: Any, authorization: str = "") -> Any:
+        return SimpleNamespace(current_user=user, request=SimpleNamespace(
+            headers={"Authorization": authorization} if authorization else {}))
+
+    basic = "Basic " + base64.b64encode(b"alice:pw").decode()
+    assert flower_user(handler("bob@example.com", basic)) == "bob@example.com"  # OAuth
+    assert flower_user(handler(True, basic)) == "alice"  # basic auth only
+    assert flower_user(handler(True, "Basic !!!")) == "flower"
+    assert flower_user(handler(True)) == "flower"
