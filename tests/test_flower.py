@@ -14,6 +14,7 @@ import os
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from celery_fair import cancel, position
+from celery_fair import cancel, controls, position
 from celery_fair.config import reset_config
 from celery_fair.contrib.flower import format_wait
 from celery_fair.metrics import OTHER, store_families
@@ -51,7 +52,16 @@ class FlowerSite:
         self.held_at = held_at  # group -> time range of its first hold
 
     def get(self, path: str, auth: bool = True) -> tuple[int, str]:
-        request = urllib.request.Request(self.url + path)
+        return self._open(urllib.request.Request(self.url + path), auth)
+
+    def post(self, path: str, fields: dict[str, str], headers: dict[str, str] | None = None,
+             auth: bool = True) -> tuple[int, str]:
+        request = urllib.request.Request(self.url + path, method="POST",
+                                         data=urllib.parse.urlencode(fields).encode(),
+                                         headers=headers or {})
+        return self._open(request, auth)
+
+    def _open(self, request: urllib.request.Request, auth: bool) -> tuple[int, str]:
         if auth:
             token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
             request.add_header("Authorization", f"Basic {token}")
@@ -348,3 +358,137 @@ def test_position_api_answers_a_held_tasks_place_behind_flowers_auth(site: Flowe
         assert json.loads(site.get("/api/fair/position/nobody")[1])["state"] == "not held"
     finally:
         cancel(site.app, result.id)
+
+
+def test_control_api_needs_auth_refuses_cross_site_posts_and_bad_input(site: FlowerSite) -> None:
+    fields = {"queue": site.queue, "group": "acme", "concurrency": "many"}
+    assert site.post("/api/fair/limit", fields, auth=False)[0] == 401
+    status, _ = site.post("/api/fair/pause", {"queue": site.queue, "group": "acme"},
+                          headers={"Sec-Fetch-Site": "cross-site"})
+    assert status == 403
+    status, _ = site.post("/api/fair/pause", {"queue": site.queue, "group": "acme"},
+                          headers={"Origin": "http://evil.example"})
+    assert status == 403
+    assert site.app and not store_for(site.app).pauses(site.queue)  # neither went through
+    status, text = site.post("/api/fair/limit", fields)
+    assert status == 400 and "many" in json.loads(text)["error"], text
+    status, text = site.post("/api/fair/pause", {"queue": "nope", "group": "acme"})
+    assert status == 400 and "nope" in json.loads(text)["error"], text
+
+
+def test_controls_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
+    """Each action from the page, confirmed in its dialog, reaches the store and the
+    audit log under the Flower user; bad input is refused on the page."""
+    app, q, store = site.app, site.queue, store_for(site.app)
+    with chromium() as browser:
+        context = browser.new_context(
+            http_credentials={"username": USER, "password": PASSWORD},
+            viewport={"width": 1500, "height": 1000})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        assert page.goto(site.url + "/fair-queues?autorefresh=1").status == 200
+        act = _Actions(page, q, errors)
+        # the page polls: a pause made elsewhere shows up with no click
+        controls.pause(app, "big", queue=q, reason="from python", actor="ops")
+        page.locator(f'section[data-queue="{q}"] li.fair-pause[data-group="big"]').wait_for()
+        assert act("big", "resume", {}, "resumed group big")
+        assert "big" not in store.pauses(q)
+
+        assert act("acme", "pause", {"for": "1h", "reason": "incident 42"}, "paused group acme")
+        until = store.pauses(q)["acme"]
+        assert until is not None and 3590 < until / 1000 - time.time() <= 3600
+        _audited(store, "pause", "incident 42")
+        pause_row = page.locator(f'section[data-queue="{q}"] li.fair-pause[data-group="acme"]')
+        pause_row.wait_for()  # the page refreshed itself and lists the pause
+        assert pause_row.locator('[data-field="reason"]').inner_text() == "incident 42"
+        assert pause_row.locator('[data-field="by"]').inner_text() == USER
+        shot = artifacts(tmp_path) / "flower-controls.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+
+        assert act("acme", "resume", {}, "resumed group acme")
+        assert "acme" not in store.pauses(q)
+        _audited(store, "resume")
+
+        before = controls.limit(app, "big", queue=q)[0]
+        assert act("big", "limit", {"concurrency": "1", "weight": "3"}, "limits now")
+        assert _limits(app, q, "big") == (1, 3.0)
+        _audited(store, "limit")
+        assert not act("big", "limit", {"weight": "lots"}, "limit refused: weight")
+        assert "lots" in page.locator("#fair-action-result").inner_text()
+        assert _limits(app, q, "big") == (1, 3.0)  # unchanged
+        assert act("big", "limit", {"reset": True}, "limits now")
+        assert controls.limit(app, "big", queue=q)[0] == before
+        _audited(store, "limit")
+
+        held = controls.held_count(app, "small", queue=q)
+        assert held > 0
+        assert act("small", "purge", {}, f"purged {held} held tasks of group small")
+        assert controls.held_count(app, "small", queue=q) == 0
+        assert _audited(store, "purge").args["removed"] == held
+
+        assert act(None, "pause", {}, f"paused queue {q}")
+        assert store.pauses(q) == {"": None}
+        page.locator(f'section[data-queue="{q}"] .fair-queue-paused').wait_for()
+        assert act(None, "resume", {}, f"resumed queue {q}")
+        assert store.pauses(q) == {}
+        _audited(store, "resume")
+    assert shot.stat().st_size > 10_000
+
+
+class _Actions:
+    """Clicks an action's button (a group's row, or the queue's header for None), fills
+    the confirmation dialog, confirms, and waits for the page's answer."""
+
+    def __init__(self, page: Any, queue: str, errors: list[str]) -> None:
+        self.page, self.errors = page, errors
+        self.section = page.locator(f'section.fair-queue[data-queue="{queue}"]')
+
+    def __call__(self, group: str | None, action: str, fields: dict[str, Any],
+                 expect: str) -> bool:
+        """True when the page reports success; its message starts with ``expect``."""
+        result = self.page.locator("#fair-action-result")
+        self.page.evaluate("document.getElementById('fair-action-result').hidden = true")
+        scope = self.section.locator(f'tr[data-group="{group}"]') if group else \
+            self.section.locator("h2")
+        scope.locator(f'button[data-fair-action="{action}"]').click()
+        assert not self.errors, self.errors  # the page's script ran without an error
+        dialog = self.page.locator("#fair-confirm")
+        dialog.wait_for()
+        for name, value in fields.items():
+            field = dialog.locator(f'[name="{name}"]')
+            field.check() if value is True else field.fill(value)
+        dialog.locator("#fair-confirm-ok").click()
+        result.wait_for()
+        assert result.inner_text().startswith(expect), result.inner_text()
+        return "alert-success" in (result.get_attribute("class") or "")
+
+
+def _limits(app: Any, queue: str, group: str) -> tuple[int | None, float]:
+    [now] = controls.limit(app, group, queue=queue)  # no number: reads only
+    return now.cap, now.weight
+
+
+def _audited(store: Any, action: str, reason: str | None = None) -> Any:
+    [entry] = store.audit_read(1)
+    assert (entry.action, entry.actor) == (action, USER), entry
+    if reason is not None:
+        assert entry.reason == reason
+    return entry
+
+
+def test_the_actor_is_the_flower_user() -> None:
+    from types import SimpleNamespace
+
+    from celery_fair.contrib.flower_controls import flower_user
+
+    def handler(user: Any, authorization: str = "") -> Any:
+        return SimpleNamespace(current_user=user, request=SimpleNamespace(
+            headers={"Authorization": authorization} if authorization else {}))
+
+    basic = "Basic " + base64.b64encode(b"alice:pw").decode()
+    assert flower_user(handler("bob@example.com", basic)) == "bob@example.com"  # OAuth
+    assert flower_user(handler(True, basic)) == "alice"  # basic auth only
+    assert flower_user(handler(True, "Basic !!!")) == "flower"
+    assert flower_user(handler(True)) == "flower"

@@ -9,6 +9,8 @@ what Flower is about to build:
   work and none serves it) and each fair queue and its groups: held tasks per class, in
   flight / cap, weight, oldest wait; and the same as JSON at ``/api/fair/queues``;
 * a task's place (:func:`celery_fair.position`) as JSON at ``/api/fair/position/<task id>``;
+* the page's controls (pause, resume, purge, limit), ``POST /api/fair/<action>``
+  (:mod:`celery_fair.contrib.flower_controls`);
 * a **Held (fair)** column on the Broker page, and ``fair_held`` / ``fair_delayed`` /
   ``fair_inflight`` in each queue of ``/api/queues/length``;
 * in ``/metrics``, the store-wide metrics of the dispatcher's own ``/metrics``
@@ -51,6 +53,7 @@ from ..metrics import add_queue_figures, dispatchers_family, store_families
 from ..position import position_of
 from ..store import Bounds, store_for_url
 from ..summary import format_wait, read_summaries
+from .flower_controls import control_routes, read_pauses
 
 try:
     from flower import urls as flower_urls
@@ -91,6 +94,7 @@ def enable() -> None:
         web.url(r"/fair-queues", FairQueuesView, name="fair-queues"),
         (r"/api/fair/queues", FairQueuesApi),
         (r"/api/fair/position/(.+)", FairPositionApi),
+        *control_routes(),
     ]
     settings["template_loader"] = FairTemplateLoader(settings["template_path"])
     REGISTRY.register(COLLECTOR)
@@ -136,6 +140,16 @@ async def fetch_liveness(app: Any) -> Liveness | None:
         return None
 
 
+async def fetch_pauses(app: Any, queues: list[str]) -> dict[str, Any]:
+    """:func:`~celery_fair.contrib.flower_controls.read_pauses` off the event loop
+    ({} when the store could not be read: the page says so already)."""
+    try:
+        return await IOLoop.current().run_in_executor(None, read_pauses, app, queues)
+    except FairError as exc:
+        logger.warning("celery_fair: pauses not read: %s", exc)
+        return {}
+
+
 # -- the Fair queues page and its JSON ---------------------------------------------------
 
 
@@ -146,8 +160,10 @@ class FairQueuesView(BaseHandler):
     async def get(self) -> None:
         summaries, error = await fetch_summaries(self.capp)
         liveness = await fetch_liveness(self.capp)
+        pauses = await fetch_pauses(self.capp, list(summaries))
         self.render(PAGE_TEMPLATE, active_tab="fair", fair_queues=summaries,
-                    fair_error=error, fair_now=time.time(), fair_wait=format_wait,
+                    fair_pauses=pauses, fair_error=error, fair_now=time.time(),
+                    fair_wait=format_wait,
                     fair_live=liveness, fair_command=dispatch_command(app_name(self.capp)),
                     fair_utc=utc)
 
@@ -365,7 +381,7 @@ class FairTemplateLoader(Loader):
     """
 
     def _create_template(self, name: str) -> Template:
-        root = TEMPLATES if name == PAGE_TEMPLATE else self.root
+        root = TEMPLATES if name.startswith("fair_") else self.root  # ours: fair_*.html
         with open(os.path.join(root, name), "rb") as f:
             source = f.read().decode("utf-8")
         patch = _PATCHES.get(name)
