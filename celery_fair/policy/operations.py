@@ -341,6 +341,22 @@ class FairQueue(QueueData):
             self.resume(g)
         return due
 
+    def boost(self, g: str, weight: float, until_ms: float) -> None:
+        """Pick g with ``weight`` until ``until_ms`` (inf: until unboosted); a boost
+        again replaces the last. See ``boost.lua``."""
+        self.boosts[g] = (weight, until_ms)
+
+    def unboost(self, g: str) -> bool:
+        """End g's boost; True when it was boosted. See ``boost.lua``."""
+        return self.boosts.pop(g, None) is not None
+
+    def expire_boosts(self, now_ms: int) -> list[str]:
+        """End the boosts due at ``now_ms``; returns them, by name."""
+        due = sorted(g for g, (_, until) in self.boosts.items() if until <= now_ms)
+        for g in due:
+            self.unboost(g)
+        return due
+
 
 def _lay(g: str, value: N | None, limits: dict[str, N], in_force: dict[str, N],
          settings: dict[str, N]) -> None:

@@ -36,6 +36,7 @@ from .controls import Controls
 from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
 from .lifecycle import Lifecycle
+from .boosting import SqlBoosting
 from .pausing import SqlPausing
 from .schema import DEFAULT_PREFIX, Tables
 from .statements import Statements
@@ -49,7 +50,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SqlStore(SqlInspecting, SqlAudit, SqlPausing, Store):
+class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, Store):
     """Fair queues of one namespace in one SQL database."""
 
     def __init__(self, engine: Engine, namespace: str = "fair",

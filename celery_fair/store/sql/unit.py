@@ -177,8 +177,8 @@ class Unit:
         for g in wanted:
             lim: Any = found.get(g, {})
             cap = in_force(lim.get("limit_cap"), lim.get("conf_cap"), q_row["default_cap"])
-            weight = in_force(lim.get("limit_weight"), lim.get("conf_weight"),
-                              q_row["default_weight"])
+            weight = lim.get("boost_weight") or in_force(  # a boost wins while it lasts
+                lim.get("limit_weight"), lim.get("conf_weight"), q_row["default_weight"])
             self._limits[g] = (int(cap), float(weight))
 
     def cap(self, g: str) -> int:
