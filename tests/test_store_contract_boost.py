@@ -14,6 +14,7 @@ from .store_helpers import (
     NOW,
     Q,
     hold,
+    pick,
     pick_groups,
     store_fixture,  # noqa: F401  (the fixture ``store``: any_store)
 )
@@ -66,3 +67,36 @@ def test_a_bad_boost_is_refused_before_anything_is_written(store: Store) -> None
         with pytest.raises(InvalidLimit):
             store.boost(Q, "acme", weight, None)
     assert store.boosts(Q) == {}
+
+
+def test_a_boosted_task_goes_to_the_front_of_its_group_and_its_group_first(
+        store: Store) -> None:
+    for _ in range(3):
+        hold(store, "acme")
+    hold(store, "globex")
+    second = hold(store, "globex")
+    last = hold(store, "globex")
+    assert pick_groups(store, 2) == ["acme", "globex"]  # acme is next (a tie, by name)
+    assert store.boost_task(Q, last) == "globex"
+    picked = pick(store)
+    assert [p.hold_id for p in picked] == [last]  # first in its group, its group first
+    assert pick_groups(store, 1) == ["acme"]  # once: the order goes on as before
+    assert [p.hold_id for p in pick(store)] == [second]
+
+
+def test_a_boosted_task_of_the_group_in_front_goes_first_in_it(store: Store) -> None:
+    hold(store, "acme")
+    late = hold(store, "acme")
+    hold(store, "globex")
+    assert store.boost_task(Q, late) == "acme"
+    assert [p.hold_id for p in pick(store)] == [late]
+
+
+def test_boosting_a_task_not_held_changes_nothing(store: Store) -> None:
+    held_id = hold(store, "acme")
+    later = hold(store, "acme", due=NOW + 60_000)  # delayed: not held yet
+    assert store.boost_task(Q, later) is None
+    assert store.boost_task(Q, "no-such-task") is None
+    taken = pick(store)
+    assert [p.hold_id for p in taken] == [held_id]
+    assert store.boost_task(Q, held_id) is None  # dispatched

@@ -28,6 +28,7 @@ from .decisions import (
     advance,
     copy_id,
     dispatch_id,
+    front_tag,
     may_release,
     requeues,
     skip_copy,
@@ -349,6 +350,24 @@ class FairQueue(QueueData):
     def unboost(self, g: str) -> bool:
         """End g's boost; True when it was boosted. See ``boost.lua``."""
         return self.boosts.pop(g, None) is not None
+
+    def boost_task(self, hold_id: str) -> str | None:
+        """Move a held message to the front of its group's list, and the group to the
+        front of its class's ready set once; its group, or None when it is not held
+        (delayed, dispatched, unknown). See ``boost_task.lua``."""
+        held = self.msgs.get(hold_id)
+        queue = held and self.lists.get((held.placement.klass, held.placement.group))
+        if not held or not queue or hold_id not in queue:
+            return None
+        klass, g = held.placement.klass, held.placement.group
+        queue.remove(hold_id)
+        queue.appendleft(hold_id)
+        ready, group = self.ready[klass], self.groups[g]
+        tag = front_tag(min(ready.values(), default=None), group.tags.get(klass))
+        group.tags[klass] = tag
+        if g in ready:
+            ready[g] = tag
+        return g
 
     def expire_boosts(self, now_ms: int) -> list[str]:
         """End the boosts due at ``now_ms``; returns them, by name."""

@@ -25,6 +25,7 @@ from typing import Any
 
 from .audit import Audit
 from .beats import Beats
+from .boosting import Boosting
 from .heads import HeadWaits
 from .held import HeldReads
 from .models import (
@@ -54,7 +55,6 @@ from .models import (
     snapshot_of,
     wall_clock_ms,
 )
-from .boosting import Boosting
 from .pausing import Pausing
 
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRUNE_GRACE_MS",

@@ -36,6 +36,14 @@ class Boosting(abc.ABC):
         its end stays listed until expired."""
 
     @abc.abstractmethod
+    def boost_task(self, queue: str, hold_id: str) -> str | None:
+        """Move the message held under ``hold_id`` to the front of its group's list, and
+        its group to the front of its class's ready set once (its tag just below the
+        lowest: picked next, unless the other class or a cap comes first). Atomic.
+        Returns its group, or None when it is not held (delayed, dispatched, unknown):
+        nothing changed."""
+
+    @abc.abstractmethod
     def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
         """End the boosts of ``queue`` whose end is at or before ``now_ms``; returns
         their groups, sorted."""

@@ -173,6 +173,10 @@ class MemoryReads(Locating):
         return {g: (w, None if math.isinf(until) else int(until))
                 for g, (w, until) in found.items()}
 
+    def boost_task(self, queue: str, hold_id: str) -> str | None:
+        with self._queue(queue) as fq:
+            return fq.boost_task(hold_id)
+
     def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
         with self._queue(queue) as fq:
             return fq.expire_boosts(now_ms)

@@ -95,5 +95,9 @@ class RedisBoosting:
         ends = {_text(g): None if math.isinf(u) else int(u) for g, u in until}
         return {_text(g): (float(w), ends.get(_text(g))) for g, w in weights.items()}
 
+    def boost_task(self, queue: str, hold_id: str) -> str | None:
+        group = self._run("boost_task", queue, hold_id)
+        return _text(group) if group else None
+
     def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
         return [_text(g) for g in self._run("boost", queue, "expire", now_ms)]

@@ -12,8 +12,9 @@ from sqlalchemy import Connection, and_, delete, select, update
 
 from ... import limits
 from ...names import validate_group
+from ...policy.decisions import front_tag
 from .statements import Statements
-from .unit import upsert
+from .unit import Unit, upsert
 
 
 class SqlBoosting:
@@ -21,6 +22,7 @@ class SqlBoosting:
 
     s: Statements
     namespace: str
+    wakes: Any
     _do: Callable[..., Any]
 
     def boost(self, queue: str, group: str, weight: float, until_ms: int | None) -> None:
@@ -41,6 +43,31 @@ class SqlBoosting:
                 lt.ns == self.namespace, lt.queue == queue,
                 lt.boost_weight.is_not(None))).all())
         return {g: (float(w), None if u is None else int(u)) for g, w, u in rows}
+
+    def boost_task(self, queue: str, hold_id: str) -> str | None:
+        m = self.s.t.messages.c
+
+        def work(c: Connection) -> str | None:
+            u = Unit(c, self.s, self.namespace, queue, True, self.wakes.notice)  # as pick
+            msg = c.execute(select(m.grp, m.klass, m.seq).where(
+                m.ns == self.namespace, m.queue == queue, m.hold_id == hold_id)).first()
+            row = None if msg is None or msg.seq is None else u.group(msg.grp)
+            if msg is None or row is None:
+                return None  # not held: delayed (no seq), dispatched or unknown
+            row["head"] -= 1  # the front of its group's list (as a hold with front)
+            c.execute(update(self.s.t.messages).where(
+                m.ns == self.namespace, m.queue == queue, m.hold_id == hold_id
+            ).values(seq=row["head"]))
+            klass, g = msg.klass, msg.grp
+            head = u.head_of_ready(klass, 1)
+            u.load_ready([(klass, g)])
+            tag = front_tag(head[0][1] if head else None, row[f"tag_{klass}"])
+            row[f"tag_{klass}"] = tag
+            if u.ready[(klass, g)] is not None:
+                u.ready[(klass, g)] = tag
+            u.flush()
+            return str(g)
+        return self._do("boost task", queue, work)  # type: ignore[no-any-return]
 
     def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
         lt = self.s.t.limits.c

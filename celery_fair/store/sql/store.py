@@ -32,11 +32,11 @@ from ..base import (
 from ..connection import Bounds
 from ..models import check_hold
 from .audit import SqlAudit
+from .boosting import SqlBoosting
 from .controls import Controls
 from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
 from .lifecycle import Lifecycle
-from .boosting import SqlBoosting
 from .pausing import SqlPausing
 from .schema import DEFAULT_PREFIX, Tables
 from .statements import Statements
