@@ -136,8 +136,13 @@ class QueueData:
         return self.caps.get(g, self.default_cap)
 
     def weight_of(self, g: str) -> float:
+        """The group's weight in force (the setting or runtime limit; not a boost)."""
+        return self.weights.get(g, self.default_weight)
+
+    def pick_weight(self, g: str) -> float:
+        """The weight the pick uses: a boost's while it lasts (common.lua ``weight_of``)."""
         boost = self.boosts.get(g)
-        return boost[0] if boost else self.weights.get(g, self.default_weight)
+        return boost[0] if boost else self.weight_of(g)
 
     def _eligible(self, klass: str, g: str, n: int) -> bool:
         return eligible(klass, self._held(klass, g), n, self.cap_of(g), self.reserve,

@@ -45,7 +45,8 @@ def front_tag(head: float | None, tag: float | None) -> float:
     """The tag that puts a group first in its class's ready set once (``fair boost
     --task``): just below the lower of the set's head and its own, so no tie with another
     group's tag decides by name. Not the virtual time, often behind the head: the group
-    would win that much credit, more than one pick. See ``boost_task.lua``."""
+    would win that much credit, more than one pick; the virtual time is lowered to the
+    tag when above it, so a refresh keeps it. See ``boost_task.lua``."""
     lowest = tag or 0.0
     if head is not None and head < lowest:
         lowest = head

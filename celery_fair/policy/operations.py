@@ -107,7 +107,7 @@ class FairQueue(QueueData):
             self._count("held:" + klass, -1)
             group = self.groups[g]
             self.vt[klass] = tag
-            tag = group.tags[klass] = advance(tag, held.placement.cost, self.weight_of(g))
+            tag = group.tags[klass] = advance(tag, held.placement.cost, self.pick_weight(g))
             group.inflight += 1
             did = dispatch_id(token, self.stat["picks"], len(out) + 1)
             self.records[did] = Record(PICKED, held.placement, hold_id, held.value)
@@ -365,6 +365,8 @@ class FairQueue(QueueData):
         ready, group = self.ready[klass], self.groups[g]
         tag = front_tag(min(ready.values(), default=None), group.tags.get(klass))
         group.tags[klass] = tag
+        if tag < (self.vt.get(klass) or 0.0):  # a refresh would take it back to the vt
+            self.vt[klass] = tag
         if g in ready:
             ready[g] = tag
         return g

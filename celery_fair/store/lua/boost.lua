@@ -1,7 +1,7 @@
 --[[ boost: boost a group's weight, end a boost, or end the boosts that are due
 (`fair boost`, `fair boost --reset`, the dispatcher's step). The boost weight is kept in
 `boosts`, apart from the weights in force (configure.lua, limit.lua): common.lua
-`weight_of` reads it first, so ending a boost needs nothing restored.
+`pick_weight_of` reads it first, so ending a boost needs nothing restored.
 KEYS[1]  fair queue prefix
 ARGV[1]  'boost', 'unboost' or 'expire'
 ARGV[2]  boost, unboost: the group; expire: now in ms

@@ -63,6 +63,8 @@ class SqlBoosting:
             u.load_ready([(klass, g)])
             tag = front_tag(head[0][1] if head else None, row[f"tag_{klass}"])
             row[f"tag_{klass}"] = tag
+            if tag < (u.vt(klass) or 0.0):  # a refresh would take it back to the vt
+                u.set_vt(klass, tag)
             if u.ready[(klass, g)] is not None:
                 u.ready[(klass, g)] = tag
             u.flush()

@@ -91,10 +91,14 @@ local function cap_of(g, default_cap)
          or valid_cap(redis.call('HGET', K_CONF, 'cap')) or -1
 end
 
--- A boost (boost.lua) is kept apart from the weights and wins while it lasts.
 local function weight_of(g, default)
-  return valid_weight(redis.call('HGET', K_BOOSTS, g))
-         or valid_weight(redis.call('HGET', K_WEIGHTS, g)) or default
+  return valid_weight(redis.call('HGET', K_WEIGHTS, g)) or default
+end
+
+-- The weight the pick uses: a boost (boost.lua), kept apart from the weights, wins while
+-- it lasts (policy `pick_weight`).
+local function pick_weight_of(g, default)
+  return valid_weight(redis.call('HGET', K_BOOSTS, g)) or weight_of(g, default)
 end
 
 -- Count `delta` messages entering (+) or leaving (-) g's class `cls` list: the per-class
