@@ -8,7 +8,6 @@ tests/test_store_contract_boost.py."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
