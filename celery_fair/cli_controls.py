@@ -33,6 +33,14 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
+def _for_option(what: str, until: str, group: str) -> Any:
+    """``--for DURATION``: the control ends by itself after it (``what``: "Resume")."""
+    return click.option("--for", "for_seconds", default=None, callback=_duration,
+                        metavar="DURATION", help=f"{what} by itself after this long: "
+                        f"seconds, or 30m, 1h, 2d (default: until {until}).",
+                        cls=CeleryOption, help_group=group)
+
+
 _reason = click.option("--reason", default=None, help="Why, for the audit log (fair audit).",
                        cls=CeleryOption, help_group="Pause Options")
 
@@ -41,10 +49,7 @@ _reason = click.option("--reason", default=None, help="Why, for the audit log (f
 @click.argument("group", required=False)
 @queue_option("Pause Options", default="every fair queue in the store; without GROUP: "
               "required, the queues paused whole")
-@click.option("--for", "for_seconds", default=None, callback=_duration, metavar="DURATION",
-              help="Resume by itself after this long: seconds, or 30m, 1h, 2d "
-                   "(default: until fair resume).",
-              cls=CeleryOption, help_group="Pause Options")
+@_for_option("Resume", "fair resume", "Pause Options")
 @_reason
 @click.pass_context
 def pause(ctx: click.Context, group: str | None, queues: tuple[str, ...],
@@ -160,10 +165,7 @@ def mark_pauses(store: Any, doc: dict[str, Any]) -> dict[str, Any]:
 @click.option("--weight", default=None, metavar="WEIGHT",
               help="The weight the group is picked with while boosted.",
               cls=CeleryOption, help_group="Boost Options")
-@click.option("--for", "for_seconds", default=None, callback=_duration, metavar="DURATION",
-              help="End by itself after this long: seconds, or 30m, 1h, 2d "
-                   "(default: until fair boost GROUP --reset).",
-              cls=CeleryOption, help_group="Boost Options")
+@_for_option("End", "fair boost GROUP --reset", "Boost Options")
 @click.option("--reset", is_flag=True, help="End the group's boost now.",
               cls=CeleryOption, help_group="Boost Options")
 @click.option("--task", "task_id", default=None, metavar="TASK_ID",
