@@ -18,11 +18,13 @@ from .store import store_for
 from .store.audit import AUDIT_MAX, AuditEntry
 from .store.base import Store, now_ms
 
-__all__ = ["AUDIT_MAX", "MAX_REASON", "AuditEntry", "actor_name", "check_reason", "read",
-           "record", "utc_text"]
+__all__ = ["AUDIT_MAX", "MAX_REASON", "MAX_SECONDS", "AuditEntry", "actor_name",
+           "check_reason", "check_seconds", "read", "record", "utc_text"]
 
 #: Longest reason kept (characters); longer is refused, not cut.
 MAX_REASON = 500
+#: Longest duration of a pause or a boost (``for_seconds``): 366 days.
+MAX_SECONDS = 366 * 86400
 _MAX_ACTOR = 200
 
 
@@ -65,6 +67,21 @@ def check_reason(reason: Any) -> str | None:
         raise InvalidControl(f"reason must be at most {MAX_REASON} characters, got "
                              f"{len(reason)}")
     return reason or None
+
+
+def check_seconds(value: Any) -> float | None:
+    """A control's duration (``for_seconds``) checked (None: no end).
+
+    Raises:
+        InvalidControl: naming the accepted range and what was given.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value <= MAX_SECONDS:
+        raise InvalidControl(f"for_seconds must be a number of seconds above 0 and at most "
+                             f"{MAX_SECONDS} (366 days), got {value!r}")
+    return float(value)
 
 
 def record(store: Store, action: str, args: Mapping[str, Any], *, actor: str,

@@ -11,7 +11,7 @@ import click
 from celery.bin.base import CeleryCommand, CeleryOption
 
 from .cli_backlog import held, purge
-from .cli_controls import audit, mark_pauses, pause, resume
+from .cli_controls import audit, boost, mark_pauses, pause, resume
 from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
@@ -272,6 +272,7 @@ def check(ctx: click.Context, repair: bool, as_json: bool, queues: tuple[str, ..
 fair.add_command(audit)
 fair.add_command(pause)
 fair.add_command(resume)
+fair.add_command(boost)
 fair.add_command(dispatch)
 fair.add_command(migrate)
 fair.add_command(held)

@@ -1,10 +1,12 @@
-"""``celery -A proj fair pause|resume|audit``: pauses and the audit log of controls
-(``celery_fair.controls``, ``celery_fair.audit``). Registered on the ``fair`` group by
+"""``celery -A proj fair pause|resume|boost|audit``: pauses, boosts and the audit log
+of controls (``celery_fair.controls``, ``celery_fair.audit``). Registered on the ``fair`` group by
 ``cli.py``.
 
 Grammar: ``fair pause GROUP [-Q QUEUE] [--for 1h] [--reason TEXT]`` pauses a group (in
 every fair queue unless -Q names some); ``fair pause -Q QUEUE`` (no GROUP) pauses the
-whole queue; ``fair resume`` takes the same GROUP / -Q.
+whole queue; ``fair resume`` takes the same GROUP / -Q. ``fair boost GROUP [-Q QUEUE]
+--weight W [--for 1h] [--reason TEXT]`` boosts a group, ``fair boost GROUP --reset``
+ends it, ``fair boost --task ID`` moves a held task to the front.
 """
 
 from __future__ import annotations
@@ -31,6 +33,14 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
+def _for_option(what: str, until: str, group: str) -> Any:
+    """``--for DURATION``: the control ends by itself after it (``what``: "Resume")."""
+    return click.option("--for", "for_seconds", default=None, callback=_duration,
+                        metavar="DURATION", help=f"{what} by itself after this long: "
+                        f"seconds, or 30m, 1h, 2d (default: until {until}).",
+                        cls=CeleryOption, help_group=group)
+
+
 _reason = click.option("--reason", default=None, help="Why, for the audit log (fair audit).",
                        cls=CeleryOption, help_group="Pause Options")
 
@@ -39,10 +49,7 @@ _reason = click.option("--reason", default=None, help="Why, for the audit log (f
 @click.argument("group", required=False)
 @queue_option("Pause Options", default="every fair queue in the store; without GROUP: "
               "required, the queues paused whole")
-@click.option("--for", "for_seconds", default=None, callback=_duration, metavar="DURATION",
-              help="Resume by itself after this long: seconds, or 30m, 1h, 2d "
-                   "(default: until fair resume).",
-              cls=CeleryOption, help_group="Pause Options")
+@_for_option("Resume", "fair resume", "Pause Options")
 @_reason
 @click.pass_context
 def pause(ctx: click.Context, group: str | None, queues: tuple[str, ...],
@@ -135,13 +142,71 @@ def _value(value: Any) -> str:
 
 
 def mark_pauses(store: Any, doc: dict[str, Any]) -> dict[str, Any]:
-    """Mark a queue's document (``fair status``, ``fair groups``) with its pauses: the
-    queue's ``paused`` (its pause), each paused group's ``paused`` (true); absent when
-    not paused, so the documents of a store without pauses stay as they were."""
-    pauses = store.pauses(doc["queue"])
+    """Mark a queue's document (``fair status``, ``fair groups``) with its pauses and
+    boosts: the queue's ``paused`` (its pause), each paused group's ``paused`` (true),
+    each boosted group's ``boosted`` ({"weight", "until_ms"}: its ``weight`` stays the
+    configured one); absent when not paused or boosted, so the documents of a store
+    without them stay as they were."""
+    pauses, boosts = store.pauses(doc["queue"]), store.boosts(doc["queue"])
     if WHOLE_QUEUE in pauses:
         doc["paused"] = {"until_ms": pauses[WHOLE_QUEUE]}
     for group in doc.get("groups", ()):
         if group["group"] in pauses:
             group["paused"] = True
+        if group["group"] in boosts:
+            weight, until = boosts[group["group"]]
+            group["boosted"] = {"weight": weight, "until_ms": until}
     return doc
+
+
+@click.command(cls=CeleryCommand)
+@click.argument("group", required=False)
+@queue_option("Boost Options", default="every fair queue in the store")
+@click.option("--weight", default=None, metavar="WEIGHT",
+              help="The weight the group is picked with while boosted.",
+              cls=CeleryOption, help_group="Boost Options")
+@_for_option("End", "fair boost GROUP --reset", "Boost Options")
+@click.option("--reset", is_flag=True, help="End the group's boost now.",
+              cls=CeleryOption, help_group="Boost Options")
+@click.option("--task", "task_id", default=None, metavar="TASK_ID",
+              help="Instead of a group: move this held task to the front of its group, "
+                   "and its group to the front of the ready set once.",
+              cls=CeleryOption, help_group="Boost Options")
+@_reason
+@click.pass_context
+def boost(ctx: click.Context, group: str | None, queues: tuple[str, ...],
+          weight: str | None, for_seconds: float | None, reset: bool, task_id: str | None,
+          reason: str | None) -> None:
+    """Boost a group: pick it with --weight (for --for), apart from its limits.
+
+    When the boost ends (--for, or --reset) the group's configured weight (the settings
+    or fair limit) is in force again. With --task ID, move a held task to the front
+    instead. Recorded in the audit log (fair audit).
+    """
+    from . import controls
+
+    app = ctx.obj.app
+    if task_id is not None:
+        if group is not None or weight is not None or for_seconds is not None or reset \
+                or queues:
+            raise click.UsageError("--task takes no GROUP, -Q, --weight, --for or --reset")
+        click.echo(f"boosted {_run(lambda: controls.boost_task(app, task_id, reason=reason))}")
+        return
+    if group is None:
+        raise click.UsageError("name a GROUP to boost (or --task ID)")
+    if reset:
+        if weight is not None or for_seconds is not None:
+            raise click.UsageError("--reset takes no --weight or --for")
+        done = _run(lambda: controls.unboost(app, group, queue=queues or None,
+                                             reason=reason))
+        for item in done:
+            click.echo(f"boost ended: {item}")
+        if not done:
+            click.echo("nothing to end: not boosted")
+        return
+    if weight is None:
+        raise click.UsageError("--weight is required (or --reset, or --task ID)")
+    number = _run(lambda: controls.parse_weight(weight, "--weight"))
+    for item in _run(lambda: controls.boost(app, group, weight=number, queue=queues or None,
+                                            for_seconds=for_seconds, reason=reason)):
+        click.echo(f"boosted {item}")

@@ -152,6 +152,17 @@ def render_groups(queues: list[dict[str, Any]]) -> Any:
     return Group(*parts) if parts else Text("no fair queues yet (nothing has been held)")
 
 
+def boost_text(g: dict[str, Any]) -> str:
+    """A boosted group's weight cell suffix: `` boost 10 until <UTC>`` (else empty)."""
+    from .audit import utc_text
+
+    boost = g.get("boosted")
+    if not boost:
+        return ""
+    until = "" if boost["until_ms"] is None else f" until {utc_text(boost['until_ms'])}"
+    return f" boost {boost['weight']:g}{until}"
+
+
 def _group_table(rows: list[dict[str, Any]]) -> Any:
     from rich import box
     from rich.table import Table
@@ -159,7 +170,9 @@ def _group_table(rows: list[dict[str, Any]]) -> Any:
     limited = any(g["limited"] for g in rows)
     notes = (["* runtime limit (celery fair limit)"] if limited else []) + \
         (["(paused) celery fair pause: resume with celery fair resume GROUP"]
-         if any(g.get("paused") for g in rows) else [])
+         if any(g.get("paused") for g in rows) else []) + \
+        (["boost: celery fair boost, in force instead of the weight until its end"]
+         if any(g.get("boosted") for g in rows) else [])
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                   caption="\n".join(notes) or None, caption_justify="left")
     waits = any("oldest_wait" in g for g in rows)  # status reads them; groups does not
@@ -174,5 +187,5 @@ def _group_table(rows: list[dict[str, Any]]) -> Any:
                       str(g["held_background"]), str(g["held_interactive"]),
                       str(g["delayed"]), str(g["inflight"]),
                       ("-" if g["cap"] is None else str(g["cap"])) + cap_mark,
-                      f"{g['weight']:g}{weight_mark}", *wait)
+                      f"{g['weight']:g}{weight_mark}{boost_text(g)}", *wait)
     return table

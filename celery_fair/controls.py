@@ -18,9 +18,11 @@ anything, so a bad request changes nothing::
     controls.pause(app, "acme", for_seconds=3600, reason="incident 42")
     controls.resume(app, "acme")
     controls.pause(app, queue="reports")                   # the whole queue
+    controls.boost(app, "acme", weight=10, for_seconds=3600)  # boosts.py
+    controls.unboost(app, "acme")
+    controls.boost_task(app, task_id)                      # to the front, once
 
 Every change is recorded in the audit log (:mod:`celery_fair.audit`, ``fair audit``).
-Later controls (boosting a group) belong here too, one function each.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Union
 
 from . import audit, limits
 from .backlog import CLASSES, MAX_LISTED, PURGE_BATCH, HeldTask, held, held_count, purge
+from .boosts import Boost, TaskBoost, boost, boost_task, unboost
 from .errors import InvalidControl, InvalidLimit, UnknownQueue
 from .names import validate_group
 from .queues import checked_queues
@@ -41,9 +44,10 @@ from .store.base import KEEP, RESET, now_ms
 from .store.pausing import WHOLE_QUEUE
 
 __all__ = ["CLASSES", "MAX_LISTED", "MAX_PAUSE_SECONDS", "PURGE_BATCH", "UNCHANGED",
-           "HeldTask", "Limit", "Pause", "Unchanged", "held", "held_count", "known_queues",
-           "limit", "parse_concurrency", "parse_duration", "parse_weight", "pause", "purge",
-           "resume"]
+           "Boost", "HeldTask", "Limit", "Pause", "TaskBoost", "Unchanged", "boost",
+           "boost_task", "held", "held_count",
+           "known_queues", "limit", "parse_concurrency", "parse_duration", "parse_weight",
+           "pause", "purge", "resume", "unboost"]
 
 
 class Unchanged(enum.Enum):
@@ -136,7 +140,7 @@ def _limit_record(after: Limit, cap: int | str, weight: float | str) -> dict[str
 
 
 #: Longest pause with an end (a year); longer: pause without an end, resume by hand.
-MAX_PAUSE_SECONDS = 366 * 86400
+MAX_PAUSE_SECONDS = audit.MAX_SECONDS
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ def pause(app: Any, group: Any = None, *, queue: str | Sequence[str] | None = No
         never held a task, or none named for a whole-queue pause): nothing written.
     """
     names, g, who, why = _pause_args(app, group, queue, actor, reason)
-    seconds = _seconds(for_seconds)
+    seconds = audit.check_seconds(for_seconds)
     until = None if seconds is None else now_ms() + int(seconds * 1000)
     store = store_for(app)
     done = []
@@ -217,7 +221,7 @@ def parse_duration(text: str) -> float:
     scale = units.get(value[-1:], 1) if value else 1
     number = value[:-1] if value[-1:] in units else value
     try:
-        return _seconds(float(number) * scale) or 0.0
+        return audit.check_seconds(float(number) * scale) or 0.0
     except (ValueError, InvalidControl):
         raise InvalidControl(f"duration must be seconds or a number with s, m, h or d "
                              f"(90, 30m, 1h), more than 0 and at most 366d, got {text!r}"
@@ -295,13 +299,3 @@ def _pause_args(app: Any, group: Any, queue: str | Sequence[str] | None, actor: 
     who, why = audit.actor_name(actor), audit.check_reason(reason)
     return checked_queues(app, store_for(app), queue, False, ""), g, who, why
 
-
-def _seconds(value: Any) -> float | None:
-    """A pause's duration checked (None: no end)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not 0 < value <= MAX_PAUSE_SECONDS:
-        raise InvalidControl(f"for_seconds must be a number of seconds above 0 and at most "
-                             f"{MAX_PAUSE_SECONDS} (366 days), got {value!r}")
-    return float(value)

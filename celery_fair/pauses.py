@@ -1,6 +1,7 @@
-"""The dispatcher's part in pauses (``controls.pause``): lift those whose end has come,
-and record each in the audit log. About once a second, whatever the load: a pause ends
-within a second of its time, at the cost of one small store read per queue."""
+"""The dispatcher's part in pauses (``controls.pause``) and boosts (``controls.boost``):
+lift those whose end has come, and record each in the audit log. About once a second,
+whatever the load: a pause or a boost ends within a second of its time, at the cost of
+two small store reads per queue."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 from collections.abc import Callable, Iterable
 
 from . import audit
+from .boosts import expire_boosts
 from .store.base import Store
 from .store.pausing import WHOLE_QUEUE
 
@@ -29,8 +31,9 @@ class PauseExpiry:
         self.actor = f"dispatcher {socket.gethostname()}:{os.getpid()}"
 
     def maybe_expire(self, queues: Iterable[str], now_ms: int) -> list[tuple[str, str]]:
-        """Lift the due pauses of ``queues`` (at most once per EXPIRE_SECONDS); returns
-        (queue, group) of each ('' group: the whole queue)."""
+        """Lift the due pauses of ``queues`` and end their due boosts (at most once per
+        EXPIRE_SECONDS); returns (queue, group) of each pause lifted ('' group: the whole
+        queue)."""
         if self._clock() < self._next:
             return []
         self._next = self._clock() + EXPIRE_SECONDS
@@ -43,4 +46,5 @@ class PauseExpiry:
                             f"{queue}" if name else f"queue {queue}")
                 audit.record(store, "expire", {"queue": queue, "group": name},
                              actor=self.actor)
+            expire_boosts(store, queue, now_ms, self.actor)
         return lifted

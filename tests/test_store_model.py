@@ -3,7 +3,8 @@ time (the Redis store's Lua scripts on the real redis-server; the SQL store on S
 PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
 with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
-configure, limit and cancel (resent under its token).
+configure, limit, pause, boost (a group's weight, with expiry; a task to the front) and
+cancel (resent under its token).
 
 After every step both must agree: what each operation returned (the dispatch ids and
 messages a pick took, in order), and, through the common inspection
@@ -222,6 +223,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.both("promote", self.now, 1000)
         self.both("reclaim", self.now, 1000)
         self.both("expire_pauses", self.now)
+        self.both("expire_boosts", self.now)
 
     @rule(group=st.sampled_from([*GROUPS, WHOLE_QUEUE]),
           until=st.sampled_from([None, 3_000, 20_000]))
@@ -231,6 +233,21 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(group=st.sampled_from([*GROUPS, WHOLE_QUEUE]))
     def resume(self, group: str) -> None:
         self.both("resume", group)
+
+    @rule(group=st.sampled_from(GROUPS), weight=st.sampled_from([0.5, 3.0, 10.0]),
+          until=st.sampled_from([None, 3_000, 20_000]))
+    def boost(self, group: str, weight: float, until: int | None) -> None:
+        self.both("boost", group, weight, None if until is None else self.now + until)
+
+    @rule(group=st.sampled_from(GROUPS))
+    def unboost(self, group: str) -> None:
+        self.both("unboost", group)
+
+    @rule(data=st.data())
+    def boost_task(self, data: Any) -> None:
+        """A task to the front: held (often), delayed, dispatched or unknown."""
+        if self.ids:
+            self.both("boost_task", f"t{data.draw(st.integers(1, self.ids))}")
 
     @rule(cap=st.sampled_from([None, 1, 2, 4]), reserve=st.sampled_from([0, 1, 2]),
           weight=st.sampled_from([1.0, 1.0, 2.0]),
@@ -264,6 +281,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.both_read("queue_figures")
         self.both_read("group_figures", GROUPS)
         self.both_read("pauses")
+        self.both_read("boosts")
         for did in self.dispatched:
             self.both_read("dispatch_state", did)
         for i in range(1, self.ids + 1):  # where each task stands, held or dispatched

@@ -380,6 +380,8 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
     configure(store)
     store.limit(Q, "g", 2)
     store.pause(Q, "g", None)
+    store.boost(Q, "g", 2, None)
+    store.boost_task(Q, "not-held")
     store.cancel(Q, ["not-held"])
     store.summarize(Q, ["g"])
     store.check(Q, False, NOW, LEASE)

@@ -93,6 +93,9 @@ class QueueData:
     weights: dict[str, float] = field(default_factory=dict)
     #: paused groups (``fair pause``; '' the whole queue) -> until when (ms; inf: no end)
     pauses: dict[str, float] = field(default_factory=dict)
+    #: boosted groups (``fair boost``) -> (boost weight, until when (ms; inf: no end)),
+    #: kept apart from the weights: while it lasts the boost weight is the one in force
+    boosts: dict[str, tuple[float, float]] = field(default_factory=dict)
     msgs: dict[str, Held] = field(default_factory=dict)
     lists: dict[tuple[str, str], deque[str]] = field(default_factory=dict)
     delayed: dict[str, int] = field(default_factory=dict)  # hold id -> due ms
@@ -133,7 +136,13 @@ class QueueData:
         return self.caps.get(g, self.default_cap)
 
     def weight_of(self, g: str) -> float:
+        """The group's weight in force (the setting or runtime limit; not a boost)."""
         return self.weights.get(g, self.default_weight)
+
+    def pick_weight(self, g: str) -> float:
+        """The weight the pick uses: a boost's while it lasts (common.lua ``weight_of``)."""
+        boost = self.boosts.get(g)
+        return boost[0] if boost else self.weight_of(g)
 
     def _eligible(self, klass: str, g: str, n: int) -> bool:
         return eligible(klass, self._held(klass, g), n, self.cap_of(g), self.reserve,

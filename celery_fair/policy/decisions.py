@@ -37,6 +37,22 @@ def entry_tag(tag: float | None, vt: float | None) -> float | None:
     return tag
 
 
+#: How far below the lowest tag a boosted task's group goes (relative; ``front_tag``).
+FRONT_EPSILON = 1e-9
+
+
+def front_tag(head: float | None, tag: float | None) -> float:
+    """The tag that puts a group first in its class's ready set once (``fair boost
+    --task``): just below the lower of the set's head and its own, so no tie with another
+    group's tag decides by name. Not the virtual time, often behind the head: the group
+    would win that much credit, more than one pick; the virtual time is lowered to the
+    tag when above it, so a refresh keeps it. See ``boost_task.lua``."""
+    lowest = tag or 0.0
+    if head is not None and head < lowest:
+        lowest = head
+    return lowest - FRONT_EPSILON * (1 + abs(lowest))
+
+
 def advance(tag: float, cost: float, weight: float) -> float:
     """A group's tag after one dispatch of ``cost``: start-time fair queueing."""
     return tag + cost / weight

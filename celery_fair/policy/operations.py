@@ -28,6 +28,7 @@ from .decisions import (
     advance,
     copy_id,
     dispatch_id,
+    front_tag,
     may_release,
     requeues,
     skip_copy,
@@ -106,7 +107,7 @@ class FairQueue(QueueData):
             self._count("held:" + klass, -1)
             group = self.groups[g]
             self.vt[klass] = tag
-            tag = group.tags[klass] = advance(tag, held.placement.cost, self.weight_of(g))
+            tag = group.tags[klass] = advance(tag, held.placement.cost, self.pick_weight(g))
             group.inflight += 1
             did = dispatch_id(token, self.stat["picks"], len(out) + 1)
             self.records[did] = Record(PICKED, held.placement, hold_id, held.value)
@@ -339,6 +340,42 @@ class FairQueue(QueueData):
         due = sorted(g for g, until in self.pauses.items() if until <= now_ms)
         for g in due:
             self.resume(g)
+        return due
+
+    def boost(self, g: str, weight: float, until_ms: float) -> None:
+        """Pick g with ``weight`` until ``until_ms`` (inf: until unboosted); a boost
+        again replaces the last. See ``boost.lua``."""
+        self.boosts[g] = (weight, until_ms)
+
+    def unboost(self, g: str) -> bool:
+        """End g's boost; True when it was boosted. See ``boost.lua``."""
+        return self.boosts.pop(g, None) is not None
+
+    def boost_task(self, hold_id: str) -> str | None:
+        """Move a held message to the front of its group's list, and the group to the
+        front of its class's ready set once; its group, or None when it is not held
+        (delayed, dispatched, unknown). See ``boost_task.lua``."""
+        held = self.msgs.get(hold_id)
+        queue = held and self.lists.get((held.placement.klass, held.placement.group))
+        if not held or not queue or hold_id not in queue:
+            return None
+        klass, g = held.placement.klass, held.placement.group
+        queue.remove(hold_id)
+        queue.appendleft(hold_id)
+        ready, group = self.ready[klass], self.groups[g]
+        tag = front_tag(min(ready.values(), default=None), group.tags.get(klass))
+        group.tags[klass] = tag
+        if tag < (self.vt.get(klass) or 0.0):  # a refresh would take it back to the vt
+            self.vt[klass] = tag
+        if g in ready:
+            ready[g] = tag
+        return g
+
+    def expire_boosts(self, now_ms: int) -> list[str]:
+        """End the boosts due at ``now_ms``; returns them, by name."""
+        due = sorted(g for g, (_, until) in self.boosts.items() if until <= now_ms)
+        for g in due:
+            self.unboost(g)
         return due
 
 

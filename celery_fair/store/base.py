@@ -7,7 +7,8 @@ passed in by the caller, so the operations are deterministic and testable.
 :class:`Store` groups its methods in families: the lifecycle of a held message, the
 policy, the worker registry, wake-ups, reads and maintenance; and families in mixins of
 their own: heartbeats (``beats.py``), the audit log (``audit.py``), pauses
-(``pausing.py``), head waits (``heads.py``) and held messages (``held.py``). Every method may raise
+(``pausing.py``), boosts (``boosting.py``), head waits (``heads.py``) and held messages
+(``held.py``). Every method may raise
 :class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
 store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
 docstrings name the others and what a resend does (a client resends a call whose reply a
@@ -24,6 +25,7 @@ from typing import Any
 
 from .audit import Audit
 from .beats import Beats
+from .boosting import Boosting
 from .heads import HeadWaits
 from .held import HeldReads
 from .models import (
@@ -68,7 +70,7 @@ CHECK_BATCH = 500
 KEEP, RESET = "", "reset"
 
 
-class Store(Beats, HeadWaits, HeldReads, Audit, Pausing, abc.ABC):
+class Store(Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, abc.ABC):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).

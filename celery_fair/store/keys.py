@@ -102,6 +102,16 @@ class QueueKeys:
         return f"{self.prefix}:pauses"
 
     @property
+    def boosts(self) -> str:
+        """HASH boosted group -> boost weight (boost.lua)."""
+        return f"{self.prefix}:boosts"
+
+    @property
+    def boosts_until(self) -> str:
+        """ZSET boosted group -> until when (ms; inf: no end)."""
+        return f"{self.prefix}:boosts:until"
+
+    @property
     def backlog(self) -> str:
         return f"{self.prefix}:backlog"
 

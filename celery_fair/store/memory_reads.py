@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import cast
 
+from .. import limits
 from ..names import validate_group
 from ..policy import CLASSES, FairQueue
 from . import audit
@@ -154,3 +155,28 @@ class MemoryReads(Locating):
     def expire_pauses(self, queue: str, now_ms: int) -> list[str]:
         with self._queue(queue) as fq:
             return fq.expire_pauses(now_ms)
+
+    def boost(self, queue: str, group: str, weight: float, until_ms: int | None) -> None:
+        group = validate_group(group)
+        weight = limits.weight(weight, f"boost weight for group {group!r}")
+        with self._queue(queue) as fq:
+            fq.boost(group, weight, math.inf if until_ms is None else until_ms)
+
+    def unboost(self, queue: str, group: str) -> bool:
+        with self._queue(queue) as fq:
+            return fq.unboost(group)
+
+    def boosts(self, queue: str) -> dict[str, tuple[float, int | None]]:
+        with self._cond:
+            fq = self._queues.get(queue)
+            found = dict(fq.boosts) if fq is not None else {}
+        return {g: (w, None if math.isinf(until) else int(until))
+                for g, (w, until) in found.items()}
+
+    def boost_task(self, queue: str, hold_id: str) -> str | None:
+        with self._queue(queue) as fq:
+            return fq.boost_task(hold_id)
+
+    def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
+        with self._queue(queue) as fq:
+            return fq.expire_boosts(now_ms)

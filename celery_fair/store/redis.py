@@ -46,7 +46,7 @@ from .connection import (
     now_ms,
 )
 from .keys import QueueKeys, queues_key
-from .redis_controls import RedisAudit, RedisPausing
+from .redis_controls import RedisAudit, RedisBoosting, RedisPausing
 from .redis_reads import RedisReads
 from .scripts import OPERATIONS, source
 
@@ -62,7 +62,7 @@ logger = logging.getLogger(__name__)
 _WHERE = ("host", "port", "db", "path")
 
 
-class RedisStore(RedisReads, RedisAudit, RedisPausing, Store):
+class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
     """Fair queues of one namespace in one Redis database."""
 
     supports_direct_push = True

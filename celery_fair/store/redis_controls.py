@@ -1,12 +1,14 @@
 """Operator controls on Redis: the audit log (:class:`~celery_fair.store.audit.Audit`),
-one list per namespace, newest first, trimmed to AUDIT_MAX on each append; and pauses
-(:class:`~celery_fair.store.pausing.Pausing`), ``pause.lua``."""
+one list per namespace, newest first, trimmed to AUDIT_MAX on each append; pauses
+(:class:`~celery_fair.store.pausing.Pausing`), ``pause.lua``; and boosts
+(:class:`~celery_fair.store.boosting.Boosting`), ``boost.lua``."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from .. import limits
 from ..names import validate_group
 from . import audit
 from .audit import AuditEntry
@@ -64,3 +66,38 @@ class RedisPausing:
 
     def expire_pauses(self, queue: str, now_ms: int) -> list[str]:
         return [_text(g) for g in self._run("pause", queue, "expire", now_ms)]
+
+
+class RedisBoosting:
+    """A mixin of :class:`~celery_fair.store.redis.RedisStore` (it gives ``_run``)."""
+
+    client: Any
+    where: str
+    keys: Any
+    _run: Any
+
+    def boost(self, queue: str, group: str, weight: float, until_ms: int | None) -> None:
+        group = validate_group(group)
+        weight = limits.weight(weight, f"boost weight for group {group!r}")
+        self._run("boost", queue, "boost", group, repr(weight),
+                  "inf" if until_ms is None else until_ms)
+
+    def unboost(self, queue: str, group: str) -> bool:
+        return bool(self._run("boost", queue, "unboost", group))
+
+    def boosts(self, queue: str) -> dict[str, tuple[float, int | None]]:
+        keys: QueueKeys = self.keys(queue)
+        with _wrapped(self.where):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hgetall(keys.boosts)
+            pipe.zrange(keys.boosts_until, 0, -1, withscores=True)
+            weights, until = pipe.execute()
+        ends = {_text(g): None if math.isinf(u) else int(u) for g, u in until}
+        return {_text(g): (float(w), ends.get(_text(g))) for g, w in weights.items()}
+
+    def boost_task(self, queue: str, hold_id: str) -> str | None:
+        group = self._run("boost_task", queue, hold_id)
+        return _text(group) if group else None
+
+    def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
+        return [_text(g) for g in self._run("boost", queue, "expire", now_ms)]

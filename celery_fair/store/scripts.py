@@ -13,7 +13,8 @@ from importlib import resources
 _INCLUDE = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
 
 OPERATIONS = ("hold", "pick", "confirm", "begin", "renew", "release", "reclaim", "promote",
-              "configure", "cancel", "summarize", "limit", "check", "forget", "poll", "pause")
+              "configure", "cancel", "summarize", "limit", "check", "forget", "poll", "pause",
+              "boost", "boost_task")
 
 
 def _read(path: str) -> str:

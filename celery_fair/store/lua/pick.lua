@@ -115,7 +115,7 @@ while taken < want do
     unindex_copy(id)
     local gk = k_group(g)
     redis.call('HSET', K_VT, cls, tag)
-    tag = tag + m.cost / weight_of(g, default_weight)
+    tag = tag + m.cost / pick_weight_of(g, default_weight)
     redis.call('HSET', gk, 't' .. cls, tag)
     redis.call('HINCRBY', gk, 'n', 1)
     taken = taken + 1

@@ -123,7 +123,8 @@ class Controls:
         lt = self.t.limits.c
         conn.execute(delete(self.t.limits).where(
             lt.ns == self.ns, lt.queue == queue, lt.conf_cap.is_(None),
-            lt.conf_weight.is_(None), lt.limit_cap.is_(None), lt.limit_weight.is_(None)))
+            lt.conf_weight.is_(None), lt.limit_cap.is_(None), lt.limit_weight.is_(None),
+            lt.boost_weight.is_(None)))
 
     def limit(self, conn: Connection, queue: str, g: str, cap: int | str,
               weight: float | str) -> tuple[int, float, bool]:
@@ -137,7 +138,9 @@ class Controls:
             lt.ns == self.ns, lt.queue == queue, lt.grp == g)).mappings().first()
         values: dict[str, Any] = dict(row) if row else {**u.key, "grp": g, "conf_cap": None,
                                                         "conf_weight": None, "limit_cap": None,
-                                                        "limit_weight": None}
+                                                        "limit_weight": None,
+                                                        "boost_weight": None,
+                                                        "boost_until_ms": None}
         if cap != KEEP_LIMIT:
             values["limit_cap"] = None if cap == RESET_LIMIT else int(cap)
         if weight != KEEP_LIMIT:

@@ -71,7 +71,7 @@ class Picking:
             row = u.groups[g]
             assert row is not None
             u.set_vt(klass, tag)
-            row[f"tag_{klass}"] = advance(tag, msg.cost, u.weight(g))
+            row[f"tag_{klass}"] = advance(tag, msg.cost, u.pick_weight(g))
             row["inflight"] += 1
             row[f"held_{klass}"] -= 1
             did = dispatch_id(self.token, u.q["picks"], len(out) + 1)

@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0003"
+SCHEMA_VERSION = "0004"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -81,12 +81,15 @@ class Tables:
                 # how many rows of ``pauses`` the queue has: 0 spares every operation
                 # the look at them
                 Column("pauses", Integer, nullable=False, default=0, server_default="0")))
-        #: Caps and weights of groups, from the settings and at runtime (``fair limit``).
+        #: Caps and weights of groups, from the settings and at runtime (``fair limit``),
+        #: and a boost (``fair boost``): its weight wins until ``boost_until_ms`` (None:
+        #: no end), kept apart so that nothing is restored when it ends.
         self.limits = Table(
             f"{p}limits", md, *_keys(
                 Column("grp", name(GROUP), primary_key=True),
                 Column("conf_cap", Integer), Column("conf_weight", Double),
-                Column("limit_cap", Integer), Column("limit_weight", Double)))
+                Column("limit_cap", Integer), Column("limit_weight", Double),
+                Column("boost_weight", Double), Column("boost_until_ms", BigInteger)))
         #: A group with held, delayed or in-flight work (forgotten when idle). Hold,
         #: release and begin lock only this row: groups never wait for each other.
         self.groups = Table(

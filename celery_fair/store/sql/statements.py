@@ -131,7 +131,7 @@ class Statements:
         joined = q.outerjoin(lt, and_(lt.c.ns == q.c.ns, lt.c.queue == q.c.queue,
                                       lt.c.grp == bindparam("grp")))
         return select(q, lt.c.conf_cap, lt.c.conf_weight, lt.c.limit_cap,
-                      lt.c.limit_weight).select_from(joined).where(_mine(q))
+                      lt.c.limit_weight, lt.c.boost_weight).select_from(joined).where(_mine(q))
 
     # -- groups and ready sets -------------------------------------------------------------
 

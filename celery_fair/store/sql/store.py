@@ -32,6 +32,7 @@ from ..base import (
 from ..connection import Bounds
 from ..models import check_hold
 from .audit import SqlAudit
+from .boosting import SqlBoosting
 from .controls import Controls
 from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
@@ -49,7 +50,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SqlStore(SqlInspecting, SqlAudit, SqlPausing, Store):
+class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, Store):
     """Fair queues of one namespace in one SQL database."""
 
     def __init__(self, engine: Engine, namespace: str = "fair",

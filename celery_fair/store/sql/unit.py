@@ -64,7 +64,7 @@ class Unit:
         self._seen: dict[str, tuple[int, int, int] | None] = {}  # g -> (held i, b, inflight)
         self.ready: dict[tuple[str, str], float | None] = {}  # (klass, g) -> tag / absent
         self._ready_loaded: dict[tuple[str, str], float | None] = {}
-        self._limits: dict[str, tuple[int, float]] = {}
+        self._limits: dict[str, tuple[int, float, float]] = {}  # cap, weight, pick weight
         self._paused: set[str] | None = None  # the paused groups ('' the queue), once read
         self.counts: dict[str, int] = {}
         self.queue_changed = False
@@ -179,7 +179,8 @@ class Unit:
             cap = in_force(lim.get("limit_cap"), lim.get("conf_cap"), q_row["default_cap"])
             weight = in_force(lim.get("limit_weight"), lim.get("conf_weight"),
                               q_row["default_weight"])
-            self._limits[g] = (int(cap), float(weight))
+            boost = lim.get("boost_weight")  # the pick's weight while it lasts
+            self._limits[g] = (int(cap), float(weight), float(boost or weight))
 
     def cap(self, g: str) -> int:
         self.load_limits([g])
@@ -188,6 +189,11 @@ class Unit:
     def weight(self, g: str) -> float:
         self.load_limits([g])
         return self._limits[g][1]
+
+    def pick_weight(self, g: str) -> float:
+        """The weight the pick uses: a boost's while it lasts (``FairQueue.pick_weight``)."""
+        self.load_limits([g])
+        return self._limits[g][2]
 
     def forget_limits(self, g: str) -> None:
         self._limits.pop(g, None)

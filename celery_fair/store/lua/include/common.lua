@@ -13,6 +13,8 @@ local K_CONF_WEIGHTS = prefix .. ':conf:weights'    -- HASH group -> weight from
 local K_LIMIT_CAPS = prefix .. ':limit:caps'        -- HASH group -> runtime cap (limit.lua)
 local K_LIMIT_WEIGHTS = prefix .. ':limit:weights'  -- HASH group -> runtime weight
 local K_PAUSES = prefix .. ':pauses'    -- ZSET paused group ('': the queue) -> until (ms, inf)
+local K_BOOSTS = prefix .. ':boosts'    -- HASH boosted group -> boost weight (boost.lua)
+local K_BOOSTS_UNTIL = prefix .. ':boosts:until'  -- ZSET boosted group -> until (ms, inf)
 local K_BACKLOG = prefix .. ':backlog'  -- ZSET group -> held messages (both classes)
 local K_GROUPS = prefix .. ':groups'    -- SET groups with held, delayed or in-flight work
 local K_DELAYED = prefix .. ':delayed'  -- ZSET hold id -> due time (ms)
@@ -91,6 +93,12 @@ end
 
 local function weight_of(g, default)
   return valid_weight(redis.call('HGET', K_WEIGHTS, g)) or default
+end
+
+-- The weight the pick uses: a boost (boost.lua), kept apart from the weights, wins while
+-- it lasts (policy `pick_weight`).
+local function pick_weight_of(g, default)
+  return valid_weight(redis.call('HGET', K_BOOSTS, g)) or weight_of(g, default)
 end
 
 -- Count `delta` messages entering (+) or leaving (-) g's class `cls` list: the per-class

@@ -1,0 +1,94 @@
+"""Boosts on SQL (:class:`~celery_fair.store.boosting.Boosting`): two columns of the
+group's ``limits`` row, apart from its settings and runtime limit (a row left with
+nothing else is dropped when the boost ends). A boost changes no eligibility, only the
+weight the next pick reads, so nothing is re-ranked and no queue row is locked."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, select, update
+
+from ... import limits
+from ...names import validate_group
+from ...policy.decisions import front_tag
+from .statements import Statements
+from .unit import Unit, upsert
+
+
+class SqlBoosting:
+    """A mixin of :class:`~celery_fair.store.sql.store.SqlStore` (it gives ``_do``)."""
+
+    s: Statements
+    namespace: str
+    wakes: Any
+    _do: Callable[..., Any]
+
+    def boost(self, queue: str, group: str, weight: float, until_ms: int | None) -> None:
+        group = validate_group(group)
+        weight = limits.weight(weight, f"boost weight for group {group!r}")
+        row = {"ns": self.namespace, "queue": queue, "grp": group, "boost_weight": weight,
+               "boost_until_ms": until_ms}
+        self._do("boost", queue, lambda c: upsert(c, self.s.t.limits, [row],
+                                                  ["boost_weight", "boost_until_ms"]))
+
+    def unboost(self, queue: str, group: str) -> bool:
+        return bool(self._do("unboost", queue, lambda c: self._end(c, queue, [group])))
+
+    def boosts(self, queue: str) -> dict[str, tuple[float, int | None]]:
+        lt = self.s.t.limits.c
+        rows = self._do("boosts", queue, lambda c: c.execute(
+            select(lt.grp, lt.boost_weight, lt.boost_until_ms).where(
+                lt.ns == self.namespace, lt.queue == queue,
+                lt.boost_weight.is_not(None))).all())
+        return {g: (float(w), None if u is None else int(u)) for g, w, u in rows}
+
+    def boost_task(self, queue: str, hold_id: str) -> str | None:
+        m = self.s.t.messages.c
+
+        def work(c: Connection) -> str | None:
+            u = Unit(c, self.s, self.namespace, queue, True, self.wakes.notice)  # as pick
+            msg = c.execute(select(m.grp, m.klass, m.seq).where(
+                m.ns == self.namespace, m.queue == queue, m.hold_id == hold_id)).first()
+            row = None if msg is None or msg.seq is None else u.group(msg.grp)
+            if msg is None or row is None:
+                return None  # not held: delayed (no seq), dispatched or unknown
+            row["head"] -= 1  # the front of its group's list (as a hold with front)
+            c.execute(update(self.s.t.messages).where(
+                m.ns == self.namespace, m.queue == queue, m.hold_id == hold_id
+            ).values(seq=row["head"]))
+            klass, g = msg.klass, msg.grp
+            head = u.head_of_ready(klass, 1)
+            u.load_ready([(klass, g)])
+            tag = front_tag(head[0][1] if head else None, row[f"tag_{klass}"])
+            row[f"tag_{klass}"] = tag
+            if tag < (u.vt(klass) or 0.0):  # a refresh would take it back to the vt
+                u.set_vt(klass, tag)
+            if u.ready[(klass, g)] is not None:
+                u.ready[(klass, g)] = tag
+            u.flush()
+            return str(g)
+        return self._do("boost task", queue, work)  # type: ignore[no-any-return]
+
+    def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
+        lt = self.s.t.limits.c
+
+        def work(c: Connection) -> list[str]:
+            due = sorted(c.execute(select(lt.grp).where(
+                lt.ns == self.namespace, lt.queue == queue, lt.boost_weight.is_not(None),
+                lt.boost_until_ms <= now_ms)).scalars())
+            # the update counts again: of several dispatchers only one ends each boost
+            return [g for g in due if self._end(c, queue, [g])]
+        return list(self._do("expire boosts", queue, work))
+
+    def _end(self, c: Connection, queue: str, groups: list[str]) -> int:
+        """Clear the boosts of ``groups``; how many there were. A row left empty goes."""
+        lt = self.s.t.limits.c
+        mine = and_(lt.ns == self.namespace, lt.queue == queue, lt.grp.in_(groups))
+        gone = c.execute(update(self.s.t.limits).where(mine, lt.boost_weight.is_not(None))
+                         .values(boost_weight=None, boost_until_ms=None)).rowcount
+        c.execute(delete(self.s.t.limits).where(
+            mine, lt.conf_cap.is_(None), lt.conf_weight.is_(None), lt.limit_cap.is_(None),
+            lt.limit_weight.is_(None), lt.boost_weight.is_(None)))
+        return int(gone)
