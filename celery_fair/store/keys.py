@@ -45,6 +45,18 @@ class QueueKeys:
         return f"{self.prefix}:weights"
 
     @property
+    def rates(self) -> str:
+        return f"{self.prefix}:rates"
+
+    @property
+    def throttled(self) -> str:
+        return f"{self.prefix}:throttled"
+
+    @property
+    def tats(self) -> str:
+        return f"{self.prefix}:tats"
+
+    @property
     def groups(self) -> str:
         return f"{self.prefix}:groups"
 

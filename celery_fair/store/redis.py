@@ -46,7 +46,7 @@ from .connection import (
     now_ms,
 )
 from .keys import QueueKeys, queues_key
-from .redis_controls import RedisAudit, RedisBoosting, RedisPausing
+from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
 from .redis_reads import RedisReads
 from .scripts import OPERATIONS, source
 
@@ -62,7 +62,8 @@ logger = logging.getLogger(__name__)
 _WHERE = ("host", "port", "db", "path")
 
 
-class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
+class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, RedisThrottling,
+                 Store):
     """Fair queues of one namespace in one Redis database."""
 
     supports_direct_push = True
@@ -242,7 +243,9 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
         self._run("configure", queue,
                   -1 if policy.default_cap is None else policy.default_cap,
                   policy.interactive_reserve, policy.default_weight,
-                  json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)))
+                  json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)),
+                  json.dumps({g: limits.encode_rate(r) for g, r in policy.rates.items()}),
+                  "" if policy.default_rate is None else policy.default_rate.encode())
 
     def cancel(self, queue: str, task_ids: Iterable[str], *,
                token: str | None = None) -> list[tuple[str, bytes]]:
