@@ -195,7 +195,10 @@ class Dispatcher:
             result.next_due_ms = next_due
         self._schedule.stepped(queue, busy=bool(taken or promoted or requeued or lost),
                                more=taken >= self.batch_size,
-                               next_due_in=None if next_due is None else (next_due - now) / 1000)
+                               # from the clock now, not the step's start: a token due
+                               # (a rate's throttle) must not wait the step's length more
+                               next_due_in=None if next_due is None else
+                               (next_due - _now_ms()) / 1000)
 
     def _reclaim_due(self, queue: str, now_ms: int | None) -> bool:
         """Whether this step checks ``queue``'s leases: every RECLAIM_SECONDS, and on

@@ -159,8 +159,9 @@ class Policy:
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------
 
 #: How early ``promote`` lifts a throttle (ms): a dispatcher that wakes a little late
+#: (Redis fires a blocking command's timeout about 5 ms late, more on a busy machine)
 #: still takes a group's next token at its own time (``store/throttling.py``).
-RATE_EARLY_MS = 5
+RATE_EARLY_MS = 20
 #: How long the record of a superseded or lost dispatch is kept (seconds). A stale copy
 #: delivered later than this runs as an unknown dispatch.
 TOMBSTONE_SECONDS = 86_400

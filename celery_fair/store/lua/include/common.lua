@@ -70,7 +70,7 @@ end
 local MAX_CAP, MIN_WEIGHT, MAX_WEIGHT, MAX_COST = 1000000, 1e-6, 1e6, 1e9
 -- Rates (limits.py): an interval from 1000 / MAX_RATE to a day, a burst from 1 to MAX_BURST;
 -- promote lifts a throttle RATE_EARLY_MS before its end (models.py).
-local MIN_INTERVAL, MAX_INTERVAL, MAX_BURST, RATE_EARLY_MS = 1000 / 1e6, 86400000, 1000000, 5
+local MIN_INTERVAL, MAX_INTERVAL, MAX_BURST, RATE_EARLY_MS = 1000 / 1e6, 86400000, 1000000, 20
 
 -- The number `s` when it is a cap: an integer from -1 to MAX_CAP; else nil.
 local function valid_cap(s)
