@@ -5,7 +5,6 @@ retries, errors) in connection.py."""
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -14,9 +13,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from .. import limits
 from ..errors import HoldOutcomeUnknown, StoreConnectionError, StoreUnreachable
-from ..names import validate_group
 from .base import (
     CANCELLED_SECONDS,
     CHECK_BATCH,
@@ -47,6 +44,7 @@ from .connection import (
 )
 from .keys import QueueKeys, queues_key
 from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
+from .redis_policy import RedisPolicy
 from .redis_reads import RedisReads
 from .scripts import OPERATIONS, source
 
@@ -62,8 +60,8 @@ logger = logging.getLogger(__name__)
 _WHERE = ("host", "port", "db", "path")
 
 
-class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, RedisThrottling,
-                 Store):
+class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoosting,
+                 RedisThrottling, Store):
     """Fair queues of one namespace in one Redis database."""
 
     supports_direct_push = True
@@ -236,17 +234,6 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, RedisThrot
             self._quarantined(queue, bad)
         return int(moved), (None if int(nxt) < 0 else int(nxt))
 
-    def configure(self, queue: str, policy: Policy) -> None:
-        """Raises :class:`~celery_fair.errors.InvalidLimit` (nothing written) when a
-        number of ``policy`` is out of range (:mod:`celery_fair.limits`)."""
-        limits.check_policy(policy)
-        self._run("configure", queue,
-                  -1 if policy.default_cap is None else policy.default_cap,
-                  policy.interactive_reserve, policy.default_weight,
-                  json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)),
-                  json.dumps({g: limits.encode_rate(r) for g, r in policy.rates.items()}),
-                  "" if policy.default_rate is None else policy.default_rate.encode())
-
     def cancel(self, queue: str, task_ids: Iterable[str], *,
                token: str | None = None) -> list[tuple[str, bytes]]:
         """See :meth:`Store.cancel`. The copies under suffixed ids come from their task
@@ -277,25 +264,7 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, RedisThrot
             self.trim_quarantine(queue)  # the repair may have quarantined messages
         return checker.findings
 
-    # -- runtime limits and the quarantine (reads: redis_reads.py) -----------------
-
-    def limit(self, queue: str, group: str, cap: int | str = KEEP,
-              weight: float | str = KEEP) -> tuple[int | None, float]:
-        """Set (or with :data:`RESET` clear) ``group``'s runtime cap and weight in
-        ``queue``; they take precedence over the settings and survive restarts.
-        ``cap`` -1 means no cap, 0 pauses the group. Returns the cap and weight now in
-        force (cap None: none).
-
-        Raises:
-            InvalidGroup: ``group`` is not a group name.
-            InvalidLimit: ``cap`` or ``weight`` is out of range (:mod:`celery_fair.limits`);
-                nothing was written.
-        """
-        group = validate_group(group)
-        cap_now, weight_now = self._run("limit", queue, group, _cap_arg(group, cap),
-                                        _weight_arg(group, weight))
-        value = int(_text(cap_now))
-        return (None if value < 0 else value), float(_text(weight_now))
+    # -- the quarantine (reads: redis_reads.py) ----------------------------------
 
     def quarantine(self, queue: str, dispatch_id: str, value: bytes, reason: str) -> None:
         """Keep an undecodable message aside (never dropped) and free its slot."""
@@ -351,19 +320,6 @@ def _log_quarantined(keys: QueueKeys, hold_ids: list[Any]) -> None:
     logger.error("queue %s: held message(s) %s could not be decoded (not written by "
                  "celery_fair, or damaged) and were moved to %s; other messages are not "
                  "affected", keys.queue, ", ".join(_text(h) for h in hold_ids), keys.quarantine)
-
-
-def _cap_arg(group: str, cap: int | str) -> str:
-    """limit.lua's ARGV for ``cap``: KEEP, RESET, -1 (no cap) or a checked cap."""
-    if cap in (KEEP, RESET) or (cap == -1 and not isinstance(cap, bool)):
-        return str(cap)
-    return str(limits.cap(cap, f"concurrency for group {group!r}"))
-
-
-def _weight_arg(group: str, weight: float | str) -> str:
-    if weight in (KEEP, RESET):
-        return str(weight)
-    return repr(limits.weight(weight, f"weight for group {group!r}"))
 
 
 def _pick_args(limit: int, capacity: int | None, now_ms: int, lease_ms: int,
