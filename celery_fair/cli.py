@@ -221,6 +221,9 @@ def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
     else:
         if where["state"] in ("held", "delayed"):
             where["paused"] = paused(store_for(app), where)
+            until = store_for(app).throttles(where["queue"]).get(where["group"])
+            if until is not None:
+                where["throttled_until_ms"] = int(until)
         text = describe(where)
     click.echo(json.dumps(where, indent=2) if as_json else text)
 

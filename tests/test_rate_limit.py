@@ -8,6 +8,7 @@ backend: tests/test_store_contract_rate.py; the 60-second accuracy campaign:
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -141,3 +142,20 @@ def test_a_task_throttles_its_own_group(app: Any, worker: Any, dispatcher: Any) 
     assert started("other") < started("after")
     [entry] = [e for e in audit.read(app) if e.action == "throttle"]
     assert entry.actor.startswith("task proj.partner[") and entry.reason == "partner said 429"
+
+
+def test_status_groups_and_inspect_show_rates_and_throttles(held: Any) -> None:
+    queue = queue_of(held)
+    task_id = held.tasks["proj.work"].delay("acme", "y").id
+    controls.limit(held, "acme", rate="10/s", burst=20)
+    controls.throttle(held, "acme", 60, reason="partner down")
+    groups = cli(held, "groups").output
+    assert "acme (throttled)" in groups and "rate 10/s (burst 20)" in groups, groups
+    assert "rate: celery fair limit --rate" in groups
+    [doc] = [q for q in json.loads(cli(held, "groups", "--json").output)["queues"]
+             if q["queue"] == queue]
+    [acme] = doc["groups"]
+    assert acme["rate"] == "10/s (burst 20)" and acme["throttled_until_ms"] > 0
+    assert "its group is throttled" in cli(held, "inspect", task_id).output
+    [entry] = [e for e in audit.read(held) if e.action == "throttle"]
+    assert (entry.args["group"], entry.reason) == ("acme", "partner down")
