@@ -34,7 +34,7 @@ def rate(bench: Bench) -> dict[str, Any]:
                "others_ratio": round(free_ratio, 3)}
     met = abs(error) <= 0.02 and free_ratio >= 0.95
     return emit("rate", figures, "limited group within ±2 % of 10/s; others ≥ 0.95× of "
-                "their rate alone", met, bench)
+                "their rate alone", met, bench, stem="controls")
 
 
 def _window(bench: Bench, window: float, with_limited: bool) -> tuple[int, int]:
