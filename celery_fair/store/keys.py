@@ -49,6 +49,14 @@ class QueueKeys:
         return f"{self.prefix}:rates"
 
     @property
+    def conf_rates(self) -> str:
+        return f"{self.prefix}:conf:rates"
+
+    @property
+    def limit_rates(self) -> str:
+        return f"{self.prefix}:limit:rates"
+
+    @property
     def throttled(self) -> str:
         return f"{self.prefix}:throttled"
 
