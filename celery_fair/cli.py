@@ -28,48 +28,34 @@ def _app(ctx: click.Context) -> Any:
     return ctx.obj.app
 
 
-def _cap(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """--concurrency: an integer from 0 to limits.MAX_CAP, or 'none' (no cap); as
-    controls.parse_concurrency reads it (the Django admin's form too)."""
-    from .controls import UNCHANGED, parse_concurrency
+def _typed_option(parse_name: str, what: str) -> Any:
+    """A click callback: the option's text through ``controls.<parse_name>`` (the Django
+    admin's form reads it the same way), None given as UNCHANGED, an InvalidLimit as a
+    BadParameter naming the group."""
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        from . import controls
 
-    if value is None:
-        return UNCHANGED
-    try:
-        return parse_concurrency(value, "concurrency" + _for_group(ctx))
-    except InvalidLimit as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+        if value is None:
+            return controls.UNCHANGED
+        try:
+            return getattr(controls, parse_name)(value, what + _for_group(ctx))
+        except InvalidLimit as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+    return callback
+
+
+#: --concurrency: an integer from 0 to limits.MAX_CAP, or 'none' (no cap); --rate:
+#: '10/s', '100/m', '5/h' or 'none'; --weight: a finite number from limits.MIN_WEIGHT to
+#: limits.MAX_WEIGHT.
+_cap = _typed_option("parse_concurrency", "concurrency")
+_rate = _typed_option("parse_rate", "rate limit")
+_weight = _typed_option("parse_weight", "weight")
 
 
 def _for_group(ctx: click.Context) -> str:
     """" for group 'acme'" (GROUP is eager: read before the options)."""
     group = ctx.params.get("group")
     return f" for group {group!r}" if group is not None else ""
-
-
-def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """--rate: '10/s', '100/m', '5/h' or 'none'; as controls.parse_rate reads it."""
-    from .controls import UNCHANGED, parse_rate
-
-    if value is None:
-        return UNCHANGED
-    try:
-        return parse_rate(value, "rate limit" + _for_group(ctx))
-    except InvalidLimit as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
-def _weight(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """--weight: a finite number from limits.MIN_WEIGHT to limits.MAX_WEIGHT; as
-    controls.parse_weight reads it."""
-    from .controls import UNCHANGED, parse_weight
-
-    if value is None:
-        return UNCHANGED
-    try:
-        return parse_weight(value, "weight" + _for_group(ctx))
-    except InvalidLimit as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 @fair.command(cls=CeleryCommand)

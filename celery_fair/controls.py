@@ -283,13 +283,19 @@ def parse_concurrency(text: str, what: str = "concurrency") -> Concurrency:
     Raises:
         InvalidLimit: naming ``what``, the accepted values and ``text``.
     """
+    return _typed(text, lambda t: limits.cap(int(t) if t.isdigit() else t, what))  # type: ignore[no-any-return]
+
+
+def _typed(text: str, check: Any) -> Any:
+    """``text`` as typed: blank (:data:`UNCHANGED`), ``none`` (None) or what ``check``
+    makes of it; its InvalidLimit says 'none' was accepted too."""
     text = text.strip()
     if not text:
         return UNCHANGED
     if text.lower() == "none":
         return None
     try:
-        return limits.cap(int(text) if text.isdigit() else text, what)
+        return check(text)
     except InvalidLimit as exc:
         raise InvalidLimit(f"{exc} (or 'none')") from None
 
@@ -301,15 +307,7 @@ def parse_rate(text: str, what: str = "rate limit") -> RateLimit:
     Raises:
         InvalidLimit: naming ``what``, the accepted values and ``text``.
     """
-    text = text.strip()
-    if not text:
-        return UNCHANGED
-    if text.lower() == "none":
-        return None
-    try:
-        return limits.rate(text, what)
-    except InvalidLimit as exc:
-        raise InvalidLimit(f"{exc} (or 'none')") from None
+    return _typed(text, lambda t: limits.rate(t, what))  # type: ignore[no-any-return]
 
 
 def parse_weight(text: str, what: str = "weight") -> Weight:
