@@ -16,6 +16,7 @@ from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
 from .cli_render import render_groups, render_status, show
+from .cli_simulate import simulate
 from .errors import FairError, InvalidLimit, UnknownQueue
 
 
@@ -292,6 +293,7 @@ fair.add_command(dispatch)
 fair.add_command(migrate)
 fair.add_command(held)
 fair.add_command(purge)
+fair.add_command(simulate)
 
 
 @click.group()

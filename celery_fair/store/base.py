@@ -7,14 +7,13 @@ passed in by the caller, so the operations are deterministic and testable.
 :class:`Store` groups its methods in families: the lifecycle of a held message, the
 policy, the worker registry, wake-ups, reads and maintenance; and families in mixins of
 their own: heartbeats (``beats.py``), the audit log (``audit.py``), pauses
-(``pausing.py``), boosts (``boosting.py``), rate limits and throttles
-(``throttling.py``), head waits (``heads.py``) and held messages
-(``held.py``). Every method may raise
+(``pausing.py``), boosts (``boosting.py``), rate limits and throttles (``throttling.py``),
+head waits (``heads.py``) and held messages (``held.py``). Every method may raise
 :class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
 store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
 docstrings name the others and what a resend does (a client resends a call whose reply a
-dropped connection lost). Optional speed-ups are capabilities a backend declares (see
-:attr:`Store.supports_direct_push`).
+dropped connection lost). Optional speed-ups are capabilities a backend declares
+(:attr:`Store.supports_direct_push`).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from .heads import HeadWaits
 from .held import HeldReads
 from .models import (
     CANCELLED_SECONDS,
+    CHECK_BATCH,
     KEEP,
     PLACEMENT_CLASSES,
     PRUNE_GRACE_MS,
@@ -64,14 +64,10 @@ from .throttling import Throttling
 
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRUNE_GRACE_MS",
            "QUARANTINE_MAX", "RATE_EARLY_MS", "RESET", "TOMBSTONE_SECONDS", "BeginAnswer",
-           "BeginResult",
-           "DirectPush", "DispatcherBeat", "GroupFigures", "GroupHeads", "Location",
-           "Picked", "Place", "Placement", "Policy", "Pushed", "QueueFigures", "Store",
-           "as_json", "busiest_first", "check_hold", "limited_by", "now_ms", "snapshot_of"]
-
-
-#: Most entries one step of :meth:`Store.check` reads (a few ms of the store's time).
-CHECK_BATCH = 500
+           "BeginResult", "DirectPush", "DispatcherBeat", "GroupFigures", "GroupHeads",
+           "Location", "Picked", "Place", "Placement", "Policy", "Pushed", "QueueFigures",
+           "Store", "as_json", "busiest_first", "check_hold", "limited_by", "now_ms",
+           "snapshot_of"]
 
 
 class Store(Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Throttling, abc.ABC):

@@ -158,6 +158,8 @@ class Policy:
 
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------
 
+#: Most entries one step of :meth:`Store.check` reads (a few ms of the store's time).
+CHECK_BATCH = 500
 #: How early ``promote`` lifts a throttle (ms): a dispatcher that wakes a little late
 #: (Redis fires a blocking command's timeout about 5 ms late, more on a busy machine)
 #: still takes a group's next token at its own time (``store/throttling.py``).
