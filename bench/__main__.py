@@ -1,5 +1,5 @@
 """``python -m bench {all|SCENARIO...|report} [--quick] [--reps N] [--store STORE]``;
-``python -m bench chaos``."""
+``python -m bench chaos``; ``python -m bench cpu``."""
 
 from __future__ import annotations
 
@@ -37,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["chaos"]:
         return chaos_main(argv[1:])
+    if argv[:1] == ["cpu"]:
+        from .cpu import main as cpu_main
+
+        return cpu_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("what", nargs="+", help="all, report, or scenarios: "
                         + ", ".join(SCENARIOS))

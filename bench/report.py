@@ -139,7 +139,42 @@ def _latest_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _controls_section() -> list[str]:
-    """Rate limits (``python -m bench rate``), from controls.jsonl; [] without it."""
+    """Rate limits (``python -m bench rate``) from controls.jsonl and the CPU per task
+    (``python -m bench cpu``) from cpu.jsonl; [] without either."""
+    return _rate_lines() + _cpu_lines()
+
+
+def _cpu_lines() -> list[str]:
+    path = RESULTS / "cpu.jsonl"
+    if not path.exists():
+        return []
+    latest: dict[tuple[bool, bool], dict[str, Any]] = {}  # one row per way of running
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            latest[(row["published_first"], row["hiredis"])] = row
+    out = ["", "## CPU per task", "",
+           "`python -m bench cpu [--published-first] [--no-hiredis]`: 10,000 no-op tasks "
+           "over 10 groups, every part a process of its own (the publisher's `delay()` "
+           "loop, one threads worker `-c 8` with prefetch 1, the dispatcher, the "
+           "redis-server that is broker and store); µs of CPU per task of each process, "
+           "plain Celery and celery-fair one after the other in the same run.", "",
+           "| way | side | app | redis | worker | dispatcher | total | tasks/s | added "
+           "| drain ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (first, hiredis), row in sorted(latest.items()):
+        way = ("published first" if first else "while draining") + \
+            (", hiredis" if hiredis else ", no hiredis")
+        for side in ("plain", "fair"):
+            cpu = row[side]["us_cpu_per_task"]
+            tail = (f"{row['added_us_per_task']:,} | {row['drain_ratio']}" if side == "fair"
+                    else " | ")
+            out.append(f"| {way} (`{row['commit']}`) | {side} | {cpu['app']:,} | "
+                       f"{cpu['redis']:,} | {cpu['worker']:,} | {cpu['dispatcher']:,} | "
+                       f"{cpu['total']:,} | {row[side]['tasks_per_s']:,.0f} | {tail} |")
+    return out
+
+
+def _rate_lines() -> list[str]:
     path = RESULTS / "controls.jsonl"
     if not path.exists():
         return []
