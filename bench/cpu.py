@@ -8,10 +8,11 @@ pool, ``-c 8``, prefetch 1), for celery-fair the dispatcher (``celery fair dispa
 the redis-server that is broker and store. Tasks are no-ops that count themselves on a
 second redis-server, outside the measure. The CPU of the publisher is its rusage; of the
 worker, the dispatcher and Redis, /proc/<pid>/stat from the publisher's start to the last
-task's end, every part started and warmed up before. ``--published-first``: nothing is
-consumed until everything is published (plain: the worker consumes another queue until
-it is told to add this one; fair: the fair queue is paused until then). ``--no-hiredis``
-runs every process with redis-py's pure-Python parser.
+task's end, every part started and warmed up before. ``--published-first``: the worker's
+consumer is cancelled until everything is published (a dispatcher meanwhile fills only
+the free slots it counts). ``--no-hiredis`` runs every process with redis-py's
+pure-Python parser. ``--baseline REV`` adds a third side: celery-fair as of commit REV
+(``git archive``), the same app and processes, for a before/after in one run.
 """
 
 from __future__ import annotations
@@ -45,14 +46,16 @@ def cpu_seconds(pid: int) -> float:
 
 
 class Side:
-    """One side (plain or fair) of one measure: its processes and its figures."""
+    """One side (plain, fair, or fair at a baseline commit) of one measure: its processes
+    and its figures. ``root``: where ``celery_fair`` is imported from."""
 
-    def __init__(self, fair: bool, server: RedisServer, counter: RedisServer, env: dict[str, str],
-                 workdir: Path) -> None:
-        self.fair, self.server, self.workdir = fair, server, workdir
-        ns = ("fair" if fair else "plain") + uuid.uuid4().hex[:6]
-        self.env = {**env, "CPU_BROKER": server.url + "/0", "CPU_NS": ns, "CPU_QUEUE": ns,
-                    "CPU_COUNTER": counter.url + "/0"}
+    def __init__(self, name: str, server: RedisServer, counter: RedisServer,
+                 env: dict[str, str], workdir: Path, root: Path = ROOT) -> None:
+        self.fair, self.server, self.workdir = name != "plain", server, workdir
+        ns = name.replace("@", "") + uuid.uuid4().hex[:6]
+        path = os.pathsep.join([str(workdir / "app"), str(root), env.get("PYTHONPATH", "")])
+        self.env = {**env, "PYTHONPATH": path, "CPU_BROKER": server.url + "/0", "CPU_NS": ns,
+                    "CPU_QUEUE": ns, "CPU_COUNTER": counter.url + "/0"}
         self.counter = redis.Redis.from_url(counter.url + "/0")
         self.key = ns + ":done"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -66,27 +69,22 @@ class Side:
         """The worker (and the dispatcher), warmed up; with ``hold_back`` nothing
         published next is consumed until :meth:`release`."""
         queue = self.env["CPU_QUEUE"]
-        self._start("worker", [CELERY, "-A", "bench.cpu_proj", "worker", "-P", "threads",
+        self._start("worker", [CELERY, "-A", "bench_cpu_proj", "worker", "-P", "threads",
                                "-c", "8", "--prefetch-multiplier", "1", "-n",
                                f"{queue}@bench", "-Q", queue, "-l", "WARNING",
                                "--without-heartbeat", "--without-gossip", "--without-mingle"])
         if self.fair:
-            self._start("dispatcher", [CELERY, "-A", "bench.cpu_proj", "fair", "dispatch",
-                                       "--loglevel", "WARNING"])
+            self._start("dispatcher", [CELERY, "-A", "bench_cpu_proj", "fair", "dispatch"])
         self.publish(8, 8)  # through every part: start-up costs are behind the measure
         self.wait_done(8, 120)
         self.counter.delete(self.key)
         if hold_back:
             self._app().control.cancel_consumer(queue, destination=[f"{queue}@bench"],
                                                 reply=True)
-            if self.fair:  # held until resumed; cancel_consumer alone would let the
-                self._store().pause(queue, "", None)  # dispatcher fill the broker queue
 
     def release(self) -> None:
         """Let the worker consume what was published (``start_consumers(hold_back)``)."""
         queue = self.env["CPU_QUEUE"]
-        if self.fair:
-            self._store().resume(queue, "")
         self._app().control.add_consumer(queue, destination=[f"{queue}@bench"], reply=True)
 
     def _app(self) -> Any:
@@ -94,14 +92,9 @@ class Side:
 
         return Celery(broker=self.env["CPU_BROKER"], set_as_current=False)
 
-    def _store(self) -> Any:
-        from celery_fair.store import store_for_url
-
-        return store_for_url(self.env["CPU_BROKER"], self.env["CPU_NS"])
-
     def publish(self, n: int, groups: int) -> float:
         """Run the publisher to its end; its CPU seconds."""
-        proc = subprocess.Popen([sys.executable, "-m", "bench.cpu_proj", str(n), str(groups),
+        proc = subprocess.Popen([sys.executable, "-m", "bench_cpu_proj", str(n), str(groups),
                                  "fair" if self.fair else "plain"], cwd=ROOT, env=self.env)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -138,11 +131,11 @@ class Side:
                 proc.kill()
 
 
-def measure(fair: bool, n: int, groups: int, published_first: bool, env: dict[str, str],
-            workdir: Path) -> dict[str, Any]:
+def measure(name: str, n: int, groups: int, published_first: bool, env: dict[str, str],
+            workdir: Path, root: Path = ROOT) -> dict[str, Any]:
     """µs of CPU per task of each process, and the drain's rate, for one side."""
     server, counter = RedisServer(), RedisServer()
-    side = Side(fair, server, counter, env, workdir)
+    side = Side(name, server, counter, env, workdir, root)
     try:
         side.start_consumers(hold_back=published_first)
         before, started = side.cpu(), time.monotonic()
@@ -165,29 +158,45 @@ def measure(fair: bool, n: int, groups: int, published_first: bool, env: dict[st
 
 
 def run(tasks: int, groups: int, published_first: bool, hiredis: bool,
-        results: Path = RESULTS) -> dict[str, Any]:
-    """Both sides, one after the other; the row is appended to ``results``/cpu.jsonl."""
+        results: Path = RESULTS, baseline: str | None = None) -> dict[str, Any]:
+    """Every side, one after the other; the row is appended to ``results``/cpu.jsonl."""
     import json
+    import shutil
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-cpu-"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    (workdir / "app").mkdir()
+    shutil.copy(Path(__file__).with_name("cpu_proj.py"), workdir / "app" / "bench_cpu_proj.py")
+    env = {**os.environ, "PYTHONPATH": ""}
     if not hiredis:  # a module named hiredis that fails to import: redis-py goes without
-        (workdir / "hiredis.py").write_text("raise ImportError('disabled by bench cpu')\n")
-        env["PYTHONPATH"] = f"{workdir}{os.pathsep}{ROOT}"
-    sides = {name: measure(name == "fair", tasks, groups, published_first, env, workdir)
-             for name in ("plain", "fair")}
-    plain, fair = (sides[s]["us_cpu_per_task"] for s in ("plain", "fair"))
+        (workdir / "app" / "hiredis.py").write_text("raise ImportError('bench cpu')\n")
+    roots = {"plain": ROOT, "fair": ROOT}
+    if baseline:
+        roots[f"fair@{baseline}"] = _checkout(baseline, workdir)
+    sides = {name: measure(name, tasks, groups, published_first, env, workdir, root)
+             for name, root in roots.items()}
+    plain = sides["plain"]["us_cpu_per_task"]["total"]
     row = {"scenario": "cpu", "tasks": tasks, "groups": groups,
-           "published_first": published_first, "hiredis": hiredis,
-           "plain": sides["plain"], "fair": sides["fair"],
-           "added_us_per_task": fair["total"] - plain["total"],
-           "drain_ratio": round(sides["fair"]["tasks_per_s"] / sides["plain"]["tasks_per_s"], 3),
+           "published_first": published_first, "hiredis": hiredis, **sides,
+           "added_us_per_task": {n: s["us_cpu_per_task"]["total"] - plain
+                                 for n, s in sides.items() if n != "plain"},
+           "drain_ratio": {n: round(s["tasks_per_s"] / sides["plain"]["tasks_per_s"], 3)
+                           for n, s in sides.items() if n != "plain"},
            "commit": commit(), "at": time.time(), "load_before": os.getloadavg()[0],
            "machine": machine()}
     results.mkdir(exist_ok=True)
     with open(results / "cpu.jsonl", "a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")
     return row
+
+
+def _checkout(rev: str, workdir: Path) -> Path:
+    """celery-fair's tree at ``rev`` (``git archive``), to import its ``celery_fair``."""
+    target = workdir / f"base-{rev}"
+    target.mkdir()
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
 
 
 def main(argv: list[str]) -> int:
@@ -198,19 +207,24 @@ def main(argv: list[str]) -> int:
                         help="publish everything, then start the worker (and dispatcher)")
     parser.add_argument("--no-hiredis", action="store_true",
                         help="every process without hiredis (redis-py's Python parser)")
+    parser.add_argument("--baseline", metavar="REV", default=None,
+                        help="also measure celery-fair as of this commit (e.g. 7a3fe78)")
     args = parser.parse_args(argv)
-    _print(run(args.tasks, args.groups, args.published_first, not args.no_hiredis))
+    _print(run(args.tasks, args.groups, args.published_first, not args.no_hiredis,
+               baseline=args.baseline))
     return 0
 
 
 def _print(row: dict[str, Any]) -> None:
+    sides = [k for k in row if k == "plain" or k.startswith("fair")]
     print(f"µs CPU per no-op task ({row['tasks']} tasks, {row['groups']} groups, "
           f"{'published first' if row['published_first'] else 'published while draining'}, "
           f"{'hiredis' if row['hiredis'] else 'no hiredis'})")
-    print(f"{'':12}" + "".join(f"{p:>11}" for p in (*PARTS, "total")) + f"{'tasks/s':>11}")
-    for side in ("plain", "fair"):
+    print(f"{'':16}" + "".join(f"{p:>11}" for p in (*PARTS, "total", "tasks/s", "added",
+                                                      "ratio")))
+    for side in sides:
         cells = row[side]["us_cpu_per_task"]
-        print(f"{side:12}" + "".join(f"{cells[p]:>11,}" for p in (*PARTS, "total"))
-              + f"{row[side]['tasks_per_s']:>11,.0f}")
-    print(f"added per task: {row['added_us_per_task']:,} µs; drain ratio fair/plain "
-          f"{row['drain_ratio']}")
+        extra = "" if side == "plain" else \
+            f"{row['added_us_per_task'][side]:>11,}{row['drain_ratio'][side]:>11}"
+        print(f"{side:16}" + "".join(f"{cells[p]:>11,}" for p in (*PARTS, "total"))
+              + f"{row[side]['tasks_per_s']:>11,.0f}" + extra)

@@ -164,10 +164,10 @@ def _cpu_lines() -> list[str]:
     for (first, hiredis), row in sorted(latest.items()):
         way = ("published first" if first else "while draining") + \
             (", hiredis" if hiredis else ", no hiredis")
-        for side in ("plain", "fair"):
+        for side in [k for k in row if k == "plain" or k.startswith("fair")]:
             cpu = row[side]["us_cpu_per_task"]
-            tail = (f"{row['added_us_per_task']:,} | {row['drain_ratio']}" if side == "fair"
-                    else " | ")
+            tail = " | " if side == "plain" else \
+                f"{row['added_us_per_task'][side]:,} | {row['drain_ratio'][side]}"
             out.append(f"| {way} (`{row['commit']}`) | {side} | {cpu['app']:,} | "
                        f"{cpu['redis']:,} | {cpu['worker']:,} | {cpu['dispatcher']:,} | "
                        f"{cpu['total']:,} | {row[side]['tasks_per_s']:,.0f} | {tail} |")
