@@ -8,11 +8,13 @@ pool, ``-c 8``, prefetch 1), for celery-fair the dispatcher (``celery fair dispa
 the redis-server that is broker and store. Tasks are no-ops that count themselves on a
 second redis-server, outside the measure. The CPU of the publisher is its rusage; of the
 worker, the dispatcher and Redis, /proc/<pid>/stat from the publisher's start to the last
-task's end, every part started and warmed up before. ``--published-first``: the worker's
-consumer is cancelled until everything is published (a dispatcher meanwhile fills only
-the free slots it counts). ``--no-hiredis`` runs every process with redis-py's
-pure-Python parser. ``--baseline REV`` adds a third side: celery-fair as of commit REV
-(``git archive``), the same app and processes, for a before/after in one run.
+task's end, every part started and warmed up before. ``--published-first``: nothing is
+consumed until everything is published: plain Celery's worker has its consumer cancelled
+until then; celery-fair's dispatcher is stopped until then and started again, its
+start-up CPU (measured on an idle queue before) taken off. ``--no-hiredis`` runs every
+process with redis-py's pure-Python parser. ``--baseline REV`` adds a third side:
+celery-fair as of commit REV (``git archive``), the same app and processes, for a
+before/after in one run.
 """
 
 from __future__ import annotations
@@ -60,10 +62,11 @@ class Side:
         self.key = ns + ":done"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def _start(self, name: str, args: list[str]) -> None:
+    def _start(self, name: str, args: list[str], **env: str) -> None:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
-        self.procs[name] = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = subprocess.Popen(args, cwd=ROOT, env={**self.env, **env},
+                                            stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
 
     def start_consumers(self, hold_back: bool) -> None:
         """The worker (and the dispatcher), warmed up; with ``hold_back`` nothing
@@ -78,14 +81,38 @@ class Side:
         self.publish(8, 8)  # through every part: start-up costs are behind the measure
         self.wait_done(8, 120)
         self.counter.delete(self.key)
-        if hold_back:
+        if hold_back and self.fair:
+            self._stop("dispatcher")
+            self.startup = self._dispatcher_startup()
+        elif hold_back:
             self._app().control.cancel_consumer(queue, destination=[f"{queue}@bench"],
                                                 reply=True)
 
+    #: CPU seconds a dispatcher spends starting (``start_consumers`` with ``hold_back``)
+    startup = 0.0
+
+    def _dispatcher_startup(self, settle: float = 3.0) -> float:
+        """The CPU of a dispatcher's start and first steps, in an empty namespace."""
+        self._start("dispatcher", [CELERY, "-A", "bench_cpu_proj", "fair", "dispatch"],
+                    CPU_NS="idle" + self.env["CPU_NS"])
+        time.sleep(settle)  # a bench, not a test: long enough to be done starting
+        used = cpu_seconds(self.procs["dispatcher"].pid)
+        self._stop("dispatcher")
+        return used
+
     def release(self) -> None:
-        """Let the worker consume what was published (``start_consumers(hold_back)``)."""
+        """Let what was published be consumed (``start_consumers(hold_back)``)."""
         queue = self.env["CPU_QUEUE"]
-        self._app().control.add_consumer(queue, destination=[f"{queue}@bench"], reply=True)
+        if self.fair:
+            self._start("dispatcher", [CELERY, "-A", "bench_cpu_proj", "fair", "dispatch"])
+        else:
+            self._app().control.add_consumer(queue, destination=[f"{queue}@bench"],
+                                             reply=True)
+
+    def _stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.terminate()
+        proc.wait(30)
 
     def _app(self) -> Any:
         from celery import Celery
@@ -143,6 +170,7 @@ def measure(name: str, n: int, groups: int, published_first: bool, env: dict[str
         if published_first:  # the rate is the drain's alone
             started = time.monotonic()
             side.release()
+            before["dispatcher"] = side.startup  # a new process: only its start to take off
         side.wait_done(n, 600)
         seconds = time.monotonic() - started
         after = side.cpu()
