@@ -17,14 +17,14 @@ from bench import cpu
 def test_the_cpu_benchmark_measures_every_process(tmp_path: Path, published_first: bool,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     row = cpu.run(100, 4, published_first, hiredis=True, results=tmp_path)
-    for side, parts in (("plain", ("app", "worker")), ("fair", ("app", "worker"))):
+    for side in ("plain", "fair"):
         used = row[side]["us_cpu_per_task"]
-        # /proc counts in clock ticks (10 ms): Redis's part of 100 tasks may be under one,
-        # and a restarted dispatcher's (published first) within its start-up's noise
-        assert all(used[p] > 0 for p in parts) and used["redis"] >= 0, (side, used)
-    assert row["fair"]["us_cpu_per_task"]["dispatcher"] > (-1e5 if published_first else 0)
+        # /proc counts in clock ticks (10 ms): Redis's part of 100 tasks may be under one
+        assert used["app"] > 0 and used["worker"] > 0 and used["redis"] >= 0, (side, used)
         assert used["total"] == sum(used[p] for p in cpu.PARTS)
         assert row[side]["tasks_per_s"] > 0
+    if not published_first:  # else a restarted dispatcher's figure is within start-up noise
+        assert row["fair"]["us_cpu_per_task"]["dispatcher"] > 0
     assert row["plain"]["us_cpu_per_task"]["dispatcher"] == 0  # plain Celery has none
     monkeypatch.setattr(bench.report, "RESULTS", tmp_path)
     section = "\n".join(bench.report._cpu_lines())
