@@ -47,6 +47,18 @@ def _for_group(ctx: click.Context) -> str:
     return f" for group {group!r}" if group is not None else ""
 
 
+def _rate(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """--rate: '10/s', '100/m', '5/h' or 'none'; as controls.parse_rate reads it."""
+    from .controls import UNCHANGED, parse_rate
+
+    if value is None:
+        return UNCHANGED
+    try:
+        return parse_rate(value, "rate limit" + _for_group(ctx))
+    except InvalidLimit as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 def _weight(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
     """--weight: a finite number from limits.MIN_WEIGHT to limits.MAX_WEIGHT; as
     controls.parse_weight reads it."""
@@ -135,17 +147,26 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
               help="Share of dispatches relative to other groups (default weight 1): a "
                    "finite number from 1e-6 to 1e6.",
               cls=CeleryOption, help_group="Limit Options")
+@click.option("--rate", default=None, callback=_rate, metavar="N/s|N/m|N/h|none",
+              help="Most dispatches of the group over time ('10/s', '100/m', '5/h'), or "
+                   "'none' for no rate limit whatever the settings say.",
+              cls=CeleryOption, help_group="Limit Options")
+@click.option("--burst", default=None, type=click.IntRange(1, 1_000_000), metavar="N",
+              help="With --rate: how many may go at once after a quiet spell (default 1).",
+              cls=CeleryOption, help_group="Limit Options")
 @click.option("--reset", is_flag=True, help="Drop the runtime limits: the settings apply.",
               cls=CeleryOption, help_group="Limit Options")
 @click.option("--reason", default=None, help="Why, for the audit log (fair audit).",
               cls=CeleryOption, help_group="Limit Options")
 @click.pass_context
 def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
-          concurrency: Any, weight: Any, reset: bool, reason: str | None) -> None:
-    """Set a group's cap and weight at runtime, for every dispatcher at once.
+          concurrency: Any, weight: Any, rate: Any, burst: int | None, reset: bool,
+          reason: str | None) -> None:
+    """Set a group's cap, weight and rate limit at runtime, for every dispatcher at once.
 
-    Stored in the store, they take precedence over fair_group_concurrency and
-    fair_group_weights and survive dispatcher restarts. Without options: show them.
+    Stored in the store, they take precedence over fair_group_concurrency,
+    fair_group_weights and fair_group_rate_limits and survive dispatcher restarts.
+    Without options: show them.
     A change is recorded in the audit log (fair audit) under the OS user.
     A queue must be known (in the store, or declared by the app) unless --create is
     given: then the limits wait in the store for the queue's first task.
@@ -157,15 +178,20 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
         group = validate_group(group)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'GROUP'") from None
-    if reset and (concurrency is not controls.UNCHANGED or weight is not controls.UNCHANGED):
-        raise click.UsageError("--reset cannot be combined with --concurrency or --weight")
+    if reset and (concurrency is not controls.UNCHANGED or weight is not controls.UNCHANGED
+                  or rate is not controls.UNCHANGED or burst is not None):
+        raise click.UsageError("--reset cannot be combined with --concurrency, --weight, "
+                               "--rate or --burst")
+    if burst is not None and rate in (controls.UNCHANGED, None):
+        raise click.UsageError("--burst needs --rate (a rate, not 'none')")
     if create and not queues:
         raise click.UsageError("--create needs the queue to create: -Q/--queue QUEUE")
     with _errors():
         try:
             done = controls.limit(
                 _app(ctx), group, queue=queues or None, reset=reset, create=create,
-                concurrency=concurrency, weight=weight, reason=reason)
+                concurrency=concurrency, weight=weight, rate=rate,
+                burst=controls.UNCHANGED if burst is None else burst, reason=reason)
         except UnknownQueue as exc:
             raise click.BadParameter(str(exc), param_hint="'-Q' / '--queue'") from None
     for item in done:

@@ -96,7 +96,7 @@ class QueueDirectory:
     def _policy(self) -> Policy:
         c = self.config
         return Policy(c.default_concurrency, c.interactive_reserve, 1.0,
-                      c.group_concurrency, c.group_weights)
+                      c.group_concurrency, c.group_weights, c.default_rate, c.group_rates)
 
     def capacity(self, queue: str) -> Capacity | None:
         """``queue``'s capacity and dispatch-ahead, as last read (None: not read yet)."""

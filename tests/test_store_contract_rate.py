@@ -47,6 +47,8 @@ def test_a_rate_limited_group_gets_one_token_per_interval(store: Store) -> None:
     # promote names the step that lifts the throttle, RATE_EARLY_MS before it ends
     assert store.promote(Q, NOW + 10, 1000) == (0, NOW + 100 - RATE_EARLY_MS)
     assert picked(store, NOW + 10) == []
+    assert store.promote(Q, NOW + 99 - RATE_EARLY_MS, 1000) == (0, NOW + 100 - RATE_EARLY_MS)
+    assert store.throttles(Q) == {"acme": NOW + 100}  # not yet
     assert store.promote(Q, NOW + 100 - RATE_EARLY_MS, 1000) == (0, None)
     assert store.throttles(Q) == {}
     assert picked(store, NOW + 100 - RATE_EARLY_MS) == ["acme"]
