@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from celery_fair.check import check
-from celery_fair.errors import InvalidGroup, InvalidLimit
+from celery_fair.errors import InvalidControl, InvalidGroup, InvalidLimit
 from celery_fair.limits import Rate
 from celery_fair.policy.decisions import INTERACTIVE
 from celery_fair.store.base import KEEP, RATE_EARLY_MS, RESET, Policy, Store
@@ -131,6 +131,9 @@ def test_bad_rates_and_groups_are_refused_before_anything_is_written(store: Stor
         store.set_rate(Q, "", Rate(100.0))
     with pytest.raises(InvalidGroup):
         store.throttle(Q, "a b\n", NOW + 1)
+    for end in (float("inf"), float("nan"), "soon"):
+        with pytest.raises(InvalidControl, match="a throttle's end must be a finite time"):
+            store.throttle(Q, "acme", end)  # type: ignore[arg-type]
     with pytest.raises(InvalidLimit, match="default rate limit"):
         store.configure(Q, Policy(None, 0, 1.0, {}, {}, default_rate=Rate(-1.0)))
     assert store.rates(Q) == {}

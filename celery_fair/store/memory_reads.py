@@ -21,6 +21,7 @@ from .base import PRUNE_GRACE_MS, DispatcherBeat, Location, now_ms
 from .held import HeldMessage
 from .locating import CLASS_NAMES, Locating, PlaceReads, place_of
 from .pausing import WHOLE_QUEUE
+from .throttling import check_until
 
 
 class MemoryReads(Locating):
@@ -191,8 +192,9 @@ class MemoryReads(Locating):
 
     def throttle(self, queue: str, group: str, until_ms: float) -> float:
         group = validate_group(group)
+        until = check_until(until_ms)
         with self._queue(queue) as fq:
-            return fq.throttle(group, until_ms)
+            return fq.throttle(group, until)
 
     def throttles(self, queue: str) -> dict[str, float]:
         with self._cond:

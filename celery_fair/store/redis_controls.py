@@ -17,6 +17,7 @@ from .connection import _text, _wrapped
 from .keys import QueueKeys, audit_key
 from .models import KEEP, RESET
 from .pausing import WHOLE_QUEUE
+from .throttling import check_until
 
 
 class RedisAudit:
@@ -123,7 +124,8 @@ class RedisThrottling:
 
     def throttle(self, queue: str, group: str, until_ms: float) -> float:
         group = validate_group(group)
-        return float(self._run("rate", queue, "throttle", group, repr(float(until_ms))))
+        until = check_until(until_ms)
+        return float(self._run("rate", queue, "throttle", group, repr(until)))
 
     def throttles(self, queue: str) -> dict[str, float]:
         keys: QueueKeys = self.keys(queue)

@@ -23,10 +23,25 @@ and lifts its throttle: the operator's word wins over a task's.
 from __future__ import annotations
 
 import abc
+import math
+from typing import Any
 
+from ..errors import InvalidControl
 from ..limits import Rate
 
-__all__ = ["Throttling"]
+__all__ = ["Throttling", "check_until"]
+
+
+def check_until(until_ms: Any) -> float:
+    """A throttle's end as given to :meth:`Throttling.throttle`: a finite number of ms.
+
+    Raises:
+        InvalidControl: naming what was given.
+    """
+    if isinstance(until_ms, bool) or not isinstance(until_ms, (int, float)) \
+            or not math.isfinite(until_ms):
+        raise InvalidControl(f"a throttle's end must be a finite time in ms, got {until_ms!r}")
+    return float(until_ms)
 
 
 class Throttling(abc.ABC):
@@ -44,7 +59,8 @@ class Throttling(abc.ABC):
     def throttle(self, queue: str, group: str, until_ms: float) -> float:
         """Pick nothing of ``group`` before ``until_ms``: a throttle that ends later is
         kept (a throttle never shortens another). Returns when the group's throttle
-        ends. The group's name is checked before anything is written (InvalidGroup)."""
+        ends. The group's name and the end are checked before anything is written
+        (InvalidGroup, InvalidControl: :func:`check_until`)."""
 
     @abc.abstractmethod
     def throttles(self, queue: str) -> dict[str, float]:

@@ -13,6 +13,7 @@ from ... import limits
 from ...limits import Rate
 from ...names import validate_group
 from ..models import KEEP, RESET
+from ..throttling import check_until
 from .controls import drop_empty_limits
 from .metering import rethrottle
 from .mixin import SqlMixin
@@ -59,7 +60,7 @@ class SqlThrottling(SqlMixin):
 
     def throttle(self, queue: str, group: str, until_ms: float) -> float:
         group = validate_group(group)
-        until = float(until_ms)
+        until = check_until(until_ms)
 
         def work(c: Connection) -> float:
             u = Unit(c, self.s, self.namespace, queue, True, self.wakes.notice)
