@@ -15,7 +15,14 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from ..errors import CorruptMessage, GroupFull, StoreConnectionError, StoreError, StoreFull
+from ..errors import (
+    CorruptMessage,
+    GroupFull,
+    ReplicationTimeout,
+    StoreConnectionError,
+    StoreError,
+    StoreFull,
+)
 from .base import now_ms as base_now_ms
 
 
@@ -23,7 +30,7 @@ from .base import now_ms as base_now_ms
 def _explained(operation: str, queue: str) -> Iterator[None]:
     try:
         yield
-    except (StoreConnectionError, StoreFull, CorruptMessage):
+    except (StoreConnectionError, StoreFull, CorruptMessage, ReplicationTimeout):
         raise
     except GroupFull as full:
         raise full.in_queue(queue) from None
@@ -82,6 +89,15 @@ class Bounds:
         the connect and the socket timeout, plus backoff between tries (at most 1 s)."""
         tries = self.retries + 1
         return tries * (self.connect_timeout + self.socket_timeout) + self.retries * 1.0
+
+
+def client_options(bounds: Bounds | None, options: dict[str, Any]) -> dict[str, Any]:
+    """redis-py client options: ``options``, then what ``bounds`` and keep-alives say."""
+    options.setdefault("health_check_interval", 30)
+    options.setdefault("socket_keepalive", True)
+    for name, value in (bounds or Bounds()).client_options().items():
+        options.setdefault(name, value)
+    return options
 
 
 @contextmanager
