@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 import redis
 
@@ -124,12 +125,15 @@ class SentinelTopology:
 
     def __init__(self, replicas: int = 2, sentinels: int = 3, down_after_ms: int = 1000,
                  failover_timeout_ms: int = 3000) -> None:
-        self.servers = [RedisServer()]
+        # No 5 s wait before a full sync (Redis's default for a diskless one), on every
+        # server: a replica promoted by a failover serves the other one.
+        fast = {"repl-diskless-sync-delay": "0"}
+        self.servers = [RedisServer(**fast)]
         self.sentinels: list[subprocess.Popen[bytes]] = []
         self.dir = tempfile.mkdtemp(prefix="fair-sentinel-")
         try:
             for _ in range(replicas):
-                replica = RedisServer()
+                replica = RedisServer(**fast)
                 redis.Redis(port=replica.port).replicaof("127.0.0.1", self.master.port)
                 self.servers.append(replica)
             self.sentinel_ports = [free_port() for _ in range(sentinels)]
@@ -183,7 +187,8 @@ class SentinelTopology:
 
     def _watched(self, port: int, replicas: int, others: int) -> bool:
         try:
-            state = redis.Redis(port=port, socket_timeout=2).sentinel_master(self.master_name)
+            state: Any = redis.Redis(port=port, socket_timeout=2).sentinel_master(
+                self.master_name)
         except redis.RedisError:
             return False
         return bool(state["num-slaves"] >= replicas and state["num-other-sentinels"] >= others)

@@ -14,6 +14,7 @@ from typing import Any
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from ..errors import (
     CorruptMessage,
@@ -100,12 +101,29 @@ def client_options(bounds: Bounds | None, options: dict[str, Any]) -> dict[str, 
     return options
 
 
+def check_replicated(acknowledged: int, wanted: int, timeout: float, where: str,
+                     operation: str) -> None:
+    """Raise ReplicationTimeout unless ``acknowledged`` (WAIT's answer) reaches ``wanted``
+    (fair_store_replicas). WAIT counts the replicas that have every write of its
+    connection so far, the scripts of its round trip included."""
+    if acknowledged < wanted:
+        raise ReplicationTimeout(
+            f"celery_fair store ({where}): {operation} acknowledged by {acknowledged} of "
+            f"{wanted} replicas within {timeout:g} s (fair_store_replicas, "
+            "fair_store_replicas_timeout): the master has it, a failover may lose it",
+            acknowledged=acknowledged, wanted=wanted)
+
+
 @contextmanager
 def _wrapped(where: str = "",
              unreachable: type[StoreConnectionError] = StoreConnectionError) -> Iterator[None]:
     at = f" ({where})" if where else ""
     try:
         yield
+    except MasterNotFoundError as exc:  # its message is every sentinel client's repr
+        raise unreachable(f"celery_fair store unreachable{at}: no sentinel named a master "
+                          "(the sentinels are down or unreachable, or none monitors a "
+                          "master of that name)") from exc
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unreachable(f"celery_fair store unreachable{at}: {exc}") from exc
     except redis.exceptions.OutOfMemoryError as exc:

@@ -45,6 +45,7 @@ from .connection import (
     _explained,
     _text,
     _wrapped,
+    check_replicated,
     client_options,
     describe,
     now_ms,
@@ -197,7 +198,7 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         trip: after, so that a dispatcher's prune of an idle queue (forget.lua, which
         drops it only while nothing is held) cannot fall between the two and drop it.
         With ``replicate`` and fair_store_replicas N, a ``WAIT N`` ends the round trip
-        (:meth:`_replicated`)."""
+        (:func:`~.connection.check_replicated`)."""
         wait = self.replicas if replicate else 0
         with _wrapped(self.where):
             for attempt in (1, 2):
@@ -211,7 +212,8 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
                 try:
                     answers = list(pipe.execute())
                     if wait:
-                        self._replicated(int(answers.pop()), calls)
+                        check_replicated(int(answers.pop()), wait, self.replicas_timeout,
+                                         self.where, "/".join(name for name, _ in calls))
                     return answers[:-1] if register is not None else answers
                 except redis.exceptions.NoScriptError:
                     if attempt == 2:
@@ -252,18 +254,6 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         with _explained(name, queue):
             return self._pipelined(self.keys(queue).prefix, [(name, list(args))],
                                    replicate=True)[0]
-
-    def _replicated(self, acknowledged: int, calls: list[tuple[str, list[Any]]]) -> None:
-        """Raise ReplicationTimeout unless ``acknowledged`` (WAIT's answer) reaches
-        fair_store_replicas. WAIT counts the replicas that have every write of this
-        connection so far, the scripts just run included."""
-        if acknowledged < self.replicas:
-            raise ReplicationTimeout(
-                f"celery_fair store ({self.where}): {'/'.join(n for n, _ in calls)} "
-                f"acknowledged by {acknowledged} of {self.replicas} replicas within "
-                f"{self.replicas_timeout:g} s (fair_store_replicas, "
-                "fair_store_replicas_timeout): the master has it, a failover may lose it",
-                acknowledged=acknowledged, wanted=self.replicas)
 
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         requeued, lost = self._run("reclaim", queue, now_ms, limit, TOMBSTONE_SECONDS)

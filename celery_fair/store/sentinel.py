@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from ..errors import ConfigurationError
@@ -75,8 +77,11 @@ class SentinelStore(RedisStore):
                 f"setting fair_store_transport_options must name the Sentinel master of "
                 f"fair_store_url={safe_url(url)!r}: {{'master_name': 'mymaster'}}")
         bounds = bounds or Bounds()
+        # No retries of their own: asking for the master already tries each sentinel in
+        # turn, and the store's command retries ask again.
         sentinel_kwargs = {"socket_timeout": bounds.socket_timeout,
                            "socket_connect_timeout": bounds.connect_timeout,
+                           "retry": Retry(NoBackoff(), 0),
                            **dict(options.sentinel_kwargs)}
         sentinels = Sentinel(list(parsed.sentinels), sentinel_kwargs=sentinel_kwargs)
         master: redis.Redis = sentinels.master_for(
