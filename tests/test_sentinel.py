@@ -93,6 +93,20 @@ def test_the_settings_give_a_sentinel_store_without_direct_push(
     store.ping()
 
 
+def test_a_sentinel_broker_is_the_default_store_with_the_broker_s_master_name(
+        topology: SentinelTopology) -> None:
+    # kombu's own Sentinel URL and transport options, as a Celery user has them already
+    broker = ";".join(f"sentinel://127.0.0.1:{port}/0" for port in topology.sentinel_ports)
+    app = Celery(set_as_current=False, broker=broker)
+    app.conf.broker_transport_options = {"master_name": topology.master_name,
+                                         "visibility_timeout": 3600}
+    config = get_config(app)
+    assert (config.store_url, config.store_master_name) == (broker, topology.master_name)
+    store = store_for(app)
+    assert isinstance(store, SentinelStore)
+    store.ping()
+
+
 def test_a_sentinel_url_without_a_master_name_is_refused_naming_the_setting(
         make_app: Callable[..., Celery]) -> None:
     app = make_app(fair_store_url="redis+sentinel://:s3cret@127.0.0.1:26379/0")

@@ -120,10 +120,10 @@ def _wrapped(where: str = "",
     at = f" ({where})" if where else ""
     try:
         yield
-    except MasterNotFoundError as exc:  # its message is every sentinel client's repr
+    except MasterNotFoundError:  # its message is every sentinel client's repr
         raise unreachable(f"celery_fair store unreachable{at}: no sentinel named a master "
                           "(the sentinels are down or unreachable, or none monitors a "
-                          "master of that name)") from exc
+                          "master of that name)") from None
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unreachable(f"celery_fair store unreachable{at}: {exc}") from exc
     except redis.exceptions.OutOfMemoryError as exc:
