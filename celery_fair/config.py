@@ -70,7 +70,7 @@ class FairConfig:
     report_interval: float = 10.0  # seconds; 0: no periodic report (reporting.py)
     log_utc: bool = True  # log timestamps in UTC (logtime.py)
     store_master_name: str | None = None  # fair_store_transport_options: Sentinel only
-    store_sentinel_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    store_sentinel_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     store_replicas: int = 0  # fair_store_replicas: WAIT for these on hold/release/cancel
     store_replicas_timeout: float = 1.0
 

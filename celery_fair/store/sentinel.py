@@ -15,7 +15,7 @@ Sentinel master's address changes under both clients independently.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -37,7 +37,8 @@ class RedisOptions:
     replicas each hold, release and cancel waits for (``fair_store_replicas``)."""
 
     master_name: str | None = None
-    sentinel_kwargs: tuple[tuple[str, Any], ...] = ()  # sorted items (hashable)
+    # sorted items (hashable); not in the repr: a password is among them
+    sentinel_kwargs: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     replicas: int = 0
     replicas_timeout: float = 1.0
 
