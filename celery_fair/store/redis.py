@@ -86,7 +86,7 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         self.client = client
         self.namespace = namespace
         self.where = where or describe(client)
-        #: fair_store_replicas: hold, release and cancel WAIT for these (see _replicated)
+        #: fair_store_replicas: hold, release and cancel WAIT for these (see _pipelined)
         self.replicas, self.replicas_timeout = replicas, replicas_timeout
         self._scripts: dict[str, Script] = {
             name: client.register_script(source(name)) for name in OPERATIONS}
