@@ -23,7 +23,14 @@ from .names import validate_group
 from .redact import safe_url
 from .rules import TaskRules, parse_rules
 from .settings import _DEFAULTS, SETTINGS, Setting, settings_table  # noqa: F401 (re-exported)
-from .urls import REDIS_SCHEMES, SQL_SCHEMES, describe_schemes, scheme_of
+from .urls import (
+    REDIS_SCHEMES,
+    SENTINEL_SCHEMES,
+    SQL_SCHEMES,
+    describe_schemes,
+    parse_sentinel_url,
+    scheme_of,
+)
 
 ON_STORE_ERROR = ("raise", "publish")
 
@@ -62,6 +69,10 @@ class FairConfig:
     store_table_prefix: str = "fair_"  # the SQL store's tables: <prefix>queues, ...
     report_interval: float = 10.0  # seconds; 0: no periodic report (reporting.py)
     log_utc: bool = True  # log timestamps in UTC (logtime.py)
+    store_master_name: str | None = None  # fair_store_transport_options: Sentinel only
+    store_sentinel_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    store_replicas: int = 0  # fair_store_replicas: WAIT for these on hold/release/cancel
+    store_replicas_timeout: float = 1.0
 
     def max_held_of(self, group: str) -> int | None:
         """The most tasks ``group`` may hold (None: unlimited)."""
@@ -73,8 +84,16 @@ class FairConfig:
         conf = app.conf
         reject_unknown(conf, getattr(app, "namespace", None), _DEFAULTS)
         get: Callable[[str], Any] = lambda name: conf.get(name, _DEFAULTS[name])  # noqa: E731
+        store_url = _store_url(get("fair_store_url"), conf.get("broker_url"))
+        master_name, sentinel_kwargs = _transport_options(
+            store_url, conf.get("fair_store_transport_options"),
+            conf.get("broker_transport_options") if get("fair_store_url") is None else None)
         return cls(
-            store_url=_store_url(get("fair_store_url"), conf.get("broker_url")),
+            store_url=store_url,
+            store_master_name=master_name, store_sentinel_kwargs=sentinel_kwargs,
+            store_replicas=_replicas(store_url, get("fair_store_replicas")),
+            store_replicas_timeout=_replicas_timeout(
+                get("fair_store_replicas_timeout"), get("fair_store_socket_timeout")),
             key_prefix=_nonempty_str("fair_key_prefix", get("fair_key_prefix")),
             default_group=_default_group(get("fair_default_group")),
             default_concurrency=_optional_cap("fair_default_concurrency",
@@ -142,14 +161,82 @@ def _store_url(url: Any, broker_url: Any) -> str:
         broker = broker_url if isinstance(broker_url, str) else ""
         if broker.split(";")[0].startswith(("redis://", "rediss://", "unix://")):
             return broker.split(";")[0]
+        if scheme_of(broker) == "sentinel":  # kombu's: every sentinel, ';'-separated
+            return broker
         raise ConfigurationError(
             "setting fair_store_url is required: the broker is not Redis "
             f"({safe_url(broker) or 'unset'!s}), so celery_fair needs a store to hold "
             f"tasks in ({describe_schemes()})")
-    if not isinstance(url, str) or scheme_of(url) not in REDIS_SCHEMES + SQL_SCHEMES:
+    schemes = REDIS_SCHEMES + SENTINEL_SCHEMES + SQL_SCHEMES
+    if not isinstance(url, str) or scheme_of(url) not in schemes:
         raise _fail("fair_store_url", safe_url(url) if isinstance(url, str) else url,
                     f"a URL of a store celery_fair supports ({describe_schemes()})")
+    if scheme_of(url) in SENTINEL_SCHEMES:
+        try:
+            parse_sentinel_url(url)
+        except ValueError as exc:
+            raise _fail("fair_store_url", safe_url(url),
+                        f"a Sentinel URL such as redis+sentinel://host:26379,host:26380/0 "
+                        f"({exc})") from None
     return url
+
+
+_TRANSPORT_KEYS = ("master_name", "sentinel_kwargs")
+
+
+def _transport_options(url: str, value: Any, broker_options: Any
+                       ) -> tuple[str | None, dict[str, Any]]:
+    """``fair_store_transport_options``: the Sentinel master's name and the sentinels'
+    connection options; when the store is the broker (fair_store_url unset), the broker's
+    own transport options are the default."""
+    name = "fair_store_transport_options"
+    sentinel = scheme_of(url) in SENTINEL_SCHEMES
+    if value is None and sentinel and isinstance(broker_options, Mapping):
+        value = {k: broker_options[k] for k in _TRANSPORT_KEYS if k in broker_options}
+    value = {} if value is None else value
+    if not isinstance(value, Mapping) or set(value) - set(_TRANSPORT_KEYS):
+        shown = f"a dict of keys {sorted(map(str, value))}" if isinstance(value, Mapping) \
+            else type(value).__name__  # never its values: sentinel_kwargs has a password
+        raise ConfigurationError(
+            f"setting {name} is invalid ({shown}): expected a dict with 'master_name' and "
+            "optionally 'sentinel_kwargs' (a Sentinel store's options)")
+    if value and not sentinel:
+        raise ConfigurationError(
+            f"setting {name} is for a Sentinel store, but fair_store_url="
+            f"{safe_url(url)!r} is not one (redis+sentinel:// or sentinel://)")
+    master = value.get("master_name")
+    if sentinel and (not isinstance(master, str) or not master):
+        raise ConfigurationError(
+            f"setting {name} must name the Sentinel master of fair_store_url="
+            f"{safe_url(url)!r}: {name} = {{'master_name': 'mymaster'}} (the name in the "
+            "sentinels' `sentinel monitor <name> ...`)")
+    kwargs = value.get("sentinel_kwargs") or {}
+    if not isinstance(kwargs, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, (str, int, float, bool, type(None)))
+            for k, v in kwargs.items()):
+        raise ConfigurationError(
+            f"setting {name}['sentinel_kwargs'] is invalid: expected a dict of redis-py "
+            "connection options (str, number, bool or None values), like {'password': ...}")
+    return master, dict(kwargs)
+
+
+def _replicas(url: str, value: Any) -> int:
+    replicas = _count("fair_store_replicas", value, minimum=0)
+    if replicas and scheme_of(url) in SQL_SCHEMES:
+        raise ConfigurationError(
+            "setting fair_store_replicas applies to a Redis store only: a SQL database's "
+            "own synchronous replication (PostgreSQL's synchronous_commit and "
+            "synchronous_standby_names) makes its commits wait for standbys")
+    return replicas
+
+
+def _replicas_timeout(value: Any, socket_timeout: Any) -> float:
+    seconds = _positive("fair_store_replicas_timeout", value)
+    if isinstance(socket_timeout, (int, float)) and seconds >= socket_timeout:
+        raise _fail("fair_store_replicas_timeout", value,
+                    f"fewer seconds than fair_store_socket_timeout ({socket_timeout}): "
+                    "a write waiting for its replicas must not outlast its socket")
+    return seconds
 
 
 def check_table_prefix(value: Any, name: str = "fair_store_table_prefix") -> str:

@@ -40,7 +40,7 @@ from .store import store_for
 from .store.base import Picked, Store
 from .store.base import now_ms as _now_ms
 from .summary import SummaryWriter
-from .urls import REDIS_SCHEMES, scheme_of
+from .urls import REDIS_SCHEMES, SENTINEL_SCHEMES, scheme_of
 
 logger = logging.getLogger(__name__)
 
@@ -264,6 +264,7 @@ class Dispatcher:
                 cause, left = exc.__cause__ or exc, deadline - time.monotonic()
                 if left <= 0 or self.stopping.is_set():
                     server = ("Redis" if scheme_of(self.config.store_url) in REDIS_SCHEMES
+                              + SENTINEL_SCHEMES
                               else "the database")  # a SQL store's URL is no Redis
                     raise StoreConnectionError(
                         f"cannot reach the celery_fair store at {where} ({cause}); start "

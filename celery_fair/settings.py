@@ -16,9 +16,25 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("fair_store_url", None,
-            "URL of the holding store: Redis (redis://, rediss://, unix://) or a SQL "
-            "database (postgresql://, mysql://, mariadb://, sqlite:///; run `fair migrate` "
-            "first). Default: the broker URL when it is Redis."),
+            "URL of the holding store: Redis (redis://, rediss://, unix://), Redis behind "
+            "Sentinel (redis+sentinel://host:port,host:port/db, or kombu's "
+            "sentinel://host:port;sentinel://host:port; the master's name in "
+            "fair_store_transport_options) or a SQL database (postgresql://, mysql://, "
+            "mariadb://, sqlite:///; run `fair migrate` first). Default: the broker URL "
+            "when it is Redis (or Sentinel)."),
+    Setting("fair_store_transport_options", {},
+            "Sentinel store, as Celery's broker_transport_options: {'master_name': "
+            "'mymaster' (required), 'sentinel_kwargs': {'password': ...} (how to connect "
+            "to the sentinels themselves)}. The master's password is the URL's. Default, "
+            "when the store is the broker: the broker's master_name and sentinel_kwargs."),
+    Setting("fair_store_replicas", 0,
+            "Redis store: replicas each hold, release and cancel waits for (WAIT) before "
+            "it returns, so that a failover cannot lose it; fewer in time fail the call "
+            "with ReplicationTimeout (a hold: HoldNotReplicated). 0: Redis's asynchronous "
+            "replication (a failover may lose the last writes)."),
+    Setting("fair_store_replicas_timeout", 1.0,
+            "Seconds a write waits for fair_store_replicas replicas; shorter than "
+            "fair_store_socket_timeout."),
     Setting("fair_key_prefix", "fair", "Namespace of the store: prefix of every Redis key, "
             "and the namespace column of every SQL row, celery_fair writes."),
     Setting("fair_default_group", "default",

@@ -13,7 +13,13 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from ..errors import HoldOutcomeUnknown, StoreConnectionError, StoreUnreachable
+from ..errors import (
+    HoldNotReplicated,
+    HoldOutcomeUnknown,
+    ReplicationTimeout,
+    StoreConnectionError,
+    StoreUnreachable,
+)
 from .base import (
     CANCELLED_SECONDS,
     CHECK_BATCH,
@@ -39,6 +45,8 @@ from .connection import (
     _explained,
     _text,
     _wrapped,
+    check_replicated,
+    client_options,
     describe,
     now_ms,
 )
@@ -72,23 +80,25 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         return all(ours.get(key) == connection_kwargs.get(key) for key in _WHERE) \
             and any(ours.get(key) for key in ("host", "path"))
 
-    def __init__(self, client: redis.Redis, namespace: str = "fair") -> None:
+    def __init__(self, client: redis.Redis, namespace: str = "fair", *,
+                 where: str | None = None, replicas: int = 0,
+                 replicas_timeout: float = 1.0) -> None:
         self.client = client
         self.namespace = namespace
-        self.where = describe(client)
+        self.where = where or describe(client)
+        #: fair_store_replicas: hold, release and cancel WAIT for these (see _pipelined)
+        self.replicas, self.replicas_timeout = replicas, replicas_timeout
         self._scripts: dict[str, Script] = {
             name: client.register_script(source(name)) for name in OPERATIONS}
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "fair", bounds: Bounds | None = None,
+                 replicas: int = 0, replicas_timeout: float = 1.0,
                  **options: Any) -> RedisStore:
         """A store on ``url``; every command bounded in time by ``bounds`` (defaults:
         the ``fair_store_*`` settings' defaults) unless ``options`` say otherwise."""
-        options.setdefault("health_check_interval", 30)
-        options.setdefault("socket_keepalive", True)
-        for name, value in (bounds or Bounds()).client_options().items():
-            options.setdefault(name, value)
-        return cls(redis.Redis.from_url(url, **options), namespace)
+        return cls(redis.Redis.from_url(url, **client_options(bounds, options)), namespace,
+                   replicas=replicas, replicas_timeout=replicas_timeout)
 
     def _run(self, name: str, queue: str, *args: Any) -> Any:
         with _explained(name, queue), _wrapped(self.where):
@@ -111,7 +121,12 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         try:
             with _explained("hold", queue):
                 [held] = self._pipelined(self.keys(queue).prefix, [("hold", args)],
-                                         register=queue)
+                                         register=queue, replicate=True)
+        except ReplicationTimeout as exc:
+            raise HoldNotReplicated(
+                f"{exc}; the task is held on the master (it runs when dispatched) unless a "
+                "failover loses it first, so it was not published to the broker",
+                acknowledged=exc.acknowledged, wanted=exc.wanted) from None
         except StoreConnectionError as exc:
             raise HoldOutcomeUnknown(
                 f"{exc}; the hold's outcome is unknown: the task may be held (it then runs "
@@ -173,7 +188,7 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
                 (int(requeued), int(lost)), self._picked(queue, flat, push))
 
     def _pipelined(self, prefix: str, calls: list[tuple[str, list[Any]]],
-                   register: str | None = None) -> list[Any]:
+                   register: str | None = None, replicate: bool = False) -> list[Any]:
         """Run scripts in one round trip. EVALSHA directly: a redis-py pipeline of Script
         objects would first ask SCRIPT EXISTS, a round trip of its own, every time. After
         a script cache flush (NOSCRIPT) they are loaded again and the calls retried; the
@@ -181,7 +196,10 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         (a pick run twice gives out new dispatch ids: see pick.lua). With ``register``,
         that queue is added to the set of fair queues after the scripts, in the same round
         trip: after, so that a dispatcher's prune of an idle queue (forget.lua, which
-        drops it only while nothing is held) cannot fall between the two and drop it."""
+        drops it only while nothing is held) cannot fall between the two and drop it.
+        With ``replicate`` and fair_store_replicas N, a ``WAIT N`` ends the round trip
+        (:func:`~.connection.check_replicated`)."""
+        wait = self.replicas if replicate else 0
         with _wrapped(self.where):
             for attempt in (1, 2):
                 pipe = self.client.pipeline(transaction=False)
@@ -189,8 +207,13 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
                     pipe.evalsha(self._scripts[name].sha, 1, prefix, *args)
                 if register is not None:
                     pipe.sadd(queues_key(self.namespace), register)
+                if wait:
+                    pipe.execute_command("WAIT", wait, int(self.replicas_timeout * 1000))
                 try:
                     answers = list(pipe.execute())
+                    if wait:
+                        check_replicated(int(answers.pop()), wait, self.replicas_timeout,
+                                         self.where, "/".join(name for name, _ in calls))
                     return answers[:-1] if register is not None else answers
                 except redis.exceptions.NoScriptError:
                     if attempt == 2:
@@ -222,7 +245,15 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
 
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
                 run: str | None = None) -> bool:
-        return bool(self._run("release", queue, dispatch_id, done_seconds, run or ""))
+        return bool(self._durably("release", queue, dispatch_id, done_seconds, run or ""))
+
+    def _durably(self, name: str, queue: str, *args: Any) -> Any:
+        """Run a script; with fair_store_replicas, WAIT for them in the same round trip."""
+        if not self.replicas:
+            return self._run(name, queue, *args)
+        with _explained(name, queue):
+            return self._pipelined(self.keys(queue).prefix, [(name, list(args))],
+                                   replicate=True)[0]
 
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         requeued, lost = self._run("reclaim", queue, now_ms, limit, TOMBSTONE_SECONDS)
@@ -244,7 +275,8 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         ids = list(dict.fromkeys(task_ids))
         if not ids:
             return []
-        flat = self._run("cancel", queue, CANCELLED_SECONDS, token or uuid.uuid4().hex, *ids)
+        flat = self._durably("cancel", queue, CANCELLED_SECONDS, token or uuid.uuid4().hex,
+                             *ids)
         return [(_text(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
 
     def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,
