@@ -158,12 +158,16 @@ def _cpu_lines() -> list[str]:
            "over 10 groups, every part a process of its own (the publisher's `delay()` "
            "loop, one threads worker `-c 8` with prefetch 1, the dispatcher, the "
            "redis-server that is broker and store); µs of CPU per task of each process, "
-           "plain Celery and celery-fair one after the other in the same run.", "",
+           "plain Celery and celery-fair one after the other in the same run (`fair@REV`: "
+           "celery-fair as of that commit, `--baseline REV`). The load average before the "
+           "run is given: on a loaded 2-core machine the rates (tasks/s) swing much more "
+           "than the CPU per task.", "",
            "| way | side | app | redis | worker | dispatcher | total | tasks/s | added "
            "| drain ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (first, hiredis), row in sorted(latest.items()):
         way = ("published first" if first else "while draining") + \
-            (", hiredis" if hiredis else ", no hiredis")
+            (", hiredis" if hiredis else ", no hiredis") + \
+            (f", load {row['load_before']:.1f}" if "load_before" in row else "")
         for side in [k for k in row if k == "plain" or k.startswith("fair")]:
             cpu = row[side]["us_cpu_per_task"]
             tail = " | " if side == "plain" else \
