@@ -338,6 +338,24 @@ def test_an_unreachable_store_is_reported_not_raised(make_app) -> None:
     assert error is not None and "could not read its store" in error
 
 
+def test_flower_reads_a_sql_store_under_its_table_prefix(make_app, tmp_path: Path) -> None:
+    from tornado.ioloop import IOLoop
+
+    from celery_fair.contrib.flower import fetch_in_force, fetch_summaries
+    from celery_fair.store.sql import migrate
+
+    url = f"sqlite:///{tmp_path}/fair.db"
+    migrate(url, "ops_")  # the tables are ops_queues, ...: none named fair_*
+    app = make_app(fair_store_url=url, fair_store_table_prefix="ops_")
+    app.tasks["proj.work"].delay("acme", "x")
+    queue = app.conf.task_default_queue
+    controls.pause(app, "acme", queue=queue, actor="ann")
+    summaries, error = IOLoop.current().run_sync(lambda: fetch_summaries(app))
+    assert (error, list(summaries)) == (None, [queue])
+    in_force = IOLoop.current().run_sync(lambda: fetch_in_force(app, [queue]))
+    assert in_force[queue].pauses["acme"]["by"] == "ann"
+
+
 def test_waits_are_written_for_people() -> None:
     assert [format_wait(s) for s in (None, 0.25, 12.34, 245, 7260)] == \
         ["-", "250 ms", "12.3 s", "4m 05s", "2h 01m"]
