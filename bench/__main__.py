@@ -1,5 +1,5 @@
 """``python -m bench {all|SCENARIO...|report} [--quick] [--reps N] [--store STORE]``;
-``python -m bench chaos``."""
+``python -m bench chaos``; ``python -m bench cpu``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import fairness, throughput
+from . import fairness, rates, throughput
 from .harness import Bench, commit, results_file, write_run_info
 from .sqlstores import STORES
 
@@ -26,6 +26,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "groups": fairness.groups,
     "pick_groups": fairness.pick_groups,
     "held": fairness.held,
+    "rate": rates.rate,
 }
 #: What runs on a SQL store (``all`` there): the issue's four figures. The others read
 #: Redis directly (``held``) or have not been measured on SQL yet.
@@ -36,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["chaos"]:
         return chaos_main(argv[1:])
+    if argv[:1] == ["cpu"]:
+        from .cpu import main as cpu_main
+
+        return cpu_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("what", nargs="+", help="all, report, or scenarios: "
                         + ", ".join(SCENARIOS))

@@ -299,13 +299,14 @@ def results_file(store: str, stem: str = "latest", suffix: str = ".jsonl") -> Pa
 
 
 def emit(scenario: str, figures: dict[str, Any], target: str, met: bool,
-         bench: Bench) -> dict[str, Any]:
-    """Print the scenario's JSON line and append it to the store's results file."""
+         bench: Bench, stem: str = "latest") -> dict[str, Any]:
+    """Print the scenario's JSON line and append it to the store's results file (``stem``:
+    ``controls`` for the controls' scenarios, reported in a section of their own)."""
     line = {"scenario": scenario, "store": bench.store, "quick": bench.quick,
             "target": target, "met": met, **figures}
     print(json.dumps(line), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    with open(results_file(bench.store), "a", encoding="utf-8") as fh:
+    with open(results_file(bench.store, stem), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(line) + "\n")
     return line
 

@@ -101,6 +101,8 @@ def _run_info() -> dict[str, Any]:
 
 #: Where the SQL stores' section begins in docs/benchmarks.md.
 SQL_MARK = "<!-- SQL stores: generated from bench/results/latest-<store>.jsonl -->"
+#: Where the controls' section (rate limits) begins: run apart (``python -m bench rate``).
+CONTROLS_MARK = "<!-- controls: generated from bench/results/controls.jsonl -->"
 
 
 def write_report() -> str:
@@ -111,26 +113,94 @@ def write_report() -> str:
 
     path = DOCS / "benchmarks.md"
     old = path.read_text(encoding="utf-8") if path.exists() else ""
-    old_redis, _, old_sql = old.partition(SQL_MARK)
+    old_main, _, old_sql = old.partition(SQL_MARK)
+    old_redis, _, old_controls = old_main.partition(CONTROLS_MARK)
     redis_part = _redis_report() if (RESULTS / "latest.jsonl").exists() else \
         old_redis.rstrip("\n").split("\n")
+    controls_part = _controls_section() or old_controls.strip("\n").split("\n")
     sql_part = sql_section() or old_sql.strip("\n").split("\n")
-    out = redis_part + (["", SQL_MARK, "", *sql_part] if any(sql_part) else [])
+    out = redis_part + (["", CONTROLS_MARK, "", *controls_part] if any(controls_part)
+                        else []) + (["", SQL_MARK, "", *sql_part] if any(sql_part) else [])
     DOCS.mkdir(exist_ok=True)
     path.write_text("\n".join(out) + "\n", encoding="utf-8")
     return str(path)
 
 
-def _redis_report() -> list[str]:
-    """The Redis store's part: the run, the results, missed targets, the timeline."""
-    lines = (RESULTS / "latest.jsonl").read_text(encoding="utf-8").splitlines()
-    latest: dict[str, dict[str, Any]] = {}  # a scenario run again replaces its row
-    for line in lines:
+def _latest_rows(path: Path) -> list[dict[str, Any]]:
+    """The last row of each scenario in a results file (a scenario run again replaces
+    its row)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             row = json.loads(line)
             latest.pop(row["scenario"], None)
             latest[row["scenario"]] = row
-    results = list(latest.values())
+    return list(latest.values())
+
+
+def _controls_section() -> list[str]:
+    """Rate limits (``python -m bench rate``) from controls.jsonl and the CPU per task
+    (``python -m bench cpu``) from cpu.jsonl; [] without either."""
+    return _rate_lines() + _cpu_lines()
+
+
+def _cpu_lines() -> list[str]:
+    path = RESULTS / "cpu.jsonl"
+    if not path.exists():
+        return []
+    latest: dict[tuple[bool, bool], dict[str, Any]] = {}  # one row per way of running
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            latest[(row["published_first"], row["hiredis"])] = row
+    out = ["", "## CPU per task", "",
+           "`python -m bench cpu [--published-first] [--no-hiredis]`: 10,000 no-op tasks "
+           "over 10 groups, every part a process of its own (the publisher's `delay()` "
+           "loop, one threads worker `-c 8` with prefetch 1, the dispatcher, the "
+           "redis-server that is broker and store); µs of CPU per task of each process, "
+           "plain Celery and celery-fair one after the other in the same run (`fair@REV`: "
+           "celery-fair as of that commit, `--baseline REV`). The load average before the "
+           "run is given: on a loaded 2-core machine the rates (tasks/s) swing much more "
+           "than the CPU per task.", "",
+           "| way | side | app | redis | worker | dispatcher | total | tasks/s | added "
+           "| drain ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (first, hiredis), row in sorted(latest.items()):
+        way = ("published first" if first else "while draining") + \
+            (", hiredis" if hiredis else ", no hiredis") + \
+            (f", load {row['load_before']:.1f}" if "load_before" in row else "")
+        for side in [k for k in row if k == "plain" or k.startswith("fair")]:
+            cpu = row[side]["us_cpu_per_task"]
+            tail = " | " if side == "plain" else \
+                f"{row['added_us_per_task'][side]:,} | {row['drain_ratio'][side]}"
+            out.append(f"| {way} (`{row['commit']}`) | {side} | {cpu['app']:,} | "
+                       f"{cpu['redis']:,} | {cpu['worker']:,} | {cpu['dispatcher']:,} | "
+                       f"{cpu['total']:,} | {row[side]['tasks_per_s']:,.0f} | {tail} |")
+    return out
+
+
+def _rate_lines() -> list[str]:
+    path = RESULTS / "controls.jsonl"
+    if not path.exists():
+        return []
+    out = ["## Rate limits", "",
+           "`python -m bench rate` (`--quick`: a 20 s window). A group limited to 10/s "
+           "(`fair limit --rate 10/s`) with a backlog, beside two unlimited groups of "
+           "10 ms tasks on 4 worker slots; after a second of warm-up, the starts of each "
+           "group are counted from inside the tasks over the window. The other groups' "
+           "count is compared with a window of the same length in the same run without "
+           "the limited group.", "",
+           "| scenario | when | target | met | figures |", "|---|---|---|---|---|"]
+    for row in _latest_rows(path):
+        when = time.strftime("%Y-%m-%d", time.gmtime(path.stat().st_mtime))
+        out.append(f"| {row['scenario']}{' (quick)' if row.get('quick') else ''} | {when} "
+                   f"| {row['target']} | {'yes' if row['met'] else '**no**'} | "
+                   f"{_figures(row)} |")
+    return out
+
+
+def _redis_report() -> list[str]:
+    """The Redis store's part: the run, the results, missed targets, the timeline."""
+    results = _latest_rows(RESULTS / "latest.jsonl")
     run = _run_info()
     info = run["machine"]
     out = ["# Benchmarks", "",

@@ -69,8 +69,8 @@ def check_reason(reason: Any) -> str | None:
     return reason or None
 
 
-def check_seconds(value: Any) -> float | None:
-    """A control's duration (``for_seconds``) checked (None: no end).
+def check_seconds(value: Any, name: str = "for_seconds") -> float | None:
+    """A control's duration (``name``) checked (None: no end).
 
     Raises:
         InvalidControl: naming the accepted range and what was given.
@@ -79,7 +79,7 @@ def check_seconds(value: Any) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
             or not 0 < value <= MAX_SECONDS:
-        raise InvalidControl(f"for_seconds must be a number of seconds above 0 and at most "
+        raise InvalidControl(f"{name} must be a number of seconds above 0 and at most "
                              f"{MAX_SECONDS} (366 days), got {value!r}")
     return float(value)
 

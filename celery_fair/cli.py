@@ -16,6 +16,7 @@ from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
 from .cli_render import render_groups, render_status, show
+from .cli_simulate import simulate
 from .errors import FairError, InvalidLimit, UnknownQueue
 
 
@@ -28,36 +29,34 @@ def _app(ctx: click.Context) -> Any:
     return ctx.obj.app
 
 
-def _cap(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """--concurrency: an integer from 0 to limits.MAX_CAP, or 'none' (no cap); as
-    controls.parse_concurrency reads it (the Django admin's form too)."""
-    from .controls import UNCHANGED, parse_concurrency
+def _typed_option(parse_name: str, what: str) -> Any:
+    """A click callback: the option's text through ``controls.<parse_name>`` (the Django
+    admin's form reads it the same way), None given as UNCHANGED, an InvalidLimit as a
+    BadParameter naming the group."""
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        from . import controls
 
-    if value is None:
-        return UNCHANGED
-    try:
-        return parse_concurrency(value, "concurrency" + _for_group(ctx))
-    except InvalidLimit as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+        if value is None:
+            return controls.UNCHANGED
+        try:
+            return getattr(controls, parse_name)(value, what + _for_group(ctx))
+        except InvalidLimit as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+    return callback
+
+
+#: --concurrency: an integer from 0 to limits.MAX_CAP, or 'none' (no cap); --rate:
+#: '10/s', '100/m', '5/h' or 'none'; --weight: a finite number from limits.MIN_WEIGHT to
+#: limits.MAX_WEIGHT.
+_cap = _typed_option("parse_concurrency", "concurrency")
+_rate = _typed_option("parse_rate", "rate limit")
+_weight = _typed_option("parse_weight", "weight")
 
 
 def _for_group(ctx: click.Context) -> str:
     """" for group 'acme'" (GROUP is eager: read before the options)."""
     group = ctx.params.get("group")
     return f" for group {group!r}" if group is not None else ""
-
-
-def _weight(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
-    """--weight: a finite number from limits.MIN_WEIGHT to limits.MAX_WEIGHT; as
-    controls.parse_weight reads it."""
-    from .controls import UNCHANGED, parse_weight
-
-    if value is None:
-        return UNCHANGED
-    try:
-        return parse_weight(value, "weight" + _for_group(ctx))
-    except InvalidLimit as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 @fair.command(cls=CeleryCommand)
@@ -135,17 +134,26 @@ def groups(ctx: click.Context, queues: tuple[str, ...], limit: int, as_json: boo
               help="Share of dispatches relative to other groups (default weight 1): a "
                    "finite number from 1e-6 to 1e6.",
               cls=CeleryOption, help_group="Limit Options")
+@click.option("--rate", default=None, callback=_rate, metavar="N/s|N/m|N/h|none",
+              help="Most dispatches of the group over time ('10/s', '100/m', '5/h'), or "
+                   "'none' for no rate limit whatever the settings say.",
+              cls=CeleryOption, help_group="Limit Options")
+@click.option("--burst", default=None, type=click.IntRange(1, 1_000_000), metavar="N",
+              help="With --rate: how many may go at once after a quiet spell (default 1).",
+              cls=CeleryOption, help_group="Limit Options")
 @click.option("--reset", is_flag=True, help="Drop the runtime limits: the settings apply.",
               cls=CeleryOption, help_group="Limit Options")
 @click.option("--reason", default=None, help="Why, for the audit log (fair audit).",
               cls=CeleryOption, help_group="Limit Options")
 @click.pass_context
 def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
-          concurrency: Any, weight: Any, reset: bool, reason: str | None) -> None:
-    """Set a group's cap and weight at runtime, for every dispatcher at once.
+          concurrency: Any, weight: Any, rate: Any, burst: int | None, reset: bool,
+          reason: str | None) -> None:
+    """Set a group's cap, weight and rate limit at runtime, for every dispatcher at once.
 
-    Stored in the store, they take precedence over fair_group_concurrency and
-    fair_group_weights and survive dispatcher restarts. Without options: show them.
+    Stored in the store, they take precedence over fair_group_concurrency,
+    fair_group_weights and fair_group_rate_limits and survive dispatcher restarts.
+    Without options: show them.
     A change is recorded in the audit log (fair audit) under the OS user.
     A queue must be known (in the store, or declared by the app) unless --create is
     given: then the limits wait in the store for the queue's first task.
@@ -157,15 +165,20 @@ def limit(ctx: click.Context, group: str, queues: tuple[str, ...], create: bool,
         group = validate_group(group)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'GROUP'") from None
-    if reset and (concurrency is not controls.UNCHANGED or weight is not controls.UNCHANGED):
-        raise click.UsageError("--reset cannot be combined with --concurrency or --weight")
+    if reset and (concurrency is not controls.UNCHANGED or weight is not controls.UNCHANGED
+                  or rate is not controls.UNCHANGED or burst is not None):
+        raise click.UsageError("--reset cannot be combined with --concurrency, --weight, "
+                               "--rate or --burst")
+    if burst is not None and rate in (controls.UNCHANGED, None):
+        raise click.UsageError("--burst needs --rate (a rate, not 'none')")
     if create and not queues:
         raise click.UsageError("--create needs the queue to create: -Q/--queue QUEUE")
     with _errors():
         try:
             done = controls.limit(
                 _app(ctx), group, queue=queues or None, reset=reset, create=create,
-                concurrency=concurrency, weight=weight, reason=reason)
+                concurrency=concurrency, weight=weight, rate=rate,
+                burst=controls.UNCHANGED if burst is None else burst, reason=reason)
         except UnknownQueue as exc:
             raise click.BadParameter(str(exc), param_hint="'-Q' / '--queue'") from None
     for item in done:
@@ -195,6 +208,9 @@ def inspect_task(ctx: click.Context, task_id: str, as_json: bool) -> None:
     else:
         if where["state"] in ("held", "delayed"):
             where["paused"] = paused(store_for(app), where)
+            until = store_for(app).throttles(where["queue"]).get(where["group"])
+            if until is not None:
+                where["throttled_until_ms"] = int(until)
         text = describe(where)
     click.echo(json.dumps(where, indent=2) if as_json else text)
 
@@ -277,6 +293,7 @@ fair.add_command(dispatch)
 fair.add_command(migrate)
 fair.add_command(held)
 fair.add_command(purge)
+fair.add_command(simulate)
 
 
 @click.group()

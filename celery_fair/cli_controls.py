@@ -142,12 +142,14 @@ def _value(value: Any) -> str:
 
 
 def mark_pauses(store: Any, doc: dict[str, Any]) -> dict[str, Any]:
-    """Mark a queue's document (``fair status``, ``fair groups``) with its pauses and
-    boosts: the queue's ``paused`` (its pause), each paused group's ``paused`` (true),
-    each boosted group's ``boosted`` ({"weight", "until_ms"}: its ``weight`` stays the
-    configured one); absent when not paused or boosted, so the documents of a store
-    without them stay as they were."""
+    """Mark a queue's document (``fair status``, ``fair groups``) with its pauses, boosts,
+    rate limits and throttles: the queue's ``paused`` (its pause), each paused group's
+    ``paused`` (true), each boosted group's ``boosted`` ({"weight", "until_ms"}: its
+    ``weight`` stays the configured one), each group with a rate of its own its ``rate``
+    ('10/s (burst 20)'), each throttled group its ``throttled_until_ms``; absent when
+    not there, so the documents of a store without them stay as they were."""
     pauses, boosts = store.pauses(doc["queue"]), store.boosts(doc["queue"])
+    rates, throttles = store.rates(doc["queue"]), store.throttles(doc["queue"])
     if WHOLE_QUEUE in pauses:
         doc["paused"] = {"until_ms": pauses[WHOLE_QUEUE]}
     for group in doc.get("groups", ()):
@@ -156,6 +158,10 @@ def mark_pauses(store: Any, doc: dict[str, Any]) -> dict[str, Any]:
         if group["group"] in boosts:
             weight, until = boosts[group["group"]]
             group["boosted"] = {"weight": weight, "until_ms": until}
+        if rates.get(group["group"]) is not None:
+            group["rate"] = str(rates[group["group"]])
+        if group["group"] in throttles:
+            group["throttled_until_ms"] = int(throttles[group["group"]])
     return doc
 
 

@@ -172,7 +172,10 @@ def _group_table(rows: list[dict[str, Any]]) -> Any:
         (["(paused) celery fair pause: resume with celery fair resume GROUP"]
          if any(g.get("paused") for g in rows) else []) + \
         (["boost: celery fair boost, in force instead of the weight until its end"]
-         if any(g.get("boosted") for g in rows) else [])
+         if any(g.get("boosted") for g in rows) else []) + \
+        (["rate: celery fair limit --rate; (throttled) waits for its next token, or "
+          "for the end of a task's fair_throttle"]
+         if any(g.get("rate") or g.get("throttled_until_ms") for g in rows) else [])
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
                   caption="\n".join(notes) or None, caption_justify="left")
     waits = any("oldest_wait" in g for g in rows)  # status reads them; groups does not
@@ -183,9 +186,11 @@ def _group_table(rows: list[dict[str, Any]]) -> Any:
         cap_mark = " *" if "cap" in g["limited"] else ""
         weight_mark = " *" if "weight" in g["limited"] else ""
         wait = (format_wait(g["oldest_wait"]),) if waits else ()
-        table.add_row(g["group"] + (" (paused)" if g.get("paused") else ""),
+        table.add_row(g["group"] + (" (paused)" if g.get("paused") else "")
+                      + (" (throttled)" if g.get("throttled_until_ms") else ""),
                       str(g["held_background"]), str(g["held_interactive"]),
                       str(g["delayed"]), str(g["inflight"]),
                       ("-" if g["cap"] is None else str(g["cap"])) + cap_mark,
-                      f"{g['weight']:g}{weight_mark}{boost_text(g)}", *wait)
+                      f"{g['weight']:g}{weight_mark}{boost_text(g)}"
+                      + (f" rate {g['rate']}" if g.get("rate") else ""), *wait)
     return table

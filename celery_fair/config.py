@@ -22,115 +22,16 @@ from .errors import ConfigurationError, InvalidLimit
 from .names import validate_group
 from .redact import safe_url
 from .rules import TaskRules, parse_rules
-from .urls import REDIS_SCHEMES, SQL_SCHEMES, describe_schemes, scheme_of
-
-
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    default: Any
-    doc: str
-
-
-SETTINGS: tuple[Setting, ...] = (
-    Setting("fair_store_url", None,
-            "URL of the holding store: Redis (redis://, rediss://, unix://) or a SQL "
-            "database (postgresql://, mysql://, mariadb://, sqlite:///; run `fair migrate` "
-            "first). Default: the broker URL when it is Redis."),
-    Setting("fair_key_prefix", "fair", "Namespace of the store: prefix of every Redis key, "
-            "and the namespace column of every SQL row, celery_fair writes."),
-    Setting("fair_default_group", "default",
-            "Group of a fair task whose group cannot be resolved otherwise."),
-    Setting("fair_default_concurrency", None,
-            "Most tasks of one group in flight at once (None: no cap)."),
-    Setting("fair_group_concurrency", {}, "Per-group caps overriding the default: {group: n}."),
-    Setting("fair_group_weights", {},
-            "Per-group weights (default 1): a weight-2 group gets twice the share."),
-    Setting("fair_group_max_held", None,
-            "Backpressure: most tasks one group may hold in a fair queue (waiting, both "
-            "classes, and delayed); holding one more raises GroupFull at publish time "
-            "(None: unlimited). Retries are never refused."),
-    Setting("fair_group_max_held_overrides", {},
-            "Per-group limits overriding fair_group_max_held: {group: n or None}."),
-    Setting("fair_max_inflight", "auto",
-            "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
-            "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "
-            "positive number (the capacity as it is)."),
-    Setting("fair_dispatch_ahead", 2,
-            "With fair_max_inflight 'auto': messages kept in the real queue beyond the "
-            "workers' free slots, so a slot that frees up takes its next task at once "
-            "instead of waiting for the dispatcher (0: none)."),
-    Setting("fair_interactive_reserve", 1,
-            "Extra slots above a group's cap usable only by interactive tasks."),
-    Setting("fair_lease_seconds", 30,
-            "How long a dispatched task's slot survives without a sign of life from a worker."),
-    Setting("fair_done_ttl", 3900,
-            "Seconds a finished dispatch is remembered (about 30 bytes of Redis each), so "
-            "a copy the broker redelivers after the task ran (acks_late: the ack died with "
-            "its worker or connection) is skipped, not run twice; must cover the broker's "
-            "redelivery delay (Redis: visibility_timeout, 3600 by default). 0: off."),
-    Setting("fair_batch_size", 100, "Most messages one dispatcher pick takes at once."),
-    Setting("fair_direct_push", True,
-            "When the broker is the store's own Redis, let the pick script push messages "
-            "into kombu's queue itself (no publish round trip); False: always publish "
-            "with kombu."),
-    Setting("fair_tasks", {},
-            "Tasks published by name (send_task, beat) that celery_fair.install(app) holds: "
-            "{name or glob: {'group': 'kwarg:NAME' / 'arg:N' / 'header:NAME' / "
-            "'value:GROUP' (or a list of them, or a callable (args, kwargs) -> group), "
-            "'interactive': bool, 'cost': n}}."),
-    Setting("fair_group_resolver", None,
-            "Web integrations (Django middleware, Flask extension): the group of tasks "
-            "published during a request, as a callable request -> group or its dotted "
-            "path ('myapp.tenancy.tenant_of'). None: the logged-in user's id."),
-    Setting("fair_metrics_port", None,
-            "Port where `celery fair dispatch` serves Prometheus metrics on /metrics "
-            "(None: off; needs the `metrics` extra)."),
-    Setting("fair_metrics_address", "0.0.0.0", "Address the metrics endpoint listens on."),
-    Setting("fair_metrics_groups", 10,
-            "Groups with metric series of their own: the ones holding the most tasks; "
-            "the others are summed under group `_other` (0: only `_other`)."),
-    Setting("fair_on_store_error", "raise",
-            "When the store cannot hold a fair task at publish time (Redis down or full): "
-            "'raise' a StoreError naming the store, or 'publish' the task straight to the "
-            "broker (it runs, but outside fairness and caps). 'publish' only when it was "
-            "certainly not held (no connection, or the store full); a lost reply raises "
-            "HoldOutcomeUnknown either way."),
-    Setting("fair_store_socket_timeout", 5.0,
-            "Seconds one store command may wait for Redis's answer before it fails (and "
-            "is retried); bounds how long a task start, release or publish blocks on a "
-            "store that stopped answering."),
-    Setting("fair_store_connect_timeout", 5.0,
-            "Seconds a connection to the store may take to open."),
-    Setting("fair_store_retries", 3,
-            "Times a store command that timed out or lost its connection is tried again, "
-            "with backoff, before it fails with StoreConnectionError (0: never)."),
-    Setting("fair_spool_dir", None,
-            "Directory of the release spool (releases that could not reach the store, "
-            "kept on disk for whoever meets their dead process). None: "
-            "`celery-fair-spool-<uid>` in the temporary directory. Created with mode 0700; "
-            "refused when owned by another user or open to group or others."),
-    Setting("fair_report_interval", 10,
-            "Seconds between the dispatcher's report lines (one INFO line per fair queue "
-            "with work: dispatched/s, held, in flight / capacity, ahead, oldest wait, top "
-            "group by wait); 0: no report."),
-    Setting("fair_log_utc", True,
-            "Log timestamps in UTC (ISO 8601 with a Z) in `celery fair dispatch` and in "
-            "workers that load celery_fair; False: the local time, as Celery logs it."),
-    Setting("fair_store_table_prefix", "fair_",
-            "SQL store: prefix of its table names (letters, digits and underscores, "
-            "starting with a letter, at most 20 characters), so several apps or "
-            "environments share a database; each prefix is migrated on its own "
-            "(`celery -A proj fair migrate`)."),
+from .settings import _DEFAULTS, SETTINGS, Setting, settings_table  # noqa: F401 (re-exported)
+from .urls import (
+    REDIS_SCHEMES,
+    SENTINEL_SCHEMES,
+    SQL_SCHEMES,
+    describe_schemes,
+    parse_sentinel_url,
+    scheme_of,
 )
-_DEFAULTS = {s.name: s.default for s in SETTINGS}
 
-
-def settings_table() -> str:
-    """The settings as a Markdown table (the README's table is this, verbatim)."""
-    rows = ["| setting | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{s.name}` | `{s.default!r}` | {s.doc} |" for s in SETTINGS]
-    return "\n".join(rows)
 ON_STORE_ERROR = ("raise", "publish")
 
 
@@ -144,6 +45,8 @@ class FairConfig:
     default_concurrency: int | None
     group_concurrency: Mapping[str, int]
     group_weights: Mapping[str, float]
+    default_rate: limits.Rate | None  # fair_default_rate_limit
+    group_rates: Mapping[str, limits.Rate | None]  # fair_group_rate_limits
     max_held: int | None  # fair_group_max_held: None unlimited
     max_held_overrides: Mapping[str, int | None]
     max_inflight: int | None  # None: auto
@@ -166,6 +69,10 @@ class FairConfig:
     store_table_prefix: str = "fair_"  # the SQL store's tables: <prefix>queues, ...
     report_interval: float = 10.0  # seconds; 0: no periodic report (reporting.py)
     log_utc: bool = True  # log timestamps in UTC (logtime.py)
+    store_master_name: str | None = None  # fair_store_transport_options: Sentinel only
+    store_sentinel_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    store_replicas: int = 0  # fair_store_replicas: WAIT for these on hold/release/cancel
+    store_replicas_timeout: float = 1.0
 
     def max_held_of(self, group: str) -> int | None:
         """The most tasks ``group`` may hold (None: unlimited)."""
@@ -177,8 +84,16 @@ class FairConfig:
         conf = app.conf
         reject_unknown(conf, getattr(app, "namespace", None), _DEFAULTS)
         get: Callable[[str], Any] = lambda name: conf.get(name, _DEFAULTS[name])  # noqa: E731
+        store_url = _store_url(get("fair_store_url"), conf.get("broker_url"))
+        master_name, sentinel_kwargs = _transport_options(
+            store_url, conf.get("fair_store_transport_options"),
+            conf.get("broker_transport_options") if get("fair_store_url") is None else None)
         return cls(
-            store_url=_store_url(get("fair_store_url"), conf.get("broker_url")),
+            store_url=store_url,
+            store_master_name=master_name, store_sentinel_kwargs=sentinel_kwargs,
+            store_replicas=_replicas(store_url, get("fair_store_replicas")),
+            store_replicas_timeout=_replicas_timeout(
+                get("fair_store_replicas_timeout"), get("fair_store_socket_timeout")),
             key_prefix=_nonempty_str("fair_key_prefix", get("fair_key_prefix")),
             default_group=_default_group(get("fair_default_group")),
             default_concurrency=_optional_cap("fair_default_concurrency",
@@ -186,6 +101,9 @@ class FairConfig:
             group_concurrency=_group_map("fair_group_concurrency",
                                          get("fair_group_concurrency"), _cap),
             group_weights=_group_map("fair_group_weights", get("fair_group_weights"), _weight),
+            default_rate=_rate("fair_default_rate_limit", get("fair_default_rate_limit")),
+            group_rates=_group_map("fair_group_rate_limits", get("fair_group_rate_limits"),
+                                   _rate),
             max_held=_max_held("fair_group_max_held", get("fair_group_max_held")),
             max_held_overrides=_group_map("fair_group_max_held_overrides",
                                           get("fair_group_max_held_overrides"), _max_held),
@@ -243,14 +161,82 @@ def _store_url(url: Any, broker_url: Any) -> str:
         broker = broker_url if isinstance(broker_url, str) else ""
         if broker.split(";")[0].startswith(("redis://", "rediss://", "unix://")):
             return broker.split(";")[0]
+        if scheme_of(broker) == "sentinel":  # kombu's: every sentinel, ';'-separated
+            return broker
         raise ConfigurationError(
             "setting fair_store_url is required: the broker is not Redis "
             f"({safe_url(broker) or 'unset'!s}), so celery_fair needs a store to hold "
             f"tasks in ({describe_schemes()})")
-    if not isinstance(url, str) or scheme_of(url) not in REDIS_SCHEMES + SQL_SCHEMES:
+    schemes = REDIS_SCHEMES + SENTINEL_SCHEMES + SQL_SCHEMES
+    if not isinstance(url, str) or scheme_of(url) not in schemes:
         raise _fail("fair_store_url", safe_url(url) if isinstance(url, str) else url,
                     f"a URL of a store celery_fair supports ({describe_schemes()})")
+    if scheme_of(url) in SENTINEL_SCHEMES:
+        try:
+            parse_sentinel_url(url)
+        except ValueError as exc:
+            raise _fail("fair_store_url", safe_url(url),
+                        f"a Sentinel URL such as redis+sentinel://host:26379,host:26380/0 "
+                        f"({exc})") from None
     return url
+
+
+_TRANSPORT_KEYS = ("master_name", "sentinel_kwargs")
+
+
+def _transport_options(url: str, value: Any, broker_options: Any
+                       ) -> tuple[str | None, dict[str, Any]]:
+    """``fair_store_transport_options``: the Sentinel master's name and the sentinels'
+    connection options; when the store is the broker (fair_store_url unset), the broker's
+    own transport options are the default."""
+    name = "fair_store_transport_options"
+    sentinel = scheme_of(url) in SENTINEL_SCHEMES
+    if value is None and sentinel and isinstance(broker_options, Mapping):
+        value = {k: broker_options[k] for k in _TRANSPORT_KEYS if k in broker_options}
+    value = {} if value is None else value
+    if not isinstance(value, Mapping) or set(value) - set(_TRANSPORT_KEYS):
+        shown = f"a dict of keys {sorted(map(str, value))}" if isinstance(value, Mapping) \
+            else type(value).__name__  # never its values: sentinel_kwargs has a password
+        raise ConfigurationError(
+            f"setting {name} is invalid ({shown}): expected a dict with 'master_name' and "
+            "optionally 'sentinel_kwargs' (a Sentinel store's options)")
+    if value and not sentinel:
+        raise ConfigurationError(
+            f"setting {name} is for a Sentinel store, but fair_store_url="
+            f"{safe_url(url)!r} is not one (redis+sentinel:// or sentinel://)")
+    master = value.get("master_name")
+    if sentinel and (not isinstance(master, str) or not master):
+        raise ConfigurationError(
+            f"setting {name} must name the Sentinel master of fair_store_url="
+            f"{safe_url(url)!r}: {name} = {{'master_name': 'mymaster'}} (the name in the "
+            "sentinels' `sentinel monitor <name> ...`)")
+    kwargs = value.get("sentinel_kwargs") or {}
+    if not isinstance(kwargs, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, (str, int, float, bool, type(None)))
+            for k, v in kwargs.items()):
+        raise ConfigurationError(
+            f"setting {name}['sentinel_kwargs'] is invalid: expected a dict of redis-py "
+            "connection options (str, number, bool or None values), like {'password': ...}")
+    return master, dict(kwargs)
+
+
+def _replicas(url: str, value: Any) -> int:
+    replicas = _count("fair_store_replicas", value, minimum=0)
+    if replicas and scheme_of(url) in SQL_SCHEMES:
+        raise ConfigurationError(
+            "setting fair_store_replicas applies to a Redis store only: a SQL database's "
+            "own synchronous replication (PostgreSQL's synchronous_commit and "
+            "synchronous_standby_names) makes its commits wait for standbys")
+    return replicas
+
+
+def _replicas_timeout(value: Any, socket_timeout: Any) -> float:
+    seconds = _positive("fair_store_replicas_timeout", value)
+    if isinstance(socket_timeout, (int, float)) and seconds >= socket_timeout:
+        raise _fail("fair_store_replicas_timeout", value,
+                    f"fewer seconds than fair_store_socket_timeout ({socket_timeout}): "
+                    "a write waiting for its replicas must not outlast its socket")
+    return seconds
 
 
 def check_table_prefix(value: Any, name: str = "fair_store_table_prefix") -> str:
@@ -299,6 +285,21 @@ def _max_held(name: str, value: Any) -> int | None:
         return limits.max_held(value, "a limit")
     except InvalidLimit as exc:
         raise _fail(name, value, str(exc).removeprefix("a limit must be ")) from None
+
+
+def _rate(name: str, value: Any) -> limits.Rate | None:
+    """None, a rate ('10/s') or {'rate': '10/s', 'burst': n}."""
+    if value is None:
+        return None
+    rate, burst = value, 1
+    if isinstance(value, Mapping):
+        if set(value) - {"rate", "burst"} or "rate" not in value:
+            raise _fail(name, value, "a rate such as '10/s', or {'rate': '10/s', 'burst': n}")
+        rate, burst = value["rate"], value.get("burst", 1)
+    try:
+        return limits.rate(rate, "a rate", burst)
+    except InvalidLimit as exc:
+        raise _fail(name, value, str(exc).removeprefix("a rate must be ")) from None
 
 
 def _optional_path(name: str, value: Any) -> str | None:

@@ -11,6 +11,7 @@ anything, so a bad request changes nothing::
     controls.limit(app, "acme", concurrency=2)             # every fair queue
     controls.limit(app, "acme", queue="reports", weight=0.5)
     controls.limit(app, "acme", concurrency=None)          # no cap
+    controls.limit(app, "acme", rate="10/s", burst=20)     # rate limit (None: none)
     controls.limit(app, "acme", reset=True)                # the settings apply again
 
     controls.held(app, "acme", limit=20)                   # what acme waits with
@@ -21,6 +22,7 @@ anything, so a bad request changes nothing::
     controls.boost(app, "acme", weight=10, for_seconds=3600)  # boosts.py
     controls.unboost(app, "acme")
     controls.boost_task(app, task_id)                      # to the front, once
+    controls.throttle(app, "acme", 30)                     # nothing picked for 30 s
 
 Every change is recorded in the audit log (:mod:`celery_fair.audit`, ``fair audit``).
 """
@@ -42,12 +44,13 @@ from .queues import known_queues as _known_queues
 from .store import store_for
 from .store.base import KEEP, RESET, now_ms
 from .store.pausing import WHOLE_QUEUE
+from .throttles import Throttle, throttle
 
 __all__ = ["CLASSES", "MAX_LISTED", "MAX_PAUSE_SECONDS", "PURGE_BATCH", "UNCHANGED",
            "Boost", "HeldTask", "Limit", "Pause", "TaskBoost", "Unchanged", "boost",
            "boost_task", "held", "held_count",
-           "known_queues", "limit", "parse_concurrency", "parse_duration", "parse_weight",
-           "pause", "purge", "resume", "unboost"]
+           "known_queues", "limit", "parse_concurrency", "parse_duration", "parse_rate",
+           "parse_weight", "pause", "purge", "resume", "throttle", "Throttle", "unboost"]
 
 
 class Unchanged(enum.Enum):
@@ -63,6 +66,9 @@ UNCHANGED = Unchanged.UNCHANGED
 Concurrency = Union[int, None, Unchanged]
 #: What ``weight`` takes: a weight or :data:`UNCHANGED`.
 Weight = Union[float, Unchanged]
+#: What ``rate`` takes: a rate ('10/s', a number a second, a Rate), None for no rate
+#: limit, or :data:`UNCHANGED`.
+RateLimit = Union[str, float, limits.Rate, None, Unchanged]
 
 
 @dataclass(frozen=True)
@@ -73,21 +79,26 @@ class Limit:
     group: str
     cap: int | None
     weight: float
+    rate: limits.Rate | None = None  # None: no rate limit
 
     def __str__(self) -> str:
         cap = "no cap" if self.cap is None else f"cap {self.cap}"
-        return f"group {self.group} in queue {self.queue}: {cap}, weight {self.weight:g}"
+        rate = "" if self.rate is None else f", rate {self.rate}"
+        return f"group {self.group} in queue {self.queue}: {cap}, weight {self.weight:g}{rate}"
 
 
 def limit(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
           concurrency: Concurrency = UNCHANGED, weight: Weight = UNCHANGED,
+          rate: RateLimit = UNCHANGED, burst: int | Unchanged = UNCHANGED,
           reset: bool = False, create: bool = False, actor: Any = None,
           reason: str | None = None) -> list[Limit]:
-    """Set ``group``'s runtime cap and weight in ``queue`` (default: every fair queue).
+    """Set ``group``'s runtime cap, weight and rate limit in ``queue`` (default: every
+    fair queue).
 
-    Runtime limits take precedence over ``fair_group_concurrency`` and
-    ``fair_group_weights`` and survive dispatcher restarts. With neither number nor
-    ``reset``, nothing changes and the limits in force are returned.
+    Runtime limits take precedence over ``fair_group_concurrency``,
+    ``fair_group_weights`` and the rate limit settings, and survive dispatcher
+    restarts. With no number and no ``reset``, nothing changes and the limits in force
+    are returned. A new rate starts the group's bucket full and lifts its throttle.
 
     Parameters:
         app: the Celery app whose fair queues are changed.
@@ -96,7 +107,11 @@ def limit(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
         concurrency: most tasks of the group in flight, from 0 (pauses it) to
             :data:`~celery_fair.limits.MAX_CAP`; None: no cap.
         weight: its share of dispatches relative to other groups (default weight 1).
-        reset: drop the group's runtime cap and weight (the settings apply again).
+        rate: most dispatches of the group over time: Celery's notation (``"10/s"``,
+            ``"100/m"``, ``"5/h"``) or a number a second; None: no rate limit, whatever
+            ``fair_default_rate_limit`` says.
+        burst: with ``rate``, how many may go at once after a quiet spell (default 1).
+        reset: drop the group's runtime cap, weight and rate (the settings apply again).
         create: accept a queue that has not held a task yet (limits set ahead of work).
         actor: who makes the change, for the audit log (a name, or a Django user);
             None: the OS user.
@@ -117,26 +132,53 @@ def limit(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
     """
     group = validate_group(group)
     cap_arg, weight_arg = _limit_args(group, concurrency, weight, reset)
+    rate_arg = _rate_arg(group, rate, burst, reset)
     who, why = audit.actor_name(actor), audit.check_reason(reason)
     store = store_for(app)
     done = []
     for name in checked_queues(app, store, queue, create):
-        done.append(Limit(name, group, *store.limit(name, group, cap_arg, weight_arg)))
-        if (cap_arg, weight_arg) != (KEEP, KEEP):  # a read changes nothing: not logged
-            audit.record(store, "limit", _limit_record(done[-1], cap_arg, weight_arg),
-                         actor=who, reason=why)
+        cap_now, weight_now = store.limit(name, group, cap_arg, weight_arg)
+        done.append(Limit(name, group, cap_now, weight_now,
+                          store.set_rate(name, group, rate_arg)))
+        if (cap_arg, weight_arg, rate_arg) != (KEEP, KEEP, KEEP):  # a read: not logged
+            audit.record(store, "limit", _limit_record(done[-1], cap_arg, weight_arg,
+                                                       rate_arg), actor=who, reason=why)
     return done
 
 
-def _limit_record(after: Limit, cap: int | str, weight: float | str) -> dict[str, Any]:
+def _rate_arg(group: str, rate: RateLimit, burst: int | Unchanged,
+              reset: bool) -> limits.Rate | str | None:
+    """The checked argument of :meth:`Store.set_rate`."""
+    if reset:
+        if rate is not UNCHANGED or burst is not UNCHANGED:
+            raise InvalidLimit(f"reset of group {group!r} cannot be combined with a rate: "
+                               "reset, then set")
+        return RESET
+    if isinstance(rate, Unchanged):
+        if not isinstance(burst, Unchanged):
+            raise InvalidLimit(f"a burst for group {group!r} needs its rate: give both")
+        return KEEP
+    if rate is None:
+        if not isinstance(burst, Unchanged):
+            raise InvalidLimit(f"a burst for group {group!r} needs a rate, not none")
+        return None
+    return limits.rate(rate, f"rate limit for group {group!r}",
+                       1 if isinstance(burst, Unchanged) else burst)
+
+
+def _limit_record(after: Limit, cap: int | str, weight: float | str,
+                  rate: limits.Rate | str | None) -> dict[str, Any]:
     """What the audit log keeps of a limit change: what was asked and what is in force."""
     asked: dict[str, Any] = {"reset": True} if cap == RESET else {}
     if cap not in (KEEP, RESET):
         asked["concurrency"] = None if cap == -1 else cap
     if weight not in (KEEP, RESET):
         asked["weight"] = weight
+    if rate not in (KEEP, RESET):
+        asked["rate"] = None if rate is None else str(rate)
     return {"queue": after.queue, "group": after.group, **asked,
-            "in_force": {"cap": after.cap, "weight": after.weight}}
+            "in_force": {"cap": after.cap, "weight": after.weight,
+                         "rate": None if after.rate is None else str(after.rate)}}
 
 
 #: Longest pause with an end (a year); longer: pause without an end, resume by hand.
@@ -241,15 +283,31 @@ def parse_concurrency(text: str, what: str = "concurrency") -> Concurrency:
     Raises:
         InvalidLimit: naming ``what``, the accepted values and ``text``.
     """
+    return _typed(text, lambda t: limits.cap(int(t) if t.isdigit() else t, what))  # type: ignore[no-any-return]
+
+
+def _typed(text: str, check: Any) -> Any:
+    """``text`` as typed: blank (:data:`UNCHANGED`), ``none`` (None) or what ``check``
+    makes of it; its InvalidLimit says 'none' was accepted too."""
     text = text.strip()
     if not text:
         return UNCHANGED
     if text.lower() == "none":
         return None
     try:
-        return limits.cap(int(text) if text.isdigit() else text, what)
+        return check(text)
     except InvalidLimit as exc:
         raise InvalidLimit(f"{exc} (or 'none')") from None
+
+
+def parse_rate(text: str, what: str = "rate limit") -> RateLimit:
+    """A rate typed by a person (``10/s``, ``100/m``, ``5/h``), ``none`` (no rate limit),
+    or blank (:data:`UNCHANGED`); its burst is given apart.
+
+    Raises:
+        InvalidLimit: naming ``what``, the accepted values and ``text``.
+    """
+    return _typed(text, lambda t: limits.rate(t, what))  # type: ignore[no-any-return]
 
 
 def parse_weight(text: str, what: str = "weight") -> Weight:

@@ -94,9 +94,7 @@ class QueueDirectory:
             self._forget(queue)
 
     def _policy(self) -> Policy:
-        c = self.config
-        return Policy(c.default_concurrency, c.interactive_reserve, 1.0,
-                      c.group_concurrency, c.group_weights)
+        return policy_of(self.config)
 
     def capacity(self, queue: str) -> Capacity | None:
         """``queue``'s capacity and dispatch-ahead, as last read (None: not read yet)."""
@@ -133,3 +131,10 @@ class QueueDirectory:
                 logger.info("queue %s: capacity %s", queue, capacity)
             self._capacity[queue] = capacity
             self._schedule.due_now(queue)
+
+
+def policy_of(c: FairConfig) -> Policy:
+    """The policy settings a dispatcher configures each fair queue with (the simulator
+    replays a trace under the same)."""
+    return Policy(c.default_concurrency, c.interactive_reserve, 1.0,
+                  c.group_concurrency, c.group_weights, c.default_rate, c.group_rates)

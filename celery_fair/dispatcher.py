@@ -40,7 +40,7 @@ from .store import store_for
 from .store.base import Picked, Store
 from .store.base import now_ms as _now_ms
 from .summary import SummaryWriter
-from .urls import REDIS_SCHEMES, scheme_of
+from .urls import REDIS_SCHEMES, SENTINEL_SCHEMES, scheme_of
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,10 @@ class Dispatcher:
             result.next_due_ms = next_due
         self._schedule.stepped(queue, busy=bool(taken or promoted or requeued or lost),
                                more=taken >= self.batch_size,
-                               next_due_in=None if next_due is None else (next_due - now) / 1000)
+                               # from the clock now, not the step's start: a token due
+                               # (a rate's throttle) must not wait the step's length more
+                               next_due_in=None if next_due is None else
+                               (next_due - _now_ms()) / 1000)
 
     def _reclaim_due(self, queue: str, now_ms: int | None) -> bool:
         """Whether this step checks ``queue``'s leases: every RECLAIM_SECONDS, and on
@@ -261,6 +264,7 @@ class Dispatcher:
                 cause, left = exc.__cause__ or exc, deadline - time.monotonic()
                 if left <= 0 or self.stopping.is_set():
                     server = ("Redis" if scheme_of(self.config.store_url) in REDIS_SCHEMES
+                              + SENTINEL_SCHEMES
                               else "the database")  # a SQL store's URL is no Redis
                     raise StoreConnectionError(
                         f"cannot reach the celery_fair store at {where} ({cause}); start "

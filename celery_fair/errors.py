@@ -86,6 +86,26 @@ class HoldOutcomeUnknown(StoreConnectionError):
     """The celery_fair store's reply to a hold was lost: the task may be held."""
 
 
+class ReplicationTimeout(StoreError):
+    """Fewer replicas than fair_store_replicas acknowledged a write in time: the master
+    has it, but a failover may lose it."""
+
+    def __init__(self, message: str | None = None, *, acknowledged: int = 0,
+                 wanted: int = 0) -> None:
+        super().__init__(message)
+        self.acknowledged, self.wanted = acknowledged, wanted
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self),), {"acknowledged": self.acknowledged,
+                                          "wanted": self.wanted}
+
+
+class HoldNotReplicated(ReplicationTimeout, HoldOutcomeUnknown):
+    """A hold was written on the master but not acknowledged by fair_store_replicas
+    replicas in time: the task is held and runs, unless a failover loses it first. It was
+    not published to the broker (that would run it twice when the hold survives)."""
+
+
 class CorruptMessage(StoreError):
     """A held message could not be decoded."""
 

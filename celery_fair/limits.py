@@ -1,4 +1,5 @@
-"""The numbers a user gives celery_fair: caps, weights, costs. One validator per kind.
+"""The numbers a user gives celery_fair: caps, weights, costs, rates. One validator per
+kind.
 
 Every entry point (settings, ``celery fair limit``, :meth:`Store.limit`,
 :meth:`Store.configure`, task options) goes through these functions, so a value
@@ -10,6 +11,8 @@ an infinity stored once would poison the virtual-time arithmetic of every later 
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidCost, InvalidLimit
@@ -26,6 +29,102 @@ MAX_WEIGHT = 1e6
 MAX_COST = 1e9
 #: Most tasks one group may be allowed to hold (fair_group_max_held).
 MAX_HELD = 1_000_000_000
+#: Rates: at most MAX_RATE tasks a second, at least one a day; bursts up to MAX_BURST.
+MAX_RATE = 1e6
+MAX_INTERVAL_MS = 86_400_000.0
+MAX_BURST = 1_000_000
+_PERIOD_MS = {"s": 1_000.0, "m": 60_000.0, "h": 3_600_000.0, "d": 86_400_000.0}
+_RATE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?:/\s*([smhd]))?\s*")
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A group's rate limit: one dispatch every ``interval_ms`` on average, and up to
+    ``burst`` at once after a quiet spell (GCRA, the token bucket's twin)."""
+
+    interval_ms: float
+    burst: int = 1
+
+    @property
+    def per_second(self) -> float:
+        return 1000.0 / self.interval_ms
+
+    def encode(self) -> str:
+        """The stored form, ``<interval ms>:<burst>`` (``common.lua`` ``rate_of``)."""
+        return f"{self.interval_ms!r}:{self.burst}"
+
+    def __str__(self) -> str:
+        for unit, ms in (("s", 1_000.0), ("m", 60_000.0), ("h", 3_600_000.0)):
+            count = ms / self.interval_ms
+            if count >= 1 and abs(count - round(count)) < 1e-9:
+                text = f"{round(count)}/{unit}"
+                break
+        else:
+            text = f"{self.per_second:.6g}/s"
+        return text if self.burst == 1 else f"{text} (burst {self.burst})"
+
+
+#: The stored form of "no rate limit" (a runtime limit that lifts a default rate).
+NO_RATE = "none"
+
+
+def encode_rate(rate: Rate | None) -> str:
+    """A rate's stored form, :data:`NO_RATE` for none."""
+    return NO_RATE if rate is None else rate.encode()
+
+
+def decode_rate(text: str | bytes | None) -> Rate | None:
+    """A stored rate (:meth:`Rate.encode`); None for :data:`NO_RATE`, nothing or damage."""
+    if isinstance(text, bytes):
+        text = text.decode()
+    if not text or text == NO_RATE or ":" not in text:
+        return None
+    interval, _, burst = text.partition(":")
+    try:
+        found = Rate(float(interval), int(burst))
+    except ValueError:
+        return None
+    return found if _rate_in_range(found) else None
+
+
+def _rate_in_range(r: Rate) -> bool:
+    return (math.isfinite(r.interval_ms) and 1000.0 / MAX_RATE <= r.interval_ms
+            <= MAX_INTERVAL_MS and 1 <= r.burst <= MAX_BURST)
+
+
+def rate(value: Any, what: str, burst: Any = 1) -> Rate:
+    """``value`` as a rate limit: Celery's notation (``"10/s"``, ``"100/m"``, ``"5/h"``,
+    also ``"/d"``; a bare number is per second) or a :class:`Rate`, with ``burst`` (an
+    integer from 1 to :data:`MAX_BURST`).
+
+    Raises:
+        InvalidLimit: naming ``what``, what is accepted and ``value``.
+    """
+    if isinstance(value, Rate):  # its own burst, unless another is given
+        burst = value.burst if burst == 1 else burst
+        found = Rate(value.interval_ms, burst) if isinstance(burst, int) else None
+    else:
+        found = _parse_rate(value, burst)
+    if found is None or isinstance(burst, bool) or not _rate_in_range(found):
+        raise InvalidLimit(
+            f"{what} must be a rate such as '10/s', '100/m' or '5/h' (at most "
+            f"{MAX_RATE:g}/s, at least 1/d) with a burst from 1 to {MAX_BURST:_}, got "
+            f"{value!r}" + ("" if burst == 1 else f" with burst {burst!r}"))
+    return found
+
+
+def _parse_rate(value: Any, burst: Any) -> Rate | None:
+    if isinstance(value, bool) or not isinstance(burst, int):
+        return None
+    if isinstance(value, (int, float)):
+        count, period = float(value), 1_000.0
+    elif isinstance(value, str) and (m := _RATE.fullmatch(value)):
+        count, period = float(m.group(1)), _PERIOD_MS[m.group(2) or "s"]
+    else:
+        return None
+    if not math.isfinite(count) or count <= 0:
+        return None
+    return Rate(period / count, burst)
 
 
 def cap(value: Any, what: str, minimum: int = 0) -> int:
@@ -101,4 +200,9 @@ def check_policy(policy: Policy) -> Policy:
         cap(value, f"concurrency for group {group!r}")
     for group, number in policy.weights.items():
         weight(number, f"weight for group {group!r}")
+    if policy.default_rate is not None:
+        rate(policy.default_rate, "default rate limit")
+    for group, limit in policy.rates.items():
+        if limit is not None:
+            rate(limit, f"rate limit for group {group!r}")
     return policy

@@ -39,7 +39,10 @@ def describe(where: dict[str, Any]) -> str:
             f"{utc_text(pause['until_ms'])} (or fair resume)"
         lines.append(f"  paused ({pause['what']}): it waits until {until}")
         return "\n".join(lines)
-    if where["ready"]:
+    if where.get("throttled_until_ms"):
+        lines.append(f"  its group is throttled (its rate, or a task's fair_throttle) until "
+                     f"{utc_text(where['throttled_until_ms'])}")
+    elif where["ready"]:
         lines.append(f"  {where['groups_ahead']} groups ahead of its group in the ready set")
     else:
         lines.append("  its group waits for a free slot (at its cap) before it is ready")

@@ -21,7 +21,7 @@ from celery.exceptions import Ignore
 
 from .brokers import check_app
 from .config import get_config
-from .errors import FairError
+from .errors import FairError, InvalidControl
 from .groups import GroupResolver, GroupRule
 from .headers import (
     CLASS_HEADER,
@@ -142,6 +142,32 @@ class FairTask(Task):
                          run=getattr(self.request, "fair_run", None), task_id=self.request.id)
         self.request.fair_released = True  # task_postrun has nothing left to do
         return result
+
+    def fair_throttle(self, seconds: float, *, reason: str | None = None) -> float | None:
+        """Hold this task's group back in its fair queue for ``seconds``, as after an
+        HTTP 429: the dispatchers pick nothing of the group until then (a longer
+        throttle already in force is kept); running tasks go on. Recorded in the audit
+        log under this task's name and id. Returns when the throttle ends (ms since the
+        epoch); None when the task runs eagerly (nothing is held, nothing to throttle).
+
+        Raises:
+            InvalidControl: ``seconds`` is not above 0 and at most a year, or the task
+                was not dispatched by celery_fair (no group or fair queue to throttle).
+            StoreError: the store failed.
+        """
+        from .throttles import throttle
+
+        if self.request.is_eager:
+            return None
+        headers = request_headers(self.request)
+        group, queue = headers.get(GROUP_HEADER), headers.get(QUEUE_HEADER)
+        if not group or not queue:
+            raise InvalidControl(f"fair_throttle in task {self.name}[{self.request.id}]: "
+                                 "it was not dispatched by celery_fair, so it has no group "
+                                 "or fair queue to throttle")
+        done = throttle(self.app, group, seconds, queue=queue, reason=reason,
+                        actor=f"task {self.name}[{self.request.id}]")
+        return done[0].until_ms
 
     def _begin(self) -> BeginResult:
         try:

@@ -1,5 +1,6 @@
-"""Test support: a real redis-server of your own on a free port, and a worker's pool
-processes (to kill one in a crash test).
+"""Test support: a real redis-server of your own on a free port, a master with replicas
+and sentinels (:class:`SentinelTopology`), and a worker's pool processes (to kill one in
+a crash test).
 
 Used by celery_fair's own tests and benchmarks; handy in yours::
 
@@ -18,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from typing import Any
 
 import redis
 
@@ -103,6 +105,128 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+
+
+class SentinelTopology:
+    """A Redis master, its replicas and the sentinels watching it, each a process of its
+    own on a free port (the system's redis-server; sentinels are ``redis-server
+    --sentinel``), with short down-after and failover timeouts: a killed master is
+    replaced within seconds. ``store_url`` and ``master_name`` are what
+    ``fair_store_url`` and ``fair_store_transport_options`` take::
+
+        topology = SentinelTopology()
+        app.conf.fair_store_url = topology.store_url
+        app.conf.fair_store_transport_options = {"master_name": topology.master_name}
+        topology.kill_master(); topology.wait_for_failover()
+        topology.stop()
+    """
+
+    master_name = "fairmaster"
+
+    def __init__(self, replicas: int = 2, sentinels: int = 3, down_after_ms: int = 1000,
+                 failover_timeout_ms: int = 3000) -> None:
+        # No 5 s wait before a full sync (Redis's default for a diskless one), on every
+        # server: a replica promoted by a failover serves the other one.
+        fast = {"repl-diskless-sync-delay": "0"}
+        self.servers = [RedisServer(**fast)]
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+        self.dir = tempfile.mkdtemp(prefix="fair-sentinel-")
+        try:
+            for _ in range(replicas):
+                replica = RedisServer(**fast)
+                redis.Redis(port=replica.port).replicaof("127.0.0.1", self.master.port)
+                self.servers.append(replica)
+            self.sentinel_ports = [free_port() for _ in range(sentinels)]
+            for port in self.sentinel_ports:
+                self._start_sentinel(port, down_after_ms, failover_timeout_ms)
+            self._wait_until_watched(replicas, sentinels)
+        except BaseException:
+            self.stop()
+            raise
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.sentinel_ports)
+        self.store_url = f"redis+sentinel://{hosts}/0"
+
+    @property
+    def master(self) -> RedisServer:
+        """The server the sentinels name master (the first one until a failover)."""
+        port = self.master_port()
+        return next((s for s in self.servers if s.port == port), self.servers[0])
+
+    def master_port(self) -> int:
+        for port in self.sentinel_ports if self.sentinels else ():
+            try:
+                address = redis.Redis(port=port, socket_timeout=2).execute_command(
+                    "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
+            except redis.RedisError:
+                continue
+            if address:
+                return int(address[1])
+        return self.servers[0].port
+
+    def _start_sentinel(self, port: int, down_after_ms: int, failover_ms: int) -> None:
+        conf = os.path.join(self.dir, f"sentinel-{port}.conf")
+        with open(conf, "w") as fh:  # a file of its own: sentinels rewrite it
+            fh.write(f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                     f"sentinel monitor {self.master_name} 127.0.0.1 {self.master.port} 2\n"
+                     f"sentinel down-after-milliseconds {self.master_name} {down_after_ms}\n"
+                     f"sentinel failover-timeout {self.master_name} {failover_ms}\n")
+        self.sentinels.append(subprocess.Popen(
+            [redis_server_binary(), conf, "--sentinel"], stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT))
+
+    def _wait_until_watched(self, replicas: int, sentinels: int, timeout: float = 20) -> None:
+        """Until every sentinel knows the master, its replicas and the other sentinels
+        (a failover needs a majority of them to agree), and the replicas are in sync."""
+        deadline = time.monotonic() + timeout
+        while not all(self._watched(port, replicas, sentinels - 1)
+                      for port in self.sentinel_ports) or not self._in_sync(replicas):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sentinels did not find the master, its replicas "
+                                   f"and each other within {timeout} s")
+            time.sleep(0.1)
+
+    def _watched(self, port: int, replicas: int, others: int) -> bool:
+        try:
+            state: Any = redis.Redis(port=port, socket_timeout=2).sentinel_master(
+                self.master_name)
+        except redis.RedisError:
+            return False
+        return bool(state["num-slaves"] >= replicas and state["num-other-sentinels"] >= others)
+
+    def _in_sync(self, replicas: int) -> bool:
+        info = redis.Redis(port=self.master.port).info("replication")
+        return sum(1 for key, value in info.items() if key.startswith("slave")
+                   and isinstance(value, dict) and value.get("state") == "online") >= replicas
+
+    def kill_master(self) -> int:
+        """SIGKILL the current master (a crash); returns its port."""
+        master = self.master
+        master.halt(kill=True)
+        return master.port
+
+    def wait_for_failover(self, old_port: int, timeout: float = 30) -> int:
+        """Until the sentinels name another master and it accepts writes; its port."""
+        deadline = time.monotonic() + timeout
+        while True:
+            port = self.master_port()
+            if port != old_port:
+                try:
+                    role = redis.Redis(port=port, socket_timeout=2).info("replication")["role"]
+                except redis.RedisError:
+                    role = ""
+                if role == "master":
+                    return port
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no replica was promoted within {timeout} s")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for proc in self.sentinels:
+            proc.kill()
+            proc.wait(10)
+        for server in self.servers:
+            server.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # The memory store (fast unit tests of logic without a server; see its module).

@@ -3,8 +3,14 @@ the settings check a URL without importing the stores."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
 #: Schemes the Redis store serves.
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: Schemes of a Redis behind Sentinel: ``redis+sentinel://h1:26379,h2:26379/0`` (one URL
+#: naming every sentinel), or kombu's own ``sentinel://h1:26379;sentinel://h2:26379``.
+SENTINEL_SCHEMES = ("redis+sentinel", "sentinel")
 #: Schemes the SQL store serves (SQLAlchemy URLs; a driver is chosen when none is named).
 SQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "mysql", "mysql+pymysql",
                "mariadb", "mariadb+pymysql", "sqlite")
@@ -18,4 +24,59 @@ def scheme_of(url: str) -> str:
 
 def describe_schemes() -> str:
     """The supported schemes as a user reads them in an error."""
-    return ", ".join(f"{s}://" for s in REDIS_SCHEMES + SQL_SCHEMES)
+    return ", ".join(f"{s}://" for s in REDIS_SCHEMES + SENTINEL_SCHEMES + SQL_SCHEMES)
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    """What a Sentinel URL says: the sentinels, the database and the master's
+    credentials (the sentinels' own are in ``sentinel_kwargs``, as in kombu)."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    db: int
+    username: str | None
+    password: str | None
+
+    def where(self, master_name: str) -> str:
+        """Where the store is, as errors and logs may show it: no credentials."""
+        hosts = ",".join(f"{host}:{port}" for host, port in self.sentinels)
+        return f"redis+sentinel://{hosts}/{self.db} (master {master_name!r})"
+
+
+def parse_sentinel_url(url: str) -> SentinelUrl:
+    """The sentinels of ``redis+sentinel://[user:password@]host:port[,host:port...][/db]``
+    or of kombu's ``sentinel://[:password@]host:port[/db][;sentinel://host:port...]``
+    (port 26379 when none is given; the first password and database named count).
+
+    Raises:
+        ValueError: not such a URL (the message never shows the password).
+    """
+    sentinels: list[tuple[str, int]] = []
+    db, username, password = None, None, None
+    for part in url.split(";"):
+        if scheme_of(part) not in SENTINEL_SCHEMES:
+            raise ValueError("each ';'-separated part must be a sentinel:// or "
+                             "redis+sentinel:// URL")
+        netloc = part.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+        auth, _, hosts = netloc.rpartition("@")
+        if auth and password is None:
+            user, _, secret = auth.partition(":")
+            username, password = unquote(user) or None, unquote(secret) or None
+        for host in hosts.split(","):
+            sentinels.append(_host_port(host))
+        path = urlsplit(part.replace(netloc, "h", 1)).path.strip("/")
+        if path and db is None:
+            if not path.isdigit():
+                raise ValueError(f"the database must be a number, not {path!r}")
+            db = int(path)
+    return SentinelUrl(tuple(sentinels), db or 0, username, password)
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":") if not text.endswith("]") else (text, "", "")
+    if not colon:
+        host, port = text, "26379"
+    host = host.strip("[]")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected host:port for each sentinel, not {text!r}")
+    return host, int(port)

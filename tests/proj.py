@@ -93,6 +93,13 @@ def create_app(broker: str, namespace: str, queue: str, store: str | None = None
     ledger = Ledger(store, namespace)
     app.ledger = ledger  # type: ignore[attr-defined]
 
+    _define_tasks(app, base, ledger)
+    return app
+
+
+def _define_tasks(app: Celery, base: Any, ledger: Ledger) -> None:
+    """The test app's tasks (each records its runs in ``ledger``)."""
+    _define_control_tasks(app, base, ledger)
     @app.task(base=base, fair_group="tenant", shared=False, name="proj.work")
     def work(tenant: str, label: str = "", duration: float = 0.0) -> str:
         ledger.enter(tenant, label)
@@ -144,7 +151,18 @@ def create_app(broker: str, namespace: str, queue: str, store: str | None = None
 
         return sleep(seconds)
 
-    return app
+
+
+def _define_control_tasks(app: Celery, base: Any, ledger: Ledger) -> None:
+    """Tasks that use celery_fair's controls from inside."""
+    @app.task(base=base, fair_group="tenant", bind=True, shared=False, name="proj.partner")
+    def partner(self: Any, tenant: str, label: str, throttle: float = 0.0) -> str:
+        """A call to a partner API; ``throttle``: it answered 429, hold the tenant back."""
+        ledger.enter(tenant, label)
+        ledger.leave(tenant)
+        if throttle:
+            self.fair_throttle(throttle, reason="partner said 429")
+        return label
 
 
 def _from_env() -> Celery | None:

@@ -26,7 +26,7 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The documents whose samples are checked.
-DOCUMENTS = (ROOT / "README.md", ROOT / "docs" / "tutorial.md")
+DOCUMENTS = (ROOT / "README.md", ROOT / "docs" / "tutorial.md", ROOT / "docs" / "policies.md")
 UPDATE_ENV = "CELERY_FAIR_UPDATE_SAMPLES"
 MARKER = re.compile(r"^<!-- sample: ([\w-]+) -->\n(```[^\n]*\n)(.*?)^```", re.M | re.S)
 

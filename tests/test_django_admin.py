@@ -175,6 +175,15 @@ def test_admin_page_shows_groups_and_sets_limits(site: Site, browser: Any,
     assert [e.actor for e in site.store.audit_read()] == ["boss"] * 3  # the refused: none
     assert shot.stat().st_size > 10_000
 
+    new = page.locator("form.fair-new")  # a rate limit, from the form above the tables
+    new.locator('input[name="group"]').fill("globex")
+    new.locator('input[name="rate"]').fill("10/s")
+    new.locator('input[name="burst"]').fill("20")
+    new.locator('button[value="set"]').click()
+    page.wait_for_url(f"**{PAGE}")
+    assert "rate 10/s (burst 20)" in page.locator("ul.messagelist li.success").text_content()
+    assert str(site.store.rates(QUEUE)["globex"]) == "10/s (burst 20)"
+
 
 def test_permissions_decide_who_sees_and_who_changes(site: Site, browser: Any) -> None:
     """Anonymous and non-staff users are sent to the login page; staff without the

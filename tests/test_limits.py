@@ -147,12 +147,17 @@ def test_a_bad_number_in_the_settings_fails_at_start(make_app: Any, redis_client
     ("limit", ["acme", "1e20", ""]),
     ("limit", ["acme", "99999999999999999999", ""]),
     ("limit", ["acme", "2.5", "2"]),
-    ("configure", ["-1", "1", "nan", "{}", "{}"]),
-    ("configure", ["1e20", "1", "1", "{}", "{}"]),
-    ("configure", ["-1", "-3", "1", "{}", "{}"]),
-    ("configure", ["-1", "1", "1", '{"acme": 1e20}', "{}"]),
-    ("configure", ["-1", "1", "1", "{}", '{"acme": 1e300}']),
-    ("configure", ["-1", "1", "1", "{}", '{"acme": NaN}']),
+    ("configure", ["-1", "1", "nan", "{}", "{}", "{}", ""]),
+    ("configure", ["1e20", "1", "1", "{}", "{}", "{}", ""]),
+    ("configure", ["-1", "-3", "1", "{}", "{}", "{}", ""]),
+    ("configure", ["-1", "1", "1", '{"acme": 1e20}', "{}", "{}", ""]),
+    ("configure", ["-1", "1", "1", "{}", '{"acme": 1e300}', "{}", ""]),
+    ("configure", ["-1", "1", "1", "{}", '{"acme": NaN}', "{}", ""]),
+    ("configure", ["-1", "1", "1", "{}", "{}", '{"acme": "0:1"}', ""]),
+    ("configure", ["-1", "1", "1", "{}", "{}", '{"acme": "100:0"}', ""]),
+    ("configure", ["-1", "1", "1", "{}", "{}", "{}", "nan:1"]),
+    ("rate", ["set", "acme", "1e300:1"]),
+    ("rate", ["set", "acme", "fast"]),
 ], ids=repr)
 def test_a_script_refuses_a_bad_number_and_writes_nothing(store: RedisStore, namespace: str,
                                                           script: str,
@@ -225,6 +230,8 @@ def corrupt_the_old_way(store: RedisStore) -> None:
     c.hset(k.conf_caps, "globex", "1e20")
     c.hset(k.caps, "globex", "1e20")
     c.hset(k.conf, "weight", "-nan")
+    c.hset(k.limit_rates, "acme", "nan:1")  # not an older version's: rates came later
+    c.hset(k.rates, "acme", "nan:1")
     c.hset(k.group("acme"), "tb", "nan")
     c.hset(k.vt, "b", "inf")
 
@@ -243,6 +250,7 @@ def test_check_repair_fixes_numbers_an_older_version_stored(store: RedisStore) -
     # the bad runtime limits are gone; the settings apply again where they were valid
     assert store.client.hgetall(k.limit_weights) == {}
     assert store.client.hgetall(k.limit_caps) == {}
+    assert store.client.hgetall(k.limit_rates) == {} == store.client.hgetall(k.rates)
     assert store.client.hget(k.weights, "acme") is None
     assert store.client.hget(k.caps, "globex") is None  # its setting was damaged too
     # and dispatch works: every held message is picked

@@ -8,7 +8,7 @@ After a change of what a command prints, regenerate every sample from real runs 
 this one-liner, then review and commit the diff of README.md and docs/tutorial.md:
 
     CELERY_FAIR_UPDATE_SAMPLES=1 .venv/bin/python -m pytest tests/test_samples.py \
-        tests/test_tutorial.py tests/test_demo.py
+        tests/test_tutorial.py tests/test_demo.py tests/test_simulate.py
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TUTORIAL = ROOT / "docs" / "examples" / "tutorial"
 CELERY = str(Path(sys.executable).with_name("celery"))
 #: Samples checked by other modules (they own the run that produces them).
-ELSEWHERE = {"tutorial-run": "test_tutorial.py", "demo": "test_demo.py"}
+ELSEWHERE = {"tutorial-run": "test_tutorial.py", "demo": "test_demo.py",
+             "simulate-noisy-neighbour": "test_simulate.py",
+             "simulate-mixed-durations": "test_simulate.py"}
 
 
 def _run(app: Celery, *args: str) -> str:

@@ -175,6 +175,29 @@ def test_a_0001_schema_is_refused_until_upgraded_keeping_its_rows(
         assert conn.execute(Tables(prefix).workers.select()).all() == [("n", "q", "w1", 4, 1)]
 
 
+def test_a_0004_queue_upgraded_has_no_throttles_and_no_default_rate(
+        database: str, engine: Engine, prefix: str) -> None:
+    """Revision 0005 (rate limits) counts no throttles for a queue made before it: a
+    count it filled with NULL would break every pick of that queue."""
+    from alembic import command
+
+    from celery_fair.store.sql.migrate import alembic_config
+
+    with engine.connect() as conn:
+        command.upgrade(alembic_config(prefix, connection=conn), "0004")
+        conn.execute(text(
+            f"INSERT INTO {prefix}queues (ns, queue, registered, default_cap, reserve, "
+            "default_weight, picks, dups, pauses) VALUES ('n', 'q', :yes, -1, 0, 1.0, 7, 0, 0)"),
+            {"yes": True})
+        conn.commit()
+    assert migrate(database, prefix) == ("0004", SCHEMA_VERSION)
+    assert schema_differences(engine, Tables(prefix)) == []
+    q = Tables(prefix).queues.c
+    with engine.connect() as conn:
+        assert conn.execute(Tables(prefix).queues.select().with_only_columns(
+            q.picks, q.throttles, q.default_rate)).all() == [(7, 0, None)]
+
+
 def test_two_processes_migrating_at_once_both_succeed(database: str, engine: Engine,
                                                       prefix: str) -> None:
     results: list[tuple[str | None, str]] = []

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import text, update
 
 from celery_fair.envelope import Envelope
 from celery_fair.store import store_for_url
@@ -134,3 +134,22 @@ def test_a_worker_on_a_schema_never_migrated_exits_naming_fair_migrate(
     assert done.returncode != 0
     assert "has no celery_fair schema" in done.stderr
     assert "celery -A proj fair migrate" in done.stderr
+
+
+def test_check_repairs_a_queue_row_that_lost_count_of_its_throttles(sql: SqlStore) -> None:
+    """Eligibility reads throttles only when the queue's row counts some: ``fair check``
+    compares that count with the rows, and a repair sets it from them."""
+    hold(sql, "t1", "acme")
+    hold(sql, "t2", "globex")
+    sql.throttle(Q, "acme", NOW + 60_000)
+    q = sql.t.queues.c
+    with sql.engine.begin() as conn:
+        conn.execute(update(sql.t.queues).where(q.ns == sql.namespace, q.queue == Q)
+                     .values(throttles=0))
+    found = sql.check(Q, False, NOW, LEASE_MS)
+    assert found == [("count", "throttles", "counted 0, rows 1", "")]
+    assert sql.check(Q, True, NOW, LEASE_MS) == [
+        ("count", "throttles", "counted 0, rows 1", "set from the rows")]
+    assert sql.check(Q, False, NOW, LEASE_MS) == []
+    picked = sql.pick(Q, 10, None, NOW, LEASE_MS)
+    assert [p.hold_id for p in picked] == ["t2"]  # acme stays throttled

@@ -3,7 +3,8 @@ time (the Redis store's Lua scripts on the real redis-server; the SQL store on S
 PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
 with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
-configure, limit, pause, boost (a group's weight, with expiry; a task to the front) and
+configure, limit, pause, boost (a group's weight, with expiry; a task to the front),
+rate limits (GCRA tokens in the pick, throttles lifted by promote), a task's throttle and
 cancel (resent under its token).
 
 After every step both must agree: what each operation returned (the dispatch ids and
@@ -42,6 +43,7 @@ from hypothesis.stateful import (
 from celery_fair.check import check
 from celery_fair.envelope import Envelope
 from celery_fair.errors import GroupFull
+from celery_fair.limits import Rate
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
@@ -53,6 +55,8 @@ from .backends import SQL_BACKENDS
 
 Q = "modelq"
 GROUPS = ["a", "b", "c", "dd"]
+#: ten a second; 3 at once; one a second, 2 at once; none (whatever the default)
+RATES = [Rate(100.0), Rate(100.0, 3), Rate(1000.0, 2), None]
 PICK_LEASE, LEASE = 10_000, 30_000
 HOST = "r"  # the runs r1 and r2 are this host's
 
@@ -225,6 +229,20 @@ class StoreMachine(RuleBasedStateMachine):
         self.both("expire_pauses", self.now)
         self.both("expire_boosts", self.now)
 
+    @rule(ms=st.sampled_from([30, 100, 250]))
+    def tick(self, ms: int) -> None:
+        """A little time passes and a dispatcher steps: throttles come due."""
+        self.now += ms
+        self.both("promote", self.now, 1000)
+
+    @rule(group=st.sampled_from(GROUPS), rate=st.sampled_from([*RATES, KEEP, RESET]))
+    def set_rate(self, group: str, rate: Rate | str | None) -> None:
+        self.both("set_rate", group, rate)
+
+    @rule(group=st.sampled_from(GROUPS), ms=st.sampled_from([50, 400, 5_000]))
+    def throttle(self, group: str, ms: int) -> None:
+        self.both("throttle", group, self.now + ms)
+
     @rule(group=st.sampled_from([*GROUPS, WHOLE_QUEUE]),
           until=st.sampled_from([None, 3_000, 20_000]))
     def pause(self, group: str, until: int | None) -> None:
@@ -253,10 +271,14 @@ class StoreMachine(RuleBasedStateMachine):
           weight=st.sampled_from([1.0, 1.0, 2.0]),
           caps=st.dictionaries(st.sampled_from(GROUPS), st.integers(0, 3), max_size=2),
           weights=st.dictionaries(st.sampled_from(GROUPS), st.sampled_from([0.5, 2.0, 3.0]),
-                                  max_size=3))
+                                  max_size=3),
+          default_rate=st.sampled_from([None, None, *RATES]),
+          rates=st.dictionaries(st.sampled_from(GROUPS), st.sampled_from(RATES), max_size=2))
     def configure(self, cap: int | None, reserve: int, weight: float, caps: dict[str, int],
-                  weights: dict[str, float]) -> None:
-        self.both("configure", Policy(cap, reserve, weight, caps, weights))
+                  weights: dict[str, float], default_rate: Rate | None,
+                  rates: dict[str, Rate | None]) -> None:
+        self.both("configure", Policy(cap, reserve, weight, caps, weights, default_rate,
+                                      rates))
 
     @rule(group=st.sampled_from(GROUPS), cap=st.sampled_from([KEEP, RESET, -1, 0, 1, 2]),
           weight=st.sampled_from([KEEP, RESET, 0.5, 3.0]))
@@ -282,6 +304,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.both_read("group_figures", GROUPS)
         self.both_read("pauses")
         self.both_read("boosts")
+        self.both_read("throttles")
+        self.both_read("rates")
         for did in self.dispatched:
             self.both_read("dispatch_state", did)
         for i in range(1, self.ids + 1):  # where each task stands, held or dispatched

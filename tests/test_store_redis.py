@@ -382,6 +382,7 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
     store.pause(Q, "g", None)
     store.boost(Q, "g", 2, None)
     store.boost_task(Q, "not-held")
+    store.set_rate(Q, "g", "10/s")
     store.cancel(Q, ["not-held"])
     store.summarize(Q, ["g"])
     store.check(Q, False, NOW, LEASE)

@@ -53,7 +53,7 @@ from ..liveness import (
 )
 from ..metrics import add_queue_figures, dispatchers_family, store_families
 from ..position import position_of
-from ..store import Bounds, store_for_url
+from ..store import Bounds, redis_options_of, store_for_url
 from ..summary import format_wait, read_summaries
 from .flower_controls import control_routes
 from .flower_state import InForce, notes_for, read_in_force, short_utc
@@ -125,7 +125,7 @@ def _store(app: Any) -> Any:
     config = get_config(app)
     bounds = Bounds(socket_timeout=READ_TIMEOUT, connect_timeout=READ_TIMEOUT)
     return store_for_url(config.store_url, config.key_prefix, bounds,
-                         config.store_table_prefix)
+                         config.store_table_prefix, redis_options_of(config))
 
 
 def _read(app: Any) -> Summaries:

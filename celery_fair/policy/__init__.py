@@ -11,7 +11,8 @@ The policy (DESIGN.md, "Scheduling"): start-time fair queueing per class (a grou
 advances by cost / weight per dispatch; a group entering a ready set starts at
 max(its tag, the class's virtual time); the pick is the lowest tag, ties by name),
 interactive before background, a per-group cap with an interactive reserve above it
-(cap 0 pauses a group in both classes), a per-queue capacity, idle groups forgotten, and
+(cap 0 pauses a group in both classes), per-group rate limits (GCRA) and throttles, pauses
+and boosts, a per-queue capacity, idle groups forgotten, and
 dispatch leases that hold a message again at its group's head when they run out.
 """
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..store.base import Placement as Placement  # a value of the store contract
+from ..limits import Rate
+from ..store.base import KEEP as KEEP  # values of the store contract
+from ..store.base import RESET as RESET
+from ..store.base import Placement as Placement
 from .decisions import (
     CLASSES,
     LIVE,
@@ -18,8 +21,6 @@ from .decisions import (
     entry_tag,
 )
 
-#: :meth:`FairQueue.limit` arguments: leave a value as it is, or clear the runtime limit.
-KEEP, RESET = "", "reset"
 _LIVE = LIVE
 
 
@@ -96,6 +97,16 @@ class QueueData:
     #: boosted groups (``fair boost``) -> (boost weight, until when (ms; inf: no end)),
     #: kept apart from the weights: while it lasts the boost weight is the one in force
     boosts: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: rate limits: the default, the settings', the runtime ones and both laid over (in
+    #: force; None: no rate limit, whatever the default)
+    default_rate: Rate | None = None
+    conf_rates: dict[str, Rate | None] = field(default_factory=dict)
+    limit_rates: dict[str, Rate | None] = field(default_factory=dict)
+    rates: dict[str, Rate | None] = field(default_factory=dict)
+    #: throttled groups (by their rate or a task) -> until when (ms), and the
+    #: theoretical arrival times of rate-limited groups (ms; one in the past is dropped)
+    throttled: dict[str, float] = field(default_factory=dict)
+    tats: dict[str, float] = field(default_factory=dict)
     msgs: dict[str, Held] = field(default_factory=dict)
     lists: dict[tuple[str, str], deque[str]] = field(default_factory=dict)
     delayed: dict[str, int] = field(default_factory=dict)  # hold id -> due ms
@@ -144,9 +155,13 @@ class QueueData:
         boost = self.boosts.get(g)
         return boost[0] if boost else self.weight_of(g)
 
+    def rate_of(self, g: str) -> Rate | None:
+        """The group's rate limit in force (None: none)."""
+        return self.rates[g] if g in self.rates else self.default_rate
+
     def _eligible(self, klass: str, g: str, n: int) -> bool:
         return eligible(klass, self._held(klass, g), n, self.cap_of(g), self.reserve,
-                        g in self.pauses)
+                        g in self.pauses, g in self.throttled)
 
     def _refresh(self, g: str) -> bool:
         """Make g's ready-set membership match its eligibility; a group entering starts

@@ -5,6 +5,8 @@ make the same decisions in Redis; ``tests/test_store_model.py`` holds all three 
 
 from __future__ import annotations
 
+import math
+
 from ..store.models import BeginResult
 
 INTERACTIVE, BACKGROUND = "i", "b"
@@ -15,12 +17,13 @@ LIVE = (PICKED, QUEUED, RUNNING)
 
 
 def eligible(klass: str, held: int, inflight: int, cap: int, reserve: int,
-             paused: bool = False) -> bool:
+             paused: bool = False, throttled: bool = False) -> bool:
     """Whether a group holding ``held`` messages of ``klass`` with ``inflight``
     dispatches may be picked under ``cap`` (-1: none; 0: paused in both classes: the
     reserve is room above a cap, not a way past it). A ``paused`` group (``fair pause``)
-    is never eligible, in either class, whatever its cap."""
-    if held <= 0 or paused:
+    or a ``throttled`` one (its rate, ``fair_throttle``) is never eligible, in either
+    class, whatever its cap."""
+    if held <= 0 or paused or throttled:
         return False
     if cap < 0:
         return True
@@ -56,6 +59,22 @@ def front_tag(head: float | None, tag: float | None) -> float:
 def advance(tag: float, cost: float, weight: float) -> float:
     """A group's tag after one dispatch of ``cost``: start-time fair queueing."""
     return tag + cost / weight
+
+
+def gcra(tat: float | None, now_ms: float, interval_ms: float,
+         burst: int) -> tuple[float, float]:
+    """One dispatch of a rate-limited group (GCRA): its new theoretical arrival time, and
+    when it may be picked again (a throttle when that is after ``now_ms``). A TAT in the
+    past counts as now: a quiet group's bucket is full, never fuller. ``pick.lua`` does
+    the same arithmetic, in the same order."""
+    tat = (now_ms if tat is None or tat < now_ms else tat) + interval_ms
+    return tat, tat - (burst - 1) * interval_ms
+
+
+def throttle_due(until_ms: float, early_ms: float) -> int:
+    """When a dispatcher should step to lift a throttle ending at ``until_ms`` (``promote``
+    lifts it from ``early_ms`` before): rounded up, so that the step does lift it."""
+    return math.ceil(until_ms - early_ms)
 
 
 def dispatch_id(token: str, picks: int, n: int) -> str:

@@ -3,20 +3,10 @@ script of the same name (``store/lua/<operation>.lua``), making the same decisio
 
 from __future__ import annotations
 
-from typing import TypeVar
-
-from .. import limits
 from ..errors import GroupFull
-from ..store.base import BeginResult, Picked, Policy, check_hold
-from .common import (
-    KEEP,
-    RESET,
-    Group,
-    Held,
-    Placement,
-    QueueData,
-    Record,
-)
+from ..store.base import BeginResult, Picked, check_hold
+from .common import Group, Held, Placement, Record
+from .controls import QueueControls
 from .decisions import (
     CLASSES,
     LIVE,
@@ -28,16 +18,13 @@ from .decisions import (
     advance,
     copy_id,
     dispatch_id,
-    front_tag,
     may_release,
     requeues,
     skip_copy,
 )
 
-N = TypeVar("N", int, float)
 
-
-class FairQueue(QueueData):
+class FairQueue(QueueControls):
     """One fair queue: its state and the operations of the store contract."""
 
     # -- the lifecycle -----------------------------------------------------------------
@@ -121,6 +108,7 @@ class FairQueue(QueueData):
             else:
                 self.ready[klass].pop(g, None)
                 self._refresh(g)
+            self._meter(g, now_ms)
             self._drop_empty(klass, g)
         self._count("inflight", len(out))
         return out
@@ -219,7 +207,8 @@ class FairQueue(QueueData):
         self._count("held:" + rec.klass, 1)
 
     def promote(self, now_ms: int, limit: int) -> tuple[int, int | None]:
-        """Move due delayed messages into their groups; see ``promote.lua``."""
+        """Move due delayed messages into their groups and lift the throttles due; see
+        ``promote.lua``."""
         order = self._delayed_order()
         moved = [hold_id for due, _, hold_id in order if due <= now_ms][:limit]
         for hold_id in moved:
@@ -228,7 +217,9 @@ class FairQueue(QueueData):
             self.groups[p.group].delayed -= 1
             self._enqueue(hold_id, p)
         nxt = order[len(moved)][0] if len(order) > len(moved) else None
-        return len(moved), nxt
+        lifted = self._lift_throttles(now_ms, limit)
+        return len(moved), nxt if lifted is None or (nxt is not None and nxt < lifted) \
+            else lifted
 
     def cancel(self, task_ids: list[str], token: str,
                keep_until_ms: int) -> list[tuple[str, bytes]]:
@@ -275,117 +266,3 @@ class FairQueue(QueueData):
         if hold_id in self.quarantine_order:
             self.quarantine_order.remove(hold_id)
         self.quarantine_order.insert(0, hold_id)
-
-    # -- the policy settings ----------------------------------------------------------
-
-    def configure(self, policy: Policy) -> int:
-        """Set the settings, lay the runtime limits over them and re-rank every group;
-        returns how many groups. See ``configure.lua``.
-
-        Raises:
-            InvalidLimit: a number of ``policy`` out of range (``limits.check_policy``);
-                nothing was changed.
-        """
-        limits.check_policy(policy)
-        self.default_cap = -1 if policy.default_cap is None else policy.default_cap
-        self.reserve, self.default_weight = policy.interactive_reserve, policy.default_weight
-        self.conf_caps, self.conf_weights = dict(policy.caps), dict(policy.weights)
-        self.caps = {**self.conf_caps, **self.limit_caps}
-        self.weights = {**self.conf_weights, **self.limit_weights}
-        for g in list(self.groups):
-            self._refresh(g)
-        self.woken = True
-        return len(self.groups)
-
-    def limit(self, g: str, cap: int | str = KEEP,
-              weight: float | str = KEEP) -> tuple[int, float]:
-        """Set, keep (:data:`KEEP`) or clear (:data:`RESET`) g's runtime cap (-1: none,
-        0: paused) and weight; returns both in force. See ``limit.lua``.
-
-        Raises:
-            InvalidLimit: naming the group, when a number is out of range (``limits``);
-                nothing was changed.
-        """
-        if cap not in (KEEP, RESET):
-            cap = limits.cap(cap, f"concurrency for group {g!r}", minimum=-1)
-        if weight not in (KEEP, RESET):
-            weight = limits.weight(weight, f"weight for group {g!r}")
-        if cap != KEEP:
-            _lay(g, None if cap == RESET else int(cap), self.limit_caps, self.caps,
-                 self.conf_caps)
-        if weight != KEEP:
-            _lay(g, None if weight == RESET else float(weight), self.limit_weights,
-                 self.weights, self.conf_weights)
-        if self._refresh(g):
-            self.woken = True
-        return self.cap_of(g), self.weight_of(g)
-
-    def pause(self, g: str, until_ms: float) -> None:
-        """Pause g ('' the whole queue) until ``until_ms`` (inf: until resumed); a pause
-        again replaces the last. See ``pause.lua``."""
-        self.pauses[g] = until_ms
-        if g:
-            self._refresh(g)
-
-    def resume(self, g: str) -> bool:
-        """Lift g's pause ('' the queue's); True when it was paused. See ``pause.lua``."""
-        if self.pauses.pop(g, None) is None:
-            return False
-        if not g or self._refresh(g):
-            self.woken = True
-        return True
-
-    def expire_pauses(self, now_ms: int) -> list[str]:
-        """Lift the pauses due at ``now_ms``; returns them, by name."""
-        due = sorted(g for g, until in self.pauses.items() if until <= now_ms)
-        for g in due:
-            self.resume(g)
-        return due
-
-    def boost(self, g: str, weight: float, until_ms: float) -> None:
-        """Pick g with ``weight`` until ``until_ms`` (inf: until unboosted); a boost
-        again replaces the last. See ``boost.lua``."""
-        self.boosts[g] = (weight, until_ms)
-
-    def unboost(self, g: str) -> bool:
-        """End g's boost; True when it was boosted. See ``boost.lua``."""
-        return self.boosts.pop(g, None) is not None
-
-    def boost_task(self, hold_id: str) -> str | None:
-        """Move a held message to the front of its group's list, and the group to the
-        front of its class's ready set once; its group, or None when it is not held
-        (delayed, dispatched, unknown). See ``boost_task.lua``."""
-        held = self.msgs.get(hold_id)
-        queue = held and self.lists.get((held.placement.klass, held.placement.group))
-        if not held or not queue or hold_id not in queue:
-            return None
-        klass, g = held.placement.klass, held.placement.group
-        queue.remove(hold_id)
-        queue.appendleft(hold_id)
-        ready, group = self.ready[klass], self.groups[g]
-        tag = front_tag(min(ready.values(), default=None), group.tags.get(klass))
-        group.tags[klass] = tag
-        if tag < (self.vt.get(klass) or 0.0):  # a refresh would take it back to the vt
-            self.vt[klass] = tag
-        if g in ready:
-            ready[g] = tag
-        return g
-
-    def expire_boosts(self, now_ms: int) -> list[str]:
-        """End the boosts due at ``now_ms``; returns them, by name."""
-        due = sorted(g for g, (_, until) in self.boosts.items() if until <= now_ms)
-        for g in due:
-            self.unboost(g)
-        return due
-
-
-def _lay(g: str, value: N | None, limits: dict[str, N], in_force: dict[str, N],
-         settings: dict[str, N]) -> None:
-    """Set g's runtime limit to ``value`` (None: clear it, the setting is in force)."""
-    if value is not None:
-        limits[g] = in_force[g] = value
-        return
-    limits.pop(g, None)
-    in_force.pop(g, None)
-    if g in settings:
-        in_force[g] = settings[g]

@@ -14,21 +14,31 @@ from celery import Celery
 from ..config import FairConfig, get_config
 from ..errors import ConfigurationError
 from ..redact import safe_url
-from ..urls import REDIS_SCHEMES, SQL_SCHEMES, describe_schemes, scheme_of
+from ..urls import REDIS_SCHEMES, SENTINEL_SCHEMES, SQL_SCHEMES, describe_schemes, scheme_of
 from .base import BeginResult, Picked, Store
 from .redis import Bounds, RedisStore
+from .sentinel import RedisOptions, SentinelStore
 
-__all__ = ["BACKENDS", "BeginResult", "Bounds", "Picked", "RedisStore", "Store", "bounds_of",
-           "store_for", "store_for_url"]
+__all__ = ["BACKENDS", "BeginResult", "Bounds", "Picked", "RedisOptions", "RedisStore",
+           "SentinelStore", "Store", "bounds_of", "redis_options_of", "store_for",
+           "store_for_url"]
 
-Opener = Callable[[str, str, Bounds, str], Store]
-
-
-def _redis(url: str, namespace: str, bounds: Bounds, table_prefix: str) -> Store:
-    return RedisStore.from_url(url, namespace, bounds)
+Opener = Callable[[str, str, Bounds, str, RedisOptions], Store]
 
 
-def _sql(url: str, namespace: str, bounds: Bounds, table_prefix: str) -> Store:
+def _redis(url: str, namespace: str, bounds: Bounds, table_prefix: str,
+           options: RedisOptions) -> Store:
+    return RedisStore.from_url(url, namespace, bounds, options.replicas,
+                               options.replicas_timeout)
+
+
+def _sentinel(url: str, namespace: str, bounds: Bounds, table_prefix: str,
+              options: RedisOptions) -> Store:
+    return SentinelStore.from_sentinel_url(url, namespace, bounds, options)
+
+
+def _sql(url: str, namespace: str, bounds: Bounds, table_prefix: str,
+         options: RedisOptions) -> Store:
     try:
         from .sql.store import SqlStore
     except ImportError as exc:  # SQLAlchemy is an extra
@@ -40,16 +50,24 @@ def _sql(url: str, namespace: str, bounds: Bounds, table_prefix: str) -> Store:
 
 #: URL scheme of ``fair_store_url`` -> how to open a store there.
 BACKENDS: dict[str, Opener] = {**{s: _redis for s in REDIS_SCHEMES},
+                               **{s: _sentinel for s in SENTINEL_SCHEMES},
                                **{s: _sql for s in SQL_SCHEMES}}
 
-_stores: dict[tuple[int, str, str, Bounds, str], Store] = {}
+_stores: dict[tuple[int, str, str, Bounds, str, RedisOptions], Store] = {}
 
 
 def store_for(app: Celery) -> Store:
     """The store of ``app``'s fair queues in this process."""
     config = get_config(app)
     return store_for_url(config.store_url, config.key_prefix, bounds_of(config),
-                         getattr(config, "store_table_prefix", "fair_"))
+                         getattr(config, "store_table_prefix", "fair_"),
+                         redis_options_of(config))
+
+
+def redis_options_of(config: FairConfig) -> RedisOptions:
+    """The Redis store's Sentinel and replication settings (``fair_store_*``)."""
+    return RedisOptions.of(config.store_master_name, config.store_sentinel_kwargs,
+                           config.store_replicas, config.store_replicas_timeout)
 
 
 def bounds_of(config: FairConfig) -> Bounds:
@@ -59,19 +77,19 @@ def bounds_of(config: FairConfig) -> Bounds:
 
 
 def store_for_url(url: str, namespace: str, bounds: Bounds | None = None,
-                  table_prefix: str = "fair_") -> Store:
-    """One store per process, URL, namespace, bounds and table prefix (a new one after
-    fork), of the backend that serves the URL's scheme (the prefix names the SQL store's
-    tables).
+                  table_prefix: str = "fair_", options: RedisOptions | None = None) -> Store:
+    """One store per process, URL, namespace, bounds, table prefix and Redis options (a
+    new one after fork), of the backend that serves the URL's scheme (the prefix names the
+    SQL store's tables; ``options`` are a Redis store's Sentinel master and replicas).
 
     Raises:
         ConfigurationError: no backend serves the URL's scheme.
     """
-    bounds = bounds or Bounds()
-    key = (os.getpid(), url, namespace, bounds, table_prefix)
+    bounds, options = bounds or Bounds(), options or RedisOptions()
+    key = (os.getpid(), url, namespace, bounds, table_prefix, options)
     store = _stores.get(key)
     if store is None:
-        store = _stores[key] = _backend(url)(url, namespace, bounds, table_prefix)
+        store = _stores[key] = _backend(url)(url, namespace, bounds, table_prefix, options)
     return store
 
 

@@ -7,13 +7,13 @@ passed in by the caller, so the operations are deterministic and testable.
 :class:`Store` groups its methods in families: the lifecycle of a held message, the
 policy, the worker registry, wake-ups, reads and maintenance; and families in mixins of
 their own: heartbeats (``beats.py``), the audit log (``audit.py``), pauses
-(``pausing.py``), boosts (``boosting.py``), head waits (``heads.py``) and held messages
-(``held.py``). Every method may raise
+(``pausing.py``), boosts (``boosting.py``), rate limits and throttles (``throttling.py``),
+head waits (``heads.py``) and held messages (``held.py``). Every method may raise
 :class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
 store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
 docstrings name the others and what a resend does (a client resends a call whose reply a
-dropped connection lost). Optional speed-ups are capabilities a backend declares (see
-:attr:`Store.supports_direct_push`).
+dropped connection lost). Optional speed-ups are capabilities a backend declares
+(:attr:`Store.supports_direct_push`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,13 @@ from .heads import HeadWaits
 from .held import HeldReads
 from .models import (
     CANCELLED_SECONDS,
+    CHECK_BATCH,
+    KEEP,
     PLACEMENT_CLASSES,
     PRUNE_GRACE_MS,
     QUARANTINE_MAX,
+    RATE_EARLY_MS,
+    RESET,
     TOMBSTONE_SECONDS,
     BeginAnswer,
     BeginResult,
@@ -56,21 +60,17 @@ from .models import (
     wall_clock_ms,
 )
 from .pausing import Pausing
+from .throttling import Throttling
 
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRUNE_GRACE_MS",
-           "QUARANTINE_MAX", "RESET", "TOMBSTONE_SECONDS", "BeginAnswer", "BeginResult",
-           "DirectPush", "DispatcherBeat", "GroupFigures", "GroupHeads", "Location",
-           "Picked", "Place", "Placement", "Policy", "Pushed", "QueueFigures", "Store",
-           "as_json", "busiest_first", "check_hold", "limited_by", "now_ms", "snapshot_of"]
+           "QUARANTINE_MAX", "RATE_EARLY_MS", "RESET", "TOMBSTONE_SECONDS", "BeginAnswer",
+           "BeginResult", "DirectPush", "DispatcherBeat", "GroupFigures", "GroupHeads",
+           "Location", "Picked", "Place", "Placement", "Policy", "Pushed", "QueueFigures",
+           "Store", "as_json", "busiest_first", "check_hold", "limited_by", "now_ms",
+           "snapshot_of"]
 
 
-#: Most entries one step of :meth:`Store.check` reads (a few ms of the store's time).
-CHECK_BATCH = 500
-#: :meth:`Store.limit` arguments: leave the value as it is, or clear the runtime limit.
-KEEP, RESET = "", "reset"
-
-
-class Store(Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, abc.ABC):
+class Store(Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Throttling, abc.ABC):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).
@@ -223,8 +223,10 @@ class Store(Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, abc.ABC):
 
     @abc.abstractmethod
     def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int | None]:
-        """Move up to ``limit`` due delayed messages into their groups (atomic;
-        idempotent). Returns (moved, next due ms or None)."""
+        """Move up to ``limit`` due delayed messages into their groups, and lift up to
+        ``limit`` throttles that end by ``now_ms`` + :data:`RATE_EARLY_MS` (atomic;
+        idempotent). Returns (moved, next due ms or None): when the next delayed message
+        is due or the next throttle is to be lifted, whichever comes first."""
 
     @abc.abstractmethod
     def cancel(self, queue: str, task_ids: Iterable[str], *,

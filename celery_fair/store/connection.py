@@ -14,8 +14,16 @@ from typing import Any
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
-from ..errors import CorruptMessage, GroupFull, StoreConnectionError, StoreError, StoreFull
+from ..errors import (
+    CorruptMessage,
+    GroupFull,
+    ReplicationTimeout,
+    StoreConnectionError,
+    StoreError,
+    StoreFull,
+)
 from .base import now_ms as base_now_ms
 
 
@@ -23,7 +31,7 @@ from .base import now_ms as base_now_ms
 def _explained(operation: str, queue: str) -> Iterator[None]:
     try:
         yield
-    except (StoreConnectionError, StoreFull, CorruptMessage):
+    except (StoreConnectionError, StoreFull, CorruptMessage, ReplicationTimeout):
         raise
     except GroupFull as full:
         raise full.in_queue(queue) from None
@@ -84,12 +92,38 @@ class Bounds:
         return tries * (self.connect_timeout + self.socket_timeout) + self.retries * 1.0
 
 
+def client_options(bounds: Bounds | None, options: dict[str, Any]) -> dict[str, Any]:
+    """redis-py client options: ``options``, then what ``bounds`` and keep-alives say."""
+    options.setdefault("health_check_interval", 30)
+    options.setdefault("socket_keepalive", True)
+    for name, value in (bounds or Bounds()).client_options().items():
+        options.setdefault(name, value)
+    return options
+
+
+def check_replicated(acknowledged: int, wanted: int, timeout: float, where: str,
+                     operation: str) -> None:
+    """Raise ReplicationTimeout unless ``acknowledged`` (WAIT's answer) reaches ``wanted``
+    (fair_store_replicas). WAIT counts the replicas that have every write of its
+    connection so far, the scripts of its round trip included."""
+    if acknowledged < wanted:
+        raise ReplicationTimeout(
+            f"celery_fair store ({where}): {operation} acknowledged by {acknowledged} of "
+            f"{wanted} replicas within {timeout:g} s (fair_store_replicas, "
+            "fair_store_replicas_timeout): the master has it, a failover may lose it",
+            acknowledged=acknowledged, wanted=wanted)
+
+
 @contextmanager
 def _wrapped(where: str = "",
              unreachable: type[StoreConnectionError] = StoreConnectionError) -> Iterator[None]:
     at = f" ({where})" if where else ""
     try:
         yield
+    except MasterNotFoundError:  # its message is every sentinel client's repr
+        raise unreachable(f"celery_fair store unreachable{at}: no sentinel named a master "
+                          "(the sentinels are down or unreachable, or none monitors a "
+                          "master of that name)") from None
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unreachable(f"celery_fair store unreachable{at}: {exc}") from exc
     except redis.exceptions.OutOfMemoryError as exc:

@@ -45,6 +45,26 @@ class QueueKeys:
         return f"{self.prefix}:weights"
 
     @property
+    def rates(self) -> str:
+        return f"{self.prefix}:rates"
+
+    @property
+    def conf_rates(self) -> str:
+        return f"{self.prefix}:conf:rates"
+
+    @property
+    def limit_rates(self) -> str:
+        return f"{self.prefix}:limit:rates"
+
+    @property
+    def throttled(self) -> str:
+        return f"{self.prefix}:throttled"
+
+    @property
+    def tats(self) -> str:
+        return f"{self.prefix}:tats"
+
+    @property
     def groups(self) -> str:
         return f"{self.prefix}:groups"
 

@@ -14,13 +14,14 @@ from typing import cast
 
 from .. import limits
 from ..names import validate_group
-from ..policy import CLASSES, FairQueue
+from ..policy import CLASSES, KEEP, RESET, FairQueue
 from . import audit
 from .audit import AuditEntry
 from .base import PRUNE_GRACE_MS, DispatcherBeat, Location, now_ms
 from .held import HeldMessage
 from .locating import CLASS_NAMES, Locating, PlaceReads, place_of
 from .pausing import WHOLE_QUEUE
+from .throttling import check_until
 
 
 class MemoryReads(Locating):
@@ -180,3 +181,27 @@ class MemoryReads(Locating):
     def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
         with self._queue(queue) as fq:
             return fq.expire_boosts(now_ms)
+
+    def set_rate(self, queue: str, group: str, rate: limits.Rate | str | None) -> \
+            limits.Rate | None:
+        group = validate_group(group)
+        if rate not in (KEEP, RESET) and rate is not None:
+            rate = limits.rate(rate, f"rate limit for group {group!r}")
+        with self._queue(queue) as fq:
+            return fq.set_rate(group, rate)
+
+    def throttle(self, queue: str, group: str, until_ms: float) -> float:
+        group = validate_group(group)
+        until = check_until(until_ms)
+        with self._queue(queue) as fq:
+            return fq.throttle(group, until)
+
+    def throttles(self, queue: str) -> dict[str, float]:
+        with self._cond:
+            fq = self._queues.get(queue)
+            return dict(fq.throttled) if fq is not None else {}
+
+    def rates(self, queue: str) -> dict[str, limits.Rate | None]:
+        with self._cond:
+            fq = self._queues.get(queue)
+            return dict(fq.rates) if fq is not None else {}

@@ -23,6 +23,10 @@ def now_ms() -> int:
 
 wall_clock_ms = now_ms  # for methods whose argument of that name hides it
 
+#: Arguments of the runtime limits (``limit``, ``set_rate``): leave the value as it is,
+#: or clear the runtime limit (the setting applies again).
+KEEP, RESET = "", "reset"
+
 # -- what the lifecycle operations take and answer ----------------------------------
 
 #: The classes of a held message: interactive (picked first) and background.
@@ -146,10 +150,20 @@ class Policy:
     default_weight: float
     caps: Mapping[str, int]
     weights: Mapping[str, float]
+    #: the rate limit of a group without one of its own (None: none), and the groups'
+    #: own (None: no rate limit, whatever the default)
+    default_rate: limits.Rate | None = None
+    rates: Mapping[str, limits.Rate | None] = dataclasses.field(default_factory=dict)
 
 
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------
 
+#: Most entries one step of :meth:`Store.check` reads (a few ms of the store's time).
+CHECK_BATCH = 500
+#: How early ``promote`` lifts a throttle (ms): a dispatcher that wakes a little late
+#: (Redis fires a blocking command's timeout about 5 ms late, more on a busy machine)
+#: still takes a group's next token at its own time (``store/throttling.py``).
+RATE_EARLY_MS = 20
 #: How long the record of a superseded or lost dispatch is kept (seconds). A stale copy
 #: delivered later than this runs as an unknown dispatch.
 TOMBSTONE_SECONDS = 86_400

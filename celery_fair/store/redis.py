@@ -5,7 +5,6 @@ retries, errors) in connection.py."""
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterable, Mapping
@@ -14,9 +13,13 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from .. import limits
-from ..errors import HoldOutcomeUnknown, StoreConnectionError, StoreUnreachable
-from ..names import validate_group
+from ..errors import (
+    HoldNotReplicated,
+    HoldOutcomeUnknown,
+    ReplicationTimeout,
+    StoreConnectionError,
+    StoreUnreachable,
+)
 from .base import (
     CANCELLED_SECONDS,
     CHECK_BATCH,
@@ -42,11 +45,14 @@ from .connection import (
     _explained,
     _text,
     _wrapped,
+    check_replicated,
+    client_options,
     describe,
     now_ms,
 )
 from .keys import QueueKeys, queues_key
-from .redis_controls import RedisAudit, RedisBoosting, RedisPausing
+from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
+from .redis_policy import RedisPolicy
 from .redis_reads import RedisReads
 from .scripts import OPERATIONS, source
 
@@ -62,7 +68,8 @@ logger = logging.getLogger(__name__)
 _WHERE = ("host", "port", "db", "path")
 
 
-class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
+class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoosting,
+                 RedisThrottling, Store):
     """Fair queues of one namespace in one Redis database."""
 
     supports_direct_push = True
@@ -73,23 +80,25 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
         return all(ours.get(key) == connection_kwargs.get(key) for key in _WHERE) \
             and any(ours.get(key) for key in ("host", "path"))
 
-    def __init__(self, client: redis.Redis, namespace: str = "fair") -> None:
+    def __init__(self, client: redis.Redis, namespace: str = "fair", *,
+                 where: str | None = None, replicas: int = 0,
+                 replicas_timeout: float = 1.0) -> None:
         self.client = client
         self.namespace = namespace
-        self.where = describe(client)
+        self.where = where or describe(client)
+        #: fair_store_replicas: hold, release and cancel WAIT for these (see _pipelined)
+        self.replicas, self.replicas_timeout = replicas, replicas_timeout
         self._scripts: dict[str, Script] = {
             name: client.register_script(source(name)) for name in OPERATIONS}
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "fair", bounds: Bounds | None = None,
+                 replicas: int = 0, replicas_timeout: float = 1.0,
                  **options: Any) -> RedisStore:
         """A store on ``url``; every command bounded in time by ``bounds`` (defaults:
         the ``fair_store_*`` settings' defaults) unless ``options`` say otherwise."""
-        options.setdefault("health_check_interval", 30)
-        options.setdefault("socket_keepalive", True)
-        for name, value in (bounds or Bounds()).client_options().items():
-            options.setdefault(name, value)
-        return cls(redis.Redis.from_url(url, **options), namespace)
+        return cls(redis.Redis.from_url(url, **client_options(bounds, options)), namespace,
+                   replicas=replicas, replicas_timeout=replicas_timeout)
 
     def _run(self, name: str, queue: str, *args: Any) -> Any:
         with _explained(name, queue), _wrapped(self.where):
@@ -112,7 +121,12 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
         try:
             with _explained("hold", queue):
                 [held] = self._pipelined(self.keys(queue).prefix, [("hold", args)],
-                                         register=queue)
+                                         register=queue, replicate=True)
+        except ReplicationTimeout as exc:
+            raise HoldNotReplicated(
+                f"{exc}; the task is held on the master (it runs when dispatched) unless a "
+                "failover loses it first, so it was not published to the broker",
+                acknowledged=exc.acknowledged, wanted=exc.wanted) from None
         except StoreConnectionError as exc:
             raise HoldOutcomeUnknown(
                 f"{exc}; the hold's outcome is unknown: the task may be held (it then runs "
@@ -174,7 +188,7 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
                 (int(requeued), int(lost)), self._picked(queue, flat, push))
 
     def _pipelined(self, prefix: str, calls: list[tuple[str, list[Any]]],
-                   register: str | None = None) -> list[Any]:
+                   register: str | None = None, replicate: bool = False) -> list[Any]:
         """Run scripts in one round trip. EVALSHA directly: a redis-py pipeline of Script
         objects would first ask SCRIPT EXISTS, a round trip of its own, every time. After
         a script cache flush (NOSCRIPT) they are loaded again and the calls retried; the
@@ -182,7 +196,10 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
         (a pick run twice gives out new dispatch ids: see pick.lua). With ``register``,
         that queue is added to the set of fair queues after the scripts, in the same round
         trip: after, so that a dispatcher's prune of an idle queue (forget.lua, which
-        drops it only while nothing is held) cannot fall between the two and drop it."""
+        drops it only while nothing is held) cannot fall between the two and drop it.
+        With ``replicate`` and fair_store_replicas N, a ``WAIT N`` ends the round trip
+        (:func:`~.connection.check_replicated`)."""
+        wait = self.replicas if replicate else 0
         with _wrapped(self.where):
             for attempt in (1, 2):
                 pipe = self.client.pipeline(transaction=False)
@@ -190,8 +207,13 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
                     pipe.evalsha(self._scripts[name].sha, 1, prefix, *args)
                 if register is not None:
                     pipe.sadd(queues_key(self.namespace), register)
+                if wait:
+                    pipe.execute_command("WAIT", wait, int(self.replicas_timeout * 1000))
                 try:
                     answers = list(pipe.execute())
+                    if wait:
+                        check_replicated(int(answers.pop()), wait, self.replicas_timeout,
+                                         self.where, "/".join(name for name, _ in calls))
                     return answers[:-1] if register is not None else answers
                 except redis.exceptions.NoScriptError:
                     if attempt == 2:
@@ -223,7 +245,15 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
 
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
                 run: str | None = None) -> bool:
-        return bool(self._run("release", queue, dispatch_id, done_seconds, run or ""))
+        return bool(self._durably("release", queue, dispatch_id, done_seconds, run or ""))
+
+    def _durably(self, name: str, queue: str, *args: Any) -> Any:
+        """Run a script; with fair_store_replicas, WAIT for them in the same round trip."""
+        if not self.replicas:
+            return self._run(name, queue, *args)
+        with _explained(name, queue):
+            return self._pipelined(self.keys(queue).prefix, [(name, list(args))],
+                                   replicate=True)[0]
 
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         requeued, lost = self._run("reclaim", queue, now_ms, limit, TOMBSTONE_SECONDS)
@@ -235,15 +265,6 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
             self._quarantined(queue, bad)
         return int(moved), (None if int(nxt) < 0 else int(nxt))
 
-    def configure(self, queue: str, policy: Policy) -> None:
-        """Raises :class:`~celery_fair.errors.InvalidLimit` (nothing written) when a
-        number of ``policy`` is out of range (:mod:`celery_fair.limits`)."""
-        limits.check_policy(policy)
-        self._run("configure", queue,
-                  -1 if policy.default_cap is None else policy.default_cap,
-                  policy.interactive_reserve, policy.default_weight,
-                  json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)))
-
     def cancel(self, queue: str, task_ids: Iterable[str], *,
                token: str | None = None) -> list[tuple[str, bytes]]:
         """See :meth:`Store.cancel`. The copies under suffixed ids come from their task
@@ -254,7 +275,8 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
         ids = list(dict.fromkeys(task_ids))
         if not ids:
             return []
-        flat = self._run("cancel", queue, CANCELLED_SECONDS, token or uuid.uuid4().hex, *ids)
+        flat = self._durably("cancel", queue, CANCELLED_SECONDS, token or uuid.uuid4().hex,
+                             *ids)
         return [(_text(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
 
     def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,
@@ -274,25 +296,7 @@ class RedisStore(RedisReads, RedisAudit, RedisPausing, RedisBoosting, Store):
             self.trim_quarantine(queue)  # the repair may have quarantined messages
         return checker.findings
 
-    # -- runtime limits and the quarantine (reads: redis_reads.py) -----------------
-
-    def limit(self, queue: str, group: str, cap: int | str = KEEP,
-              weight: float | str = KEEP) -> tuple[int | None, float]:
-        """Set (or with :data:`RESET` clear) ``group``'s runtime cap and weight in
-        ``queue``; they take precedence over the settings and survive restarts.
-        ``cap`` -1 means no cap, 0 pauses the group. Returns the cap and weight now in
-        force (cap None: none).
-
-        Raises:
-            InvalidGroup: ``group`` is not a group name.
-            InvalidLimit: ``cap`` or ``weight`` is out of range (:mod:`celery_fair.limits`);
-                nothing was written.
-        """
-        group = validate_group(group)
-        cap_now, weight_now = self._run("limit", queue, group, _cap_arg(group, cap),
-                                        _weight_arg(group, weight))
-        value = int(_text(cap_now))
-        return (None if value < 0 else value), float(_text(weight_now))
+    # -- the quarantine (reads: redis_reads.py) ----------------------------------
 
     def quarantine(self, queue: str, dispatch_id: str, value: bytes, reason: str) -> None:
         """Keep an undecodable message aside (never dropped) and free its slot."""
@@ -348,19 +352,6 @@ def _log_quarantined(keys: QueueKeys, hold_ids: list[Any]) -> None:
     logger.error("queue %s: held message(s) %s could not be decoded (not written by "
                  "celery_fair, or damaged) and were moved to %s; other messages are not "
                  "affected", keys.queue, ", ".join(_text(h) for h in hold_ids), keys.quarantine)
-
-
-def _cap_arg(group: str, cap: int | str) -> str:
-    """limit.lua's ARGV for ``cap``: KEEP, RESET, -1 (no cap) or a checked cap."""
-    if cap in (KEEP, RESET) or (cap == -1 and not isinstance(cap, bool)):
-        return str(cap)
-    return str(limits.cap(cap, f"concurrency for group {group!r}"))
-
-
-def _weight_arg(group: str, weight: float | str) -> str:
-    if weight in (KEEP, RESET):
-        return str(weight)
-    return repr(limits.weight(weight, f"weight for group {group!r}"))
 
 
 def _pick_args(limit: int, capacity: int | None, now_ms: int, lease_ms: int,

@@ -1,7 +1,8 @@
 """Operator controls on Redis: the audit log (:class:`~celery_fair.store.audit.Audit`),
 one list per namespace, newest first, trimmed to AUDIT_MAX on each append; pauses
-(:class:`~celery_fair.store.pausing.Pausing`), ``pause.lua``; and boosts
-(:class:`~celery_fair.store.boosting.Boosting`), ``boost.lua``."""
+(:class:`~celery_fair.store.pausing.Pausing`), ``pause.lua``; boosts
+(:class:`~celery_fair.store.boosting.Boosting`), ``boost.lua``; and rate limits and
+throttles (:class:`~celery_fair.store.throttling.Throttling`), ``rate.lua``."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from . import audit
 from .audit import AuditEntry
 from .connection import _text, _wrapped
 from .keys import QueueKeys, audit_key
+from .models import KEEP, RESET
 from .pausing import WHOLE_QUEUE
+from .throttling import check_until
 
 
 class RedisAudit:
@@ -101,3 +104,37 @@ class RedisBoosting:
 
     def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
         return [_text(g) for g in self._run("boost", queue, "expire", now_ms)]
+
+
+class RedisThrottling:
+    """A mixin of :class:`~celery_fair.store.redis.RedisStore` (it gives ``_run``)."""
+
+    client: Any
+    where: str
+    keys: Any
+    _run: Any
+
+    def set_rate(self, queue: str, group: str, rate: limits.Rate | str | None
+                 ) -> limits.Rate | None:
+        group = validate_group(group)
+        if rate not in (KEEP, RESET):
+            rate = limits.encode_rate(None if rate is None else limits.rate(
+                rate, f"rate limit for group {group!r}"))
+        return limits.decode_rate(self._run("rate", queue, "set", group, rate))
+
+    def throttle(self, queue: str, group: str, until_ms: float) -> float:
+        group = validate_group(group)
+        until = check_until(until_ms)
+        return float(self._run("rate", queue, "throttle", group, repr(until)))
+
+    def throttles(self, queue: str) -> dict[str, float]:
+        keys: QueueKeys = self.keys(queue)
+        with _wrapped(self.where):
+            found = self.client.zrange(keys.throttled, 0, -1, withscores=True)
+        return {_text(g): float(until) for g, until in found}
+
+    def rates(self, queue: str) -> dict[str, limits.Rate | None]:
+        keys: QueueKeys = self.keys(queue)
+        with _wrapped(self.where):
+            found = self.client.hgetall(keys.rates)
+        return {_text(g): limits.decode_rate(r) for g, r in found.items()}

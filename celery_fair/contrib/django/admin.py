@@ -95,8 +95,9 @@ def apply_limit(app: Any, form: Any, actor: Any = None) -> list[controls.Limit]:
 
     Fields: ``group``, ``queue`` (blank: every fair queue), ``action`` (``set`` or
     ``reset``), and for ``set`` ``concurrency`` (an integer, ``none``, or blank to keep
-    it) and ``weight`` (a number, or blank to keep it). ``actor`` (the admin page passes
-    ``request.user``) is who the audit log names.
+    it), ``weight`` (a number, or blank to keep it), ``rate`` (``10/s``, ``none``, or
+    blank to keep it) and ``burst`` (with a rate: an integer, blank for 1). ``actor``
+    (the admin page passes ``request.user``) is who the audit log names.
 
     Raises:
         FairError: naming the field at fault, before anything is written.
@@ -108,8 +109,21 @@ def apply_limit(app: Any, form: Any, actor: Any = None) -> list[controls.Limit]:
     where = f" for group {group!r}"
     concurrency = controls.parse_concurrency(form.get("concurrency", ""), "concurrency" + where)
     weight = controls.parse_weight(form.get("weight", ""), "weight" + where)
-    if concurrency is controls.UNCHANGED and weight is controls.UNCHANGED:
+    rate = controls.parse_rate(form.get("rate", ""), "rate limit" + where)
+    burst = _burst(form.get("burst", ""), where)
+    if concurrency is controls.UNCHANGED and weight is controls.UNCHANGED \
+            and rate is controls.UNCHANGED:
         raise InvalidLimit(f"nothing to set{where}: give a concurrency (an "
-                           "integer, or 'none' for no cap), a weight, or both")
+                           "integer, or 'none' for no cap), a weight, a rate, or several")
     return controls.limit(app, group, queue=queue, concurrency=concurrency, weight=weight,
-                          actor=actor)
+                          rate=rate, burst=burst, actor=actor)
+
+
+def _burst(text: str, where: str) -> int | controls.Unchanged:
+    """The burst field: blank (1 with a rate) or an integer (``limits.rate`` checks it)."""
+    text = text.strip()
+    if not text:
+        return controls.UNCHANGED
+    if not text.isdigit():
+        raise InvalidLimit(f"burst{where} must be an integer from 1, got {text!r}")
+    return int(text)

@@ -122,7 +122,8 @@ end
 -- The queue's defaults (`conf`) and virtual times (`vt`).
 local function check_queue_numbers()
   local function is_reserve(s) return (valid_cap(s) or -1) >= 0 end
-  for _, fv in ipairs({{'cap', valid_cap}, {'reserve', is_reserve}, {'weight', valid_weight}}) do
+  for _, fv in ipairs({{'cap', valid_cap}, {'reserve', is_reserve}, {'weight', valid_weight},
+                       {'rate', parse_rate}}) do
     local field, valid = fv[1], fv[2]
     local value = redis.call('HGET', K_CONF, field)
     if value and not valid(value) then
@@ -151,7 +152,9 @@ local function step_fixed()
                  {K_DELAYED, 'zset'}, {K_LEASES, 'zset'}, {K_WAKE, 'list'},
                  {K_QUARANTINE, 'hash'}, {k_ready('i'), 'zset'}, {k_ready('b'), 'zset'},
                  {K_BACKLOG, 'zset'}, {K_CONF_CAPS, 'hash'}, {K_CONF_WEIGHTS, 'hash'},
-                 {K_LIMIT_CAPS, 'hash'}, {K_LIMIT_WEIGHTS, 'hash'}}
+                 {K_LIMIT_CAPS, 'hash'}, {K_LIMIT_WEIGHTS, 'hash'}, {K_RATES, 'hash'},
+                 {K_CONF_RATES, 'hash'}, {K_LIMIT_RATES, 'hash'}, {K_THROTTLED, 'zset'},
+                 {K_TATS, 'zset'}}
   local blocked = false
   for _, kt in ipairs(fixed) do
     if foreign(kt[1], kt[2]) then blocked = true end
@@ -160,6 +163,7 @@ local function step_fixed()
   check_queue_numbers()
   check_limits('cap', K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, valid_cap)
   check_limits('weight', K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, valid_weight)
+  check_limits('rate', K_CONF_RATES, K_RATES, K_LIMIT_RATES, valid_rate)
 end
 
 -- Up to `budget` ids of one group list, read from `offset` ids before its tail: a hold

@@ -9,11 +9,15 @@ ARGV[2]  interactive reserve
 ARGV[3]  default weight
 ARGV[4]  cap overrides as JSON {group: cap}
 ARGV[5]  weight overrides as JSON {group: weight}
+ARGV[6]  rate limits as JSON {group: '<interval ms>:<burst>' or 'none'}
+ARGV[7]  default rate limit ('<interval ms>:<burst>'; '' for none)
 Returns: number of groups re-ranked.
-Error (before anything is written): a cap, reserve or weight out of range (common.lua
-bounds; limits.py checks them first). ]]
+Error (before anything is written): a cap, reserve, weight or rate out of range
+(common.lua bounds; limits.py checks them first). Buckets and throttles are left as they
+are: a restart with the same settings changes nothing, a new rate counts from the next
+token. ]]
 -- @include common
-local caps, weights = cjson.decode(ARGV[4]), cjson.decode(ARGV[5])
+local caps, weights, rates = cjson.decode(ARGV[4]), cjson.decode(ARGV[5]), cjson.decode(ARGV[6])
 local function refuse(what, value, expected)
   return redis.error_reply('ERR ' .. what .. ' must be ' .. expected .. ', got ' ..
                            tostring(value))
@@ -32,11 +36,20 @@ end
 for g, v in pairs(weights) do
   if not valid_weight(v) then return refuse('weight for group ' .. g, v, weight_range) end
 end
+local rate_form = "'<interval ms>:<burst>' or 'none'"
+for g, v in pairs(rates) do
+  if not valid_rate(v) then return refuse('rate limit for group ' .. g, v, rate_form) end
+end
+if ARGV[7] ~= '' and not parse_rate(ARGV[7]) then
+  return refuse('default rate limit', ARGV[7], rate_form)
+end
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3])
+if ARGV[7] == '' then redis.call('HDEL', K_CONF, 'rate') else redis.call('HSET', K_CONF, 'rate', ARGV[7]) end
 -- The settings, kept apart (a limit's --reset restores them), then in force with the
 -- runtime limits laid over them.
 for _, k in ipairs({{K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, caps, valid_cap},
-                    {K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, weights, valid_weight}}) do
+                    {K_CONF_WEIGHTS, K_WEIGHTS, K_LIMIT_WEIGHTS, weights, valid_weight},
+                    {K_CONF_RATES, K_RATES, K_LIMIT_RATES, rates, valid_rate}}) do
   local settings, in_force, limits, valid = k[1], k[2], k[3], k[5]
   redis.call('DEL', settings, in_force)
   for g, v in pairs(k[4]) do

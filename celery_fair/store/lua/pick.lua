@@ -1,6 +1,8 @@
 --[[ pick: take up to ARGV[2] held messages in fair order and mark each dispatch 'picked'.
 Interactive groups come first; within a class the group with the lowest virtual start
-tag wins (ZSET head: O(log G)), and its tag advances by cost / weight.
+tag wins (ZSET head: O(log G)), and its tag advances by cost / weight. A rate-limited
+group whose bucket runs empty is throttled: it leaves the ready sets until promote.lua
+lifts it, so the pick never scans a group that may not go.
 KEYS[1]  fair queue prefix
 ARGV[1]  now in ms
 ARGV[2]  most messages to take
@@ -42,6 +44,24 @@ end
 if redis.call('ZSCORE', K_PAUSES, '') then want = 0 end  -- the whole queue is paused
 local default_weight = valid_weight(redis.call('HGET', K_CONF, 'weight')) or 1
 local default_cap = valid_cap(redis.call('HGET', K_CONF, 'cap')) or -1
+local default_rate = redis.call('HGET', K_CONF, 'rate') or false
+
+-- g was just picked: count it against its rate (GCRA, policy `gcra`, the same arithmetic
+-- in the same order) and, once its bucket is empty, throttle it until its next token is
+-- due: it leaves the ready sets, and promote lifts it then.
+local function meter(g)
+  local interval, burst = rate_of(g, default_rate)
+  if not interval then return end
+  local tat = tonumber(redis.call('ZSCORE', K_TATS, g))
+  if not tat or tat < now then tat = now end
+  tat = tat + interval
+  redis.call('ZADD', K_TATS, tat, g)
+  local free_at = tat - (burst - 1) * interval
+  if free_at > now then
+    redis.call('ZADD', K_THROTTLED, free_at, g)
+    for _, cls in ipairs(CLASSES) do redis.call('ZREM', k_ready(cls), g) end
+  end
+end
 
 -- The interactive ready set is skipped while empty; only a full refresh can fill it.
 local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0
@@ -155,6 +175,7 @@ while taken < want do
       refresh(g, default_cap)
       interactive_empty = false
     end
+    meter(g)
   end
 end
 if taken > 0 then redis.call('HINCRBY', K_STAT, 'inflight', taken) end

@@ -1,10 +1,14 @@
---[[ promote: move delayed messages (ETA, countdown, retry) that are due into their group.
+--[[ promote: move delayed messages (ETA, countdown, retry) that are due into their group,
+and lift the throttles (rate limits, a task's fair_throttle) that end by now +
+RATE_EARLY_MS: a dispatcher that wakes a little late still takes a token at its own time
+(the TAT moves on from it), so its lateness never adds up into a slower rate.
 A retry enters at the head of its group, anything else at the tail.
 KEYS[1]  fair queue prefix
 ARGV[1]  now in ms
-ARGV[2]  most messages to move
-Returns: {moved, due time in ms of the next delayed message or -1, {quarantined ids}}:
-a due message that cannot be decoded moves to `quarantine` instead. ]]
+ARGV[2]  most messages to move, and most throttles to lift
+Returns: {moved, when to step next in ms (the next delayed message's due time or the
+next throttle's lift, whichever is sooner) or -1, {quarantined ids}}: a due message
+that cannot be decoded moves to `quarantine` instead. ]]
 -- @include common
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local moved, bad = 0, {}
@@ -28,5 +32,17 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT',
     moved = moved + 1
   end
 end
+for _, g in ipairs(redis.call('ZRANGEBYSCORE', K_THROTTLED, '-inf', now + RATE_EARLY_MS,
+                              'LIMIT', 0, limit)) do
+  redis.call('ZREM', K_THROTTLED, g)
+  refresh(g)
+end
+redis.call('ZREMRANGEBYSCORE', K_TATS, '-inf', now)  -- a TAT past is a full bucket
 local nxt = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')[2]
-return {moved, nxt and tonumber(nxt) or -1, bad}
+nxt = nxt and tonumber(nxt)
+local throttled = redis.call('ZRANGE', K_THROTTLED, 0, 0, 'WITHSCORES')[2]
+if throttled then  -- policy `throttle_due`
+  local lift = math.ceil(tonumber(throttled) - RATE_EARLY_MS)
+  if not nxt or lift < nxt then nxt = lift end
+end
+return {moved, nxt or -1, bad}

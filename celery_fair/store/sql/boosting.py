@@ -5,25 +5,18 @@ weight the next pick reads, so nothing is re-ranked and no queue row is locked."
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from sqlalchemy import Connection, and_, delete, select, update
+from sqlalchemy import Connection, and_, select, update
 
 from ... import limits
 from ...names import validate_group
 from ...policy.decisions import front_tag
-from .statements import Statements
+from .controls import drop_empty_limits
+from .mixin import SqlMixin
 from .unit import Unit, upsert
 
 
-class SqlBoosting:
+class SqlBoosting(SqlMixin):
     """A mixin of :class:`~celery_fair.store.sql.store.SqlStore` (it gives ``_do``)."""
-
-    s: Statements
-    namespace: str
-    wakes: Any
-    _do: Callable[..., Any]
 
     def boost(self, queue: str, group: str, weight: float, until_ms: int | None) -> None:
         group = validate_group(group)
@@ -88,7 +81,5 @@ class SqlBoosting:
         mine = and_(lt.ns == self.namespace, lt.queue == queue, lt.grp.in_(groups))
         gone = c.execute(update(self.s.t.limits).where(mine, lt.boost_weight.is_not(None))
                          .values(boost_weight=None, boost_until_ms=None)).rowcount
-        c.execute(delete(self.s.t.limits).where(
-            mine, lt.conf_cap.is_(None), lt.conf_weight.is_(None), lt.limit_cap.is_(None),
-            lt.limit_weight.is_(None), lt.boost_weight.is_(None)))
+        drop_empty_limits(c, self.s.t, self.namespace, queue, lt.grp.in_(groups))
         return int(gone)

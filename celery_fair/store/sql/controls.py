@@ -15,6 +15,7 @@ from ...policy.decisions import CLASSES, task_of
 from ..base import KEEP as KEEP_LIMIT
 from ..base import RESET as RESET_LIMIT
 from ..models import Policy
+from .schema import Tables
 from .statements import Statements
 from .unit import Unit, upsert
 
@@ -101,30 +102,30 @@ class Controls:
                       .scalars())
         u.load_ready([(k, name) for name in u.groups for k in CLASSES])  # before the change
         q = self.t.queues.c
-        conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue).values(
-            default_cap=-1 if policy.default_cap is None else policy.default_cap,
-            reserve=policy.interactive_reserve, default_weight=policy.default_weight))
-        u.q.update(default_cap=-1 if policy.default_cap is None else policy.default_cap,
-                   reserve=policy.interactive_reserve, default_weight=policy.default_weight)
+        settings = {"default_cap": -1 if policy.default_cap is None else policy.default_cap,
+                    "reserve": policy.interactive_reserve,
+                    "default_weight": policy.default_weight,
+                    "default_rate": None if policy.default_rate is None
+                    else policy.default_rate.encode()}
+        conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue)
+                     .values(settings))
+        u.q.update(settings)
+        # Buckets and throttles are left as they are (configure.lua): a restart with the
+        # same settings changes nothing, a new rate counts from the next token.
         lt = self.t.limits.c
         conn.execute(update(self.t.limits).where(lt.ns == self.ns, lt.queue == queue)
-                     .values(conf_cap=None, conf_weight=None))
-        names = sorted(set(policy.caps) | set(policy.weights))
-        upsert(conn, self.t.limits, [{**u.key, "grp": g, "conf_cap": policy.caps.get(g),
-                                      "conf_weight": policy.weights.get(g)} for g in names],
-               ["conf_cap", "conf_weight"])
-        self._drop_empty_limits(conn, queue)
+                     .values(conf_cap=None, conf_weight=None, conf_rate=None))
+        names = sorted(set(policy.caps) | set(policy.weights) | set(policy.rates))
+        upsert(conn, self.t.limits, [{
+            **u.key, "grp": g, "conf_cap": policy.caps.get(g),
+            "conf_weight": policy.weights.get(g),
+            "conf_rate": limits.encode_rate(policy.rates[g]) if g in policy.rates else None}
+            for g in names], ["conf_cap", "conf_weight", "conf_rate"])
+        drop_empty_limits(conn, self.t, self.ns, queue)
         for name in list(u.groups):
             u.refresh(name)
         u.woken = True
         u.flush()
-
-    def _drop_empty_limits(self, conn: Connection, queue: str) -> None:
-        lt = self.t.limits.c
-        conn.execute(delete(self.t.limits).where(
-            lt.ns == self.ns, lt.queue == queue, lt.conf_cap.is_(None),
-            lt.conf_weight.is_(None), lt.limit_cap.is_(None), lt.limit_weight.is_(None),
-            lt.boost_weight.is_(None)))
 
     def limit(self, conn: Connection, queue: str, g: str, cap: int | str,
               weight: float | str) -> tuple[int, float, bool]:
@@ -146,11 +147,20 @@ class Controls:
         if weight != KEEP_LIMIT:
             values["limit_weight"] = None if weight == RESET_LIMIT else float(weight)
         upsert(conn, self.t.limits, [values], ["limit_cap", "limit_weight"])
-        self._drop_empty_limits(conn, queue)
+        drop_empty_limits(conn, self.t, self.ns, queue)
         u.forget_limits(g)
         entered = u.refresh(g) if u.groups.get(g) is not None else False
         u.flush()
         return u.cap(g), u.weight(g), entered
+
+
+def drop_empty_limits(conn: Connection, t: Tables, ns: str, queue: str,
+                      *where: Any) -> None:
+    """Delete the limits rows of ``queue`` (and ``where``) left with nothing: no
+    setting, runtime limit or boost (a boost's end goes with its weight)."""
+    lt = t.limits.c
+    empty = [c.is_(None) for c in lt if not c.primary_key and c.name != "boost_until_ms"]
+    conn.execute(delete(t.limits).where(lt.ns == ns, lt.queue == queue, *where, *empty))
 
 
 def _encode(removed: list[tuple[str, bytes]]) -> bytes:

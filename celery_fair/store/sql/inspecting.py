@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, update
 
 from ...policy.decisions import CLASSES, LIVE, eligible, task_of
 from ..base import Location
@@ -106,11 +106,27 @@ class SqlInspecting(SqlReads, Locating):
         names = set(counted) | set(c.execute(select(g.grp).where(
             self._q(self.t.groups, queue))).scalars())
         u.lock_groups(names)
-        out = []
+        out = self._check_throttles(u, repair)
         for name in sorted(names):
             out += self._check_group(u, name, counted.get(name, {}), repair)
         u.flush()
         return out
+
+    def _check_throttles(self, u: Unit, repair: bool) -> list[tuple[str, str, str, str]]:
+        """The queue's count of throttles against its rows: a count of 0 over a throttle
+        would let the group be picked (eligibility reads them only when counted)."""
+        th, q = self.t.throttles.c, self.t.queues.c
+        rows = int(u.conn.execute(select(func.count()).where(
+            th.ns == u.ns, th.queue == u.queue)).scalar_one())
+        have = u.q.get("throttles") or 0
+        u.q["throttles"] = rows  # eligibility below is judged on the rows
+        if have == rows:
+            return []
+        if repair:
+            u.conn.execute(update(self.t.queues).where(q.ns == u.ns, q.queue == u.queue)
+                           .values(throttles=rows))
+        return [("count", "throttles", f"counted {have}, rows {rows}",
+                 "set from the rows" if repair else "")]
 
     def _check_group(self, u: Unit, name: str, rows: dict[str, int],
                      repair: bool) -> list[tuple[str, str, str, str]]:
@@ -126,7 +142,8 @@ class SqlInspecting(SqlReads, Locating):
         u.load_ready([(k, name) for k in CLASSES])
         for klass in CLASSES:
             ok = row is not None and eligible(klass, row[f"held_{klass}"], row["inflight"],
-                                              u.cap(name), u.q["reserve"], u.paused(name))
+                                              u.cap(name), u.q["reserve"], u.paused(name),
+                                              u.throttled(name))
             if ok != (u.ready[(klass, name)] is not None):
                 out.append(("ready", f"{klass}:{name}", "ready set and eligibility differ",
                             "re-ranked" if repair else ""))

@@ -24,6 +24,7 @@ from ...policy.decisions import (
     task_of,
 )
 from ..models import BeginAnswer, BeginResult, Picked
+from .metering import lift_throttles
 from .picking import Picking
 from .statements import Statements
 from .unit import Unit
@@ -150,7 +151,7 @@ class Lifecycle:
             want = 0
         out: list[Picked] = []
         if want > 0:
-            out = Picking(self.s, u, want, now_ms + lease_ms, token).run()
+            out = Picking(self.s, u, want, now_ms, now_ms + lease_ms, token).run()
         u.flush()
         return out
 
@@ -312,6 +313,7 @@ class Lifecycle:
 
     def promote(self, conn: Connection, queue: str, now_ms: int, limit: int
                 ) -> tuple[int, int | None]:
+        """See ``FairQueue.promote``: due delayed messages, then the throttles due."""
         u = self.unit(conn, queue, lock_queue=True)
         m = self.t.messages.c
         due = list(conn.execute(select(m.hold_id, m.grp, m.klass, m.cost, m.front).where(
@@ -323,5 +325,8 @@ class Lifecycle:
             self._enqueue(u, r.hold_id, Placement(r.grp, r.klass, r.cost, bool(r.front)))
         nxt = conn.execute(select(func.min(m.due_ms)).where(
             m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None))).scalar()
+        lift = lift_throttles(u, now_ms, limit)
         u.flush()
+        if lift is not None and (nxt is None or lift <= nxt):
+            return len(due), lift
         return len(due), None if nxt is None else int(nxt)

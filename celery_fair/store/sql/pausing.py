@@ -5,12 +5,13 @@ locks the queue's row (as pick does), so a pick sees a pause whole or not at all
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection, delete, func, select, update
 
 from ...names import validate_group
 from ..pausing import WHOLE_QUEUE
+from .mixin import SqlMixin
 from .statements import Statements
 from .unit import Unit, upsert
 
@@ -18,15 +19,9 @@ T = TypeVar("T")
 _FOREVER = None  # until_ms of a pause without an end
 
 
-class SqlPausing:
+class SqlPausing(SqlMixin):
     """A mixin of :class:`~celery_fair.store.sql.store.SqlStore` (it gives ``_do``, the
     statements and the wake-ups)."""
-
-    s: Statements
-    namespace: str
-    wakes: Any
-    _do: Callable[..., Any]
-    _wake_if: Callable[[str, bool], None]
 
     def pause(self, queue: str, group: str, until_ms: int | None) -> None:
         if group != WHOLE_QUEUE:

@@ -12,6 +12,7 @@ from sqlalchemy import delete, text
 
 from ...policy.decisions import PICKED, advance, dispatch_id, task_of
 from ..models import Picked
+from .metering import Meter
 from .statements import Statements
 from .unit import Unit
 
@@ -19,10 +20,11 @@ from .unit import Unit
 class Picking:
     """One pick's loop (``FairQueue.pick``) over the ready sets' heads it read."""
 
-    def __init__(self, s: Statements, u: Unit, want: int, deadline_ms: int,
+    def __init__(self, s: Statements, u: Unit, want: int, now_ms: int, deadline_ms: int,
                  token: str) -> None:
         self.s, self.u, self.want, self.deadline = s, u, want, deadline_ms
         self.token = token
+        self.meter = Meter(u, now_ms)
         # Groups past the first `want` of a ready set cannot be reached by `want` picks:
         # each pick moves one group back, and an untouched group read stays ahead.
         self.heads = {k: dict(u.head_of_ready(k, want)) for k in ("i", "b")}
@@ -59,8 +61,11 @@ class Picking:
         u = self.u
         out: list[Picked] = []
         taken: list[str] = []
-        u.lock_groups(g for k in self.heads for g in self.heads[k])
-        u.load_limits(g for k in self.heads for g in self.heads[k])
+        reachable = sorted({g for k in self.heads for g in self.heads[k]})
+        u.lock_groups(reachable)
+        u.load_limits(reachable)
+        u.know_throttled(reachable, False)  # in a ready set: not throttled
+        self.meter.load(reachable)
         reached = sum(len(heads) for heads in self.heads.values())
         self.per = -(-self.want // max(reached, 1)) + 1  # an even share, and one more
         for klass in ("i", "b"):
@@ -79,8 +84,10 @@ class Picking:
             out.append(Picked(did, msg.hold_id, bytes(msg.value)))
             self._record(did, msg, klass, g)
             u.refresh(g)
+            self.meter(g)  # after the re-ranking, as FairQueue.pick
             self._requeue(g)
         self._write(taken)
+        self.meter.write()
         return out
 
     def _prefetch(self, klass: str, groups: list[str]) -> None:

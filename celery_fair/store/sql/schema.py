@@ -3,9 +3,9 @@
 Every row carries the store's namespace (``fair_key_prefix``), so apps and test sessions
 share a database without seeing each other. One row per thing the policy keeps
 (``celery_fair.policy``): a fair queue, a group, a ready-set entry, a held or delayed
-message, a dispatch; plus the runtime limits, sharded counters, cancel answers, the
-quarantine, the worker registry, the dispatchers' heartbeats, the dashboards'
-summaries and the audit log of controls.
+message, a dispatch; plus the runtime limits, pauses, throttles and rate buckets,
+sharded counters, cancel answers, the quarantine, the worker registry, the dispatchers'
+heartbeats, the dashboards' summaries and the audit log of controls.
 
 Names compare byte-wise on every database (PostgreSQL ``COLLATE "C"``, MariaDB/MySQL
 ``utf8mb4_bin``, SQLite's default), as Redis compares them: ties in the ready set break
@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0004"
+SCHEMA_VERSION = "0005"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -53,6 +53,8 @@ def blob() -> TypeEngine[bytes]:
 
 
 NS, QUEUE, GROUP, HOLD, DISPATCH = 64, 200, 200, 255, 160
+#: A stored rate limit: '<interval ms>:<burst>' or 'none' (``limits.encode_rate``).
+RATE = 64
 
 
 def _keys(*extra: Column) -> list[Column]:  # type: ignore[type-arg]
@@ -80,16 +82,22 @@ class Tables:
                 Column("dups", BigInteger, nullable=False, default=0),
                 # how many rows of ``pauses`` the queue has: 0 spares every operation
                 # the look at them
-                Column("pauses", Integer, nullable=False, default=0, server_default="0")))
-        #: Caps and weights of groups, from the settings and at runtime (``fair limit``),
-        #: and a boost (``fair boost``): its weight wins until ``boost_until_ms`` (None:
-        #: no end), kept apart so that nothing is restored when it ends.
+                Column("pauses", Integer, nullable=False, default=0, server_default="0"),
+                # the same for ``throttles``; and the rate limit of a group without one of
+                # its own (None: none)
+                Column("throttles", Integer, nullable=False, default=0, server_default="0"),
+                Column("default_rate", String(RATE))))
+        #: Caps, weights and rate limits (stored rates, ``RATE``) of groups, from the
+        #: settings and at runtime (``fair limit``), and a boost (``fair boost``): its
+        #: weight wins until ``boost_until_ms`` (None: no end), kept apart so that
+        #: nothing is restored when it ends.
         self.limits = Table(
             f"{p}limits", md, *_keys(
                 Column("grp", name(GROUP), primary_key=True),
                 Column("conf_cap", Integer), Column("conf_weight", Double),
                 Column("limit_cap", Integer), Column("limit_weight", Double),
-                Column("boost_weight", Double), Column("boost_until_ms", BigInteger)))
+                Column("boost_weight", Double), Column("boost_until_ms", BigInteger),
+                Column("conf_rate", String(RATE)), Column("limit_rate", String(RATE))))
         #: A group with held, delayed or in-flight work (forgotten when idle). Hold,
         #: release and begin lock only this row: groups never wait for each other.
         self.groups = Table(
@@ -201,6 +209,22 @@ class Tables:
             f"{p}pauses", md, *_keys(
                 Column("grp", name(GROUP), primary_key=True),
                 Column("until_ms", BigInteger)))
+        #: Throttled groups (their rate, a task's ``fair_throttle``; not eligible) until
+        #: ``until_ms`` (fractional: a rate's token falls between milliseconds); the
+        #: queue's ``throttles`` counts them. ``promote`` lifts them in ``until_ms`` order.
+        self.throttles = Table(
+            f"{p}throttles", md, *_keys(
+                Column("grp", name(GROUP), primary_key=True),
+                Column("until_ms", Double, nullable=False)))
+        Index(f"{p}throttles_until", self.throttles.c.ns, self.throttles.c.queue,
+              self.throttles.c.until_ms, self.throttles.c.grp)
+        #: The theoretical arrival times (GCRA) of rate-limited groups; one in the past
+        #: is a full bucket (``promote`` deletes it).
+        self.tats = Table(
+            f"{p}tats", md, *_keys(
+                Column("grp", name(GROUP), primary_key=True),
+                Column("tat", Double, nullable=False)))
+        Index(f"{p}tats_tat", self.tats.c.ns, self.tats.c.queue, self.tats.c.tat)
         #: The audit log of controls (``store/audit.py``): one JSON document per entry,
         #: ``seq`` in the order appended (trimmed to AUDIT_MAX per namespace).
         self.audit = Table(

@@ -117,7 +117,7 @@ class Statements:
     def _queue_new(self, d: str) -> Any:
         return insert_ignoring(d, self.t.queues).values(
             ns=bindparam("ns"), queue=bindparam("queue"), registered=False, default_cap=-1,
-            reserve=0, default_weight=1.0, picks=0, dups=0, pauses=0)
+            reserve=0, default_weight=1.0, picks=0, dups=0, pauses=0, throttles=0)
 
     def _queue_register(self, _: str) -> Any:
         return update(self.t.queues).where(_mine(self.t.queues)).values(registered=True)
@@ -131,7 +131,8 @@ class Statements:
         joined = q.outerjoin(lt, and_(lt.c.ns == q.c.ns, lt.c.queue == q.c.queue,
                                       lt.c.grp == bindparam("grp")))
         return select(q, lt.c.conf_cap, lt.c.conf_weight, lt.c.limit_cap,
-                      lt.c.limit_weight, lt.c.boost_weight).select_from(joined).where(_mine(q))
+                      lt.c.limit_weight, lt.c.boost_weight, lt.c.conf_rate,
+                      lt.c.limit_rate).select_from(joined).where(_mine(q))
 
     # -- groups and ready sets -------------------------------------------------------------
 

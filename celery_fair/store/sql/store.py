@@ -40,6 +40,7 @@ from .lifecycle import Lifecycle
 from .pausing import SqlPausing
 from .schema import DEFAULT_PREFIX, Tables
 from .statements import Statements
+from .throttling import SqlThrottling
 from .wakes import Wakes, wakes_for
 
 T = TypeVar("T")
@@ -50,7 +51,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, Store):
+class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, Store):
     """Fair queues of one namespace in one SQL database."""
 
     def __init__(self, engine: Engine, namespace: str = "fair",

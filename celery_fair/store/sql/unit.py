@@ -16,8 +16,9 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete, func, select
+from sqlalchemy import Connection, Table, delete, func, select, update
 
+from ...limits import Rate, decode_rate
 from ...policy.decisions import CLASSES, entry_tag, in_force
 from ...policy.decisions import eligible as _eligible
 from .schema import Tables
@@ -64,8 +65,11 @@ class Unit:
         self._seen: dict[str, tuple[int, int, int] | None] = {}  # g -> (held i, b, inflight)
         self.ready: dict[tuple[str, str], float | None] = {}  # (klass, g) -> tag / absent
         self._ready_loaded: dict[tuple[str, str], float | None] = {}
-        self._limits: dict[str, tuple[int, float, float]] = {}  # cap, weight, pick weight
+        # g -> cap, weight, pick weight, rate in force
+        self._limits: dict[str, tuple[int, float, float, Rate | None]] = {}
         self._paused: set[str] | None = None  # the paused groups ('' the queue), once read
+        self._throttled: dict[str, bool] = {}  # g -> throttled, as read or changed
+        self.throttles_added = 0  # to the queue row's count of throttles
         self.counts: dict[str, int] = {}
         self.queue_changed = False
         self.woken = False
@@ -156,7 +160,7 @@ class Unit:
     # -- caps and weights ---------------------------------------------------------------
 
     def load_limits(self, names: Iterable[str]) -> None:
-        """The caps and weights in force of ``names``: one query for one group (with the
+        """The caps, weights and rates in force of ``names``: one query for one group (with the
         queue's row, when not read yet), one per 500 groups otherwise."""
         wanted = sorted({g for g in names if g not in self._limits})
         if not wanted:
@@ -180,7 +184,10 @@ class Unit:
             weight = in_force(lim.get("limit_weight"), lim.get("conf_weight"),
                               q_row["default_weight"])
             boost = lim.get("boost_weight")  # the pick's weight while it lasts
-            self._limits[g] = (int(cap), float(weight), float(boost or weight))
+            rate = next((r for r in (lim.get("limit_rate"), lim.get("conf_rate"),
+                                     q_row["default_rate"]) if r is not None), None)
+            self._limits[g] = (int(cap), float(weight), float(boost or weight),
+                               decode_rate(rate))
 
     def cap(self, g: str) -> int:
         self.load_limits([g])
@@ -194,6 +201,12 @@ class Unit:
         """The weight the pick uses: a boost's while it lasts (``FairQueue.pick_weight``)."""
         self.load_limits([g])
         return self._limits[g][2]
+
+    def rate(self, g: str) -> Rate | None:
+        """g's rate limit in force (None: none): its runtime one, else its setting, else
+        the queue's default (``QueueData.rate_of``)."""
+        self.load_limits([g])
+        return self._limits[g][3]
 
     def forget_limits(self, g: str) -> None:
         self._limits.pop(g, None)
@@ -212,6 +225,31 @@ class Unit:
     def forget_pauses(self, count: int) -> None:
         """The pauses changed (``count`` of them now): read them again when needed."""
         self.q["pauses"], self._paused = count, None
+
+    def throttled(self, g: str) -> bool:
+        """Whether g is throttled; read once per group and unit, and only when the queue
+        has throttles (its row counts them)."""
+        if not self.q.get("throttles"):
+            return False
+        if g not in self._throttled:
+            t = self.t.throttles.c
+            self._throttled[g] = self.conn.execute(select(t.grp).where(
+                t.ns == self.ns, t.queue == self.queue, t.grp == g)).first() is not None
+        return self._throttled[g]
+
+    def know_throttled(self, groups: Iterable[str], throttled: bool) -> None:
+        """What the caller read or knows of ``groups``' throttles (a group in a ready set
+        is not throttled): no query for them."""
+        self._throttled.update((g, throttled) for g in groups)
+
+    def set_throttled(self, g: str, throttled: bool) -> None:
+        """g's throttle row was written or deleted (as ``throttled`` says): count it.
+        Re-rank g after (its ready membership known before, as ``load_ready`` does)."""
+        if throttled != self.throttled(g):
+            step = 1 if throttled else -1
+            self.q["throttles"] = (self.q.get("throttles") or 0) + step
+            self.throttles_added += step
+        self._throttled[g] = throttled
 
     # -- ready sets ---------------------------------------------------------------------
 
@@ -247,7 +285,7 @@ class Unit:
             return False
         held = counts[0] if klass == "i" else counts[1]
         return held > 0 and _eligible(klass, held, counts[2], self.cap(g), self.q["reserve"],
-                                      self.paused(g))
+                                      self.paused(g), self.throttled(g))
 
     def _membership(self, klass: str, g: str) -> None:
         """Know whether g is in the class's ready set, from the counts it had when its
@@ -259,6 +297,13 @@ class Unit:
                        if self._eligible(klass, g, seen) else None)
         elif (klass, g) not in self.ready:
             self._know((klass, g), None)
+
+    def leave_ready(self, g: str) -> None:
+        """Take g out of both ready sets (a pick throttled it), knowing first where it
+        was: from its counts, before its throttle is counted."""
+        for klass in CLASSES:
+            self._membership(klass, g)
+            self.ready[(klass, g)] = None
 
     def refresh(self, g: str) -> bool:
         """Make g's ready-set membership match its eligibility (``common._refresh``);
@@ -298,6 +343,12 @@ class Unit:
             shard = random.randrange(COUNTER_SHARDS)
             self.s.run(self.conn, "count_add", [{**self.key, "name": n, "shard": shard,
                                                  "n": d} for n, d in self.counts.items()])
+        if self.throttles_added:
+            qc = self.t.queues.c
+            self.conn.execute(update(self.t.queues).where(
+                qc.ns == self.ns, qc.queue == self.queue).values(
+                throttles=qc.throttles + self.throttles_added))
+            self.throttles_added = 0
         if self.queue_changed:
             q = self.q
             self.s.run(self.conn, "queue_save", {**self.key, "vt_i": q["vt_i"],

@@ -5,7 +5,7 @@ local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
 local K_STAT = prefix .. ':stat'        -- HASH inflight, held:i, held:b, released, dup, skipped, picks
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
-local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight
+local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default)
 local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
 local K_WEIGHTS = prefix .. ':weights'  -- HASH group -> weight in force
 local K_CONF_CAPS = prefix .. ':conf:caps'          -- HASH group -> cap from the settings
@@ -15,6 +15,11 @@ local K_LIMIT_WEIGHTS = prefix .. ':limit:weights'  -- HASH group -> runtime wei
 local K_PAUSES = prefix .. ':pauses'    -- ZSET paused group ('': the queue) -> until (ms, inf)
 local K_BOOSTS = prefix .. ':boosts'    -- HASH boosted group -> boost weight (boost.lua)
 local K_BOOSTS_UNTIL = prefix .. ':boosts:until'  -- ZSET boosted group -> until (ms, inf)
+local K_RATES = prefix .. ':rates'      -- HASH group -> rate in force ('<interval ms>:<burst>', 'none')
+local K_CONF_RATES = prefix .. ':conf:rates'    -- HASH group -> rate from the settings
+local K_LIMIT_RATES = prefix .. ':limit:rates'  -- HASH group -> runtime rate (rate.lua)
+local K_THROTTLED = prefix .. ':throttled'  -- ZSET throttled group -> until (ms): its rate, a task
+local K_TATS = prefix .. ':tats'        -- ZSET rate-limited group -> theoretical arrival time (ms)
 local K_BACKLOG = prefix .. ':backlog'  -- ZSET group -> held messages (both classes)
 local K_GROUPS = prefix .. ':groups'    -- SET groups with held, delayed or in-flight work
 local K_DELAYED = prefix .. ':delayed'  -- ZSET hold id -> due time (ms)
@@ -63,6 +68,9 @@ end
 -- infinity stored once (a version before these checks) would poison every later tag, so
 -- scripts refuse to write one and read a damaged one as absent; `check` reports it.
 local MAX_CAP, MIN_WEIGHT, MAX_WEIGHT, MAX_COST = 1000000, 1e-6, 1e6, 1e9
+-- Rates (limits.py): an interval from 1000 / MAX_RATE to a day, a burst from 1 to MAX_BURST;
+-- promote lifts a throttle RATE_EARLY_MS before its end (models.py).
+local MIN_INTERVAL, MAX_INTERVAL, MAX_BURST, RATE_EARLY_MS = 1000 / 1e6, 86400000, 1000000, 20
 
 -- The number `s` when it is a cap: an integer from -1 to MAX_CAP; else nil.
 local function valid_cap(s)
@@ -80,6 +88,33 @@ end
 local function finite(s)
   local n = tonumber(s)
   if n and n == n and n > -math.huge and n < math.huge then return n end
+end
+
+-- The interval (ms) and burst of a stored rate ('<interval>:<burst>'); nil for 'none',
+-- nothing, or a damaged one (`check` reports that).
+local function parse_rate(s)
+  if not s then return nil end
+  local a, b = string.match(s, '^([^:]+):(%d+)$')
+  local interval, burst = tonumber(a), tonumber(b)
+  if interval and burst and interval >= MIN_INTERVAL and interval <= MAX_INTERVAL
+     and burst >= 1 and burst <= MAX_BURST then
+    return interval, burst
+  end
+end
+
+local function valid_rate(s)
+  return s == 'none' or parse_rate(s) ~= nil
+end
+
+-- A group's rate in force: its own (settings with the runtime limits laid over them, in
+-- `rates`), else the queue's default (conf `rate`; passed when read already).
+local function rate_of(g, default_rate)
+  local s = redis.call('HGET', K_RATES, g)
+  if not s then
+    if default_rate == nil then default_rate = redis.call('HGET', K_CONF, 'rate') end
+    s = default_rate
+  end
+  return parse_rate(s)
 end
 
 -- A group's cap (-1: none) and weight in force. `caps`/`weights` hold the settings with
@@ -152,6 +187,7 @@ end
 local function eligible(cls, g, n, default_cap)
   if redis.call('LLEN', k_list(cls, g)) == 0 then return false end
   if redis.call('ZSCORE', K_PAUSES, g) then return false end  -- paused (pause.lua): any class
+  if redis.call('ZSCORE', K_THROTTLED, g) then return false end  -- its rate, or a task's throttle
   local cap = cap_of(g, default_cap)
   if cap < 0 then return true end
   -- cap 0 pauses the group (`fair limit`): the reserve is room above a cap for

@@ -1,0 +1,42 @@
+"""The app ``python -m bench cpu`` runs as separate processes (``celery -A bench.cpu_proj
+worker|fair dispatch``, and ``python -m bench.cpu_proj N G``, the publisher), configured
+from the environment (``CPU_*``). Each task counts its run on another redis-server than
+the one measured (the broker and store), so the counting costs the measured one nothing."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import redis
+from celery import Celery
+
+from celery_fair import FairTask
+
+app = Celery("cpu", broker=os.environ.get("CPU_BROKER", "redis://127.0.0.1:6379/0"),
+             set_as_current=False)
+app.conf.update(task_default_queue=os.environ.get("CPU_QUEUE", "cpu"),
+                fair_key_prefix=os.environ.get("CPU_NS", "cpu"), task_ignore_result=True,
+                worker_prefetch_multiplier=1, worker_hijack_root_logger=False,
+                broker_connection_retry_on_startup=True)
+_counter = redis.Redis.from_url(os.environ.get("CPU_COUNTER", "redis://127.0.0.1:6379/1"))
+_KEY = os.environ.get("CPU_NS", "cpu") + ":done"
+
+
+def _count(group: str) -> None:
+    _counter.incr(_KEY)
+
+
+plain = app.task(name="cpu.plain", shared=False)(_count)
+fair = app.task(name="cpu.fair", base=FairTask, fair_group="group", shared=False)(_count)
+
+
+def publish(n: int, groups: int, fair_tasks: bool) -> None:
+    """``n`` no-op tasks over ``groups`` groups, round robin, with ``delay()``."""
+    task = fair if fair_tasks else plain
+    for i in range(n):
+        task.delay(f"g{i % groups}")
+
+
+if __name__ == "__main__":
+    publish(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "fair")

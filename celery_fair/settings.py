@@ -1,0 +1,139 @@
+"""Every ``fair_*`` setting: its name, default and meaning (:data:`SETTINGS`). The README's
+settings table and the docs are generated from it; ``config.py`` validates each one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    doc: str
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("fair_store_url", None,
+            "URL of the holding store: Redis (redis://, rediss://, unix://), Redis behind "
+            "Sentinel (redis+sentinel://host:port,host:port/db, or kombu's "
+            "sentinel://host:port;sentinel://host:port; the master's name in "
+            "fair_store_transport_options) or a SQL database (postgresql://, mysql://, "
+            "mariadb://, sqlite:///; run `fair migrate` first). Default: the broker URL "
+            "when it is Redis (or Sentinel)."),
+    Setting("fair_store_transport_options", {},
+            "Sentinel store, as Celery's broker_transport_options: {'master_name': "
+            "'mymaster' (required), 'sentinel_kwargs': {'password': ...} (how to connect "
+            "to the sentinels themselves)}. The master's password is the URL's. Default, "
+            "when the store is the broker: the broker's master_name and sentinel_kwargs."),
+    Setting("fair_store_replicas", 0,
+            "Redis store: replicas each hold, release and cancel waits for (WAIT) before "
+            "it returns, so that a failover cannot lose it; fewer in time fail the call "
+            "with ReplicationTimeout (a hold: HoldNotReplicated). 0: Redis's asynchronous "
+            "replication (a failover may lose the last writes)."),
+    Setting("fair_store_replicas_timeout", 1.0,
+            "Seconds a write waits for fair_store_replicas replicas; shorter than "
+            "fair_store_socket_timeout."),
+    Setting("fair_key_prefix", "fair", "Namespace of the store: prefix of every Redis key, "
+            "and the namespace column of every SQL row, celery_fair writes."),
+    Setting("fair_default_group", "default",
+            "Group of a fair task whose group cannot be resolved otherwise."),
+    Setting("fair_default_concurrency", None,
+            "Most tasks of one group in flight at once (None: no cap)."),
+    Setting("fair_group_concurrency", {}, "Per-group caps overriding the default: {group: n}."),
+    Setting("fair_group_weights", {},
+            "Per-group weights (default 1): a weight-2 group gets twice the share."),
+    Setting("fair_default_rate_limit", None,
+            "Rate limit of every group without one of its own: Celery's notation ('10/s', "
+            "'100/m', '5/h'), or {'rate': '10/s', 'burst': 20} to let up to 20 go at once "
+            "after a quiet spell (default burst 1). None: no rate limit."),
+    Setting("fair_group_rate_limits", {},
+            "Per-group rate limits overriding the default: {group: '10/m', or {'rate': ..., "
+            "'burst': n}, or None for no rate limit}. `fair limit GROUP --rate` overrides "
+            "these at runtime."),
+    Setting("fair_group_max_held", None,
+            "Backpressure: most tasks one group may hold in a fair queue (waiting, both "
+            "classes, and delayed); holding one more raises GroupFull at publish time "
+            "(None: unlimited). Retries are never refused."),
+    Setting("fair_group_max_held_overrides", {},
+            "Per-group limits overriding fair_group_max_held: {group: n or None}."),
+    Setting("fair_max_inflight", "auto",
+            "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
+            "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "
+            "positive number (the capacity as it is)."),
+    Setting("fair_dispatch_ahead", 2,
+            "With fair_max_inflight 'auto': messages kept in the real queue beyond the "
+            "workers' free slots, so a slot that frees up takes its next task at once "
+            "instead of waiting for the dispatcher (0: none)."),
+    Setting("fair_interactive_reserve", 1,
+            "Extra slots above a group's cap usable only by interactive tasks."),
+    Setting("fair_lease_seconds", 30,
+            "How long a dispatched task's slot survives without a sign of life from a worker."),
+    Setting("fair_done_ttl", 3900,
+            "Seconds a finished dispatch is remembered (about 30 bytes of Redis each), so "
+            "a copy the broker redelivers after the task ran (acks_late: the ack died with "
+            "its worker or connection) is skipped, not run twice; must cover the broker's "
+            "redelivery delay (Redis: visibility_timeout, 3600 by default). 0: off."),
+    Setting("fair_batch_size", 100, "Most messages one dispatcher pick takes at once."),
+    Setting("fair_direct_push", True,
+            "When the broker is the store's own Redis, let the pick script push messages "
+            "into kombu's queue itself (no publish round trip); False: always publish "
+            "with kombu."),
+    Setting("fair_tasks", {},
+            "Tasks published by name (send_task, beat) that celery_fair.install(app) holds: "
+            "{name or glob: {'group': 'kwarg:NAME' / 'arg:N' / 'header:NAME' / "
+            "'value:GROUP' (or a list of them, or a callable (args, kwargs) -> group), "
+            "'interactive': bool, 'cost': n}}."),
+    Setting("fair_group_resolver", None,
+            "Web integrations (Django middleware, Flask extension): the group of tasks "
+            "published during a request, as a callable request -> group or its dotted "
+            "path ('myapp.tenancy.tenant_of'). None: the logged-in user's id."),
+    Setting("fair_metrics_port", None,
+            "Port where `celery fair dispatch` serves Prometheus metrics on /metrics "
+            "(None: off; needs the `metrics` extra)."),
+    Setting("fair_metrics_address", "0.0.0.0", "Address the metrics endpoint listens on."),
+    Setting("fair_metrics_groups", 10,
+            "Groups with metric series of their own: the ones holding the most tasks; "
+            "the others are summed under group `_other` (0: only `_other`)."),
+    Setting("fair_on_store_error", "raise",
+            "When the store cannot hold a fair task at publish time (Redis down or full): "
+            "'raise' a StoreError naming the store, or 'publish' the task straight to the "
+            "broker (it runs, but outside fairness and caps). 'publish' only when it was "
+            "certainly not held (no connection, or the store full); a lost reply raises "
+            "HoldOutcomeUnknown either way."),
+    Setting("fair_store_socket_timeout", 5.0,
+            "Seconds one store command may wait for Redis's answer before it fails (and "
+            "is retried); bounds how long a task start, release or publish blocks on a "
+            "store that stopped answering."),
+    Setting("fair_store_connect_timeout", 5.0,
+            "Seconds a connection to the store may take to open."),
+    Setting("fair_store_retries", 3,
+            "Times a store command that timed out or lost its connection is tried again, "
+            "with backoff, before it fails with StoreConnectionError (0: never)."),
+    Setting("fair_spool_dir", None,
+            "Directory of the release spool (releases that could not reach the store, "
+            "kept on disk for whoever meets their dead process). None: "
+            "`celery-fair-spool-<uid>` in the temporary directory. Created with mode 0700; "
+            "refused when owned by another user or open to group or others."),
+    Setting("fair_report_interval", 10,
+            "Seconds between the dispatcher's report lines (one INFO line per fair queue "
+            "with work: dispatched/s, held, in flight / capacity, ahead, oldest wait, top "
+            "group by wait); 0: no report."),
+    Setting("fair_log_utc", True,
+            "Log timestamps in UTC (ISO 8601 with a Z) in `celery fair dispatch` and in "
+            "workers that load celery_fair; False: the local time, as Celery logs it."),
+    Setting("fair_store_table_prefix", "fair_",
+            "SQL store: prefix of its table names (letters, digits and underscores, "
+            "starting with a letter, at most 20 characters), so several apps or "
+            "environments share a database; each prefix is migrated on its own "
+            "(`celery -A proj fair migrate`)."),
+)
+_DEFAULTS = {s.name: s.default for s in SETTINGS}
+
+
+def settings_table() -> str:
+    """The settings as a Markdown table (the README's table is this, verbatim)."""
+    rows = ["| setting | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{s.name}` | `{s.default!r}` | {s.doc} |" for s in SETTINGS]
+    return "\n".join(rows)

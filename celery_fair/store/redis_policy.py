@@ -1,0 +1,60 @@
+"""The policy settings on Redis: ``configure`` (the settings, at a dispatcher's start) and
+the runtime caps and weights (``limit``), ``configure.lua`` and ``limit.lua``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .. import limits
+from ..names import validate_group
+from .connection import _text
+from .models import KEEP, RESET, Policy
+
+
+class RedisPolicy:
+    """A mixin of :class:`~celery_fair.store.redis.RedisStore` (it gives ``_run``)."""
+
+    _run: Any
+
+    def configure(self, queue: str, policy: Policy) -> None:
+        """Raises :class:`~celery_fair.errors.InvalidLimit` (nothing written) when a
+        number of ``policy`` is out of range (:mod:`celery_fair.limits`)."""
+        limits.check_policy(policy)
+        self._run("configure", queue,
+                  -1 if policy.default_cap is None else policy.default_cap,
+                  policy.interactive_reserve, policy.default_weight,
+                  json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)),
+                  json.dumps({g: limits.encode_rate(r) for g, r in policy.rates.items()}),
+                  "" if policy.default_rate is None else policy.default_rate.encode())
+
+    def limit(self, queue: str, group: str, cap: int | str = KEEP,
+              weight: float | str = KEEP) -> tuple[int | None, float]:
+        """Set (or with :data:`RESET` clear) ``group``'s runtime cap and weight in
+        ``queue``; they take precedence over the settings and survive restarts.
+        ``cap`` -1 means no cap, 0 pauses the group. Returns the cap and weight now in
+        force (cap None: none).
+
+        Raises:
+            InvalidGroup: ``group`` is not a group name.
+            InvalidLimit: ``cap`` or ``weight`` is out of range (:mod:`celery_fair.limits`);
+                nothing was written.
+        """
+        group = validate_group(group)
+        cap_now, weight_now = self._run("limit", queue, group, _cap_arg(group, cap),
+                                        _weight_arg(group, weight))
+        value = int(_text(cap_now))
+        return (None if value < 0 else value), float(_text(weight_now))
+
+
+def _cap_arg(group: str, cap: int | str) -> str:
+    """limit.lua's ARGV for ``cap``: KEEP, RESET, -1 (no cap) or a checked cap."""
+    if cap in (KEEP, RESET) or (cap == -1 and not isinstance(cap, bool)):
+        return str(cap)
+    return str(limits.cap(cap, f"concurrency for group {group!r}"))
+
+
+def _weight_arg(group: str, weight: float | str) -> str:
+    if weight in (KEEP, RESET):
+        return str(weight)
+    return repr(limits.weight(weight, f"weight for group {group!r}"))
