@@ -4,15 +4,18 @@ While a round's tasks drain and everything else breaks, a thread makes a random 
 every ``interval`` seconds or so, through :mod:`celery_fair.controls` as an operator
 would: a group paused without an end (resumed by the thread a moment later) or for a
 while (the dispatchers lift it), the whole queue paused for a moment, a group boosted for
-a while or until unboosted. None of them touches a cap, so the ledger's caps stay the
-truth: a control that let a group run above its cap is a cap violation like any other.
+a while or until unboosted, a group rate-limited (2 to 50 a second, burst 1 or 5) until
+the thread sets it back to no rate limit. None of them touches a cap, so the ledger's
+caps stay the truth: a control that let a group run above its cap is a cap violation
+like any other.
 
 Before a round settles, :meth:`ChaosControls.lift` resumes whatever is paused without an
-end and unboosts whatever is boosted without one, read from the store (so a resume or an
-unboost a crash forgot is made again); what has an end must end by itself, which
-:meth:`ChaosControls.leftovers` checks at the end of the run. A control refused because
-the store is down (a restart, a crash) is counted under ``store_down``; an unbounded
-pause refused that way may still have been written, so its resume is kept due.
+end, unboosts whatever is boosted without one and lifts every rate limit, read from the
+store (so a resume a crash forgot is made again); what has an end must end by itself,
+which :meth:`ChaosControls.leftovers` checks at the end of the run. A control refused
+because the store is down (a restart, a crash) is counted under ``store_down``; an
+unbounded control refused that way may still have been written, so its undoing is kept
+due.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ ACTOR = "chaos"
 #: Longest pause or boost with an end, seconds: short, so the rounds drain on time.
 LONGEST = 2.0
 #: The controls made, each as often as the others.
-KINDS = ("pause", "pause_for", "pause_queue", "boost", "boost_for")
+KINDS = ("pause", "pause_for", "pause_queue", "boost", "boost_for", "rate")
+#: Rate limits set: slow enough to throttle a busy group, not to stall a round.
+RATES = ("2/s", "10/s", "50/s")
 
 
 class ChaosControls:
@@ -92,6 +97,11 @@ class ChaosControls:
         elif kind == "pause_queue":  # short: the whole queue waits meanwhile
             self._apply(kind, lambda: controls.pause(self.app, queue=self.queue,
                                                      for_seconds=seconds / 4, actor=ACTOR))
+        elif kind == "rate":  # a rate has no end: the thread lifts it a moment later
+            rate, burst = self.rng.choice(RATES), self.rng.choice((1, 5))
+            self._later(seconds, "unrate", group)
+            self._apply(kind, lambda: controls.limit(self.app, group, queue=self.queue,
+                                                     rate=rate, burst=burst, actor=ACTOR))
         else:
             timed = kind == "boost_for"
             weight = self.rng.choice((0.5, 2, 5, 20))
@@ -115,6 +125,9 @@ class ChaosControls:
         if undo == "resume":
             return self._apply(undo, lambda: controls.resume(self.app, group, queue=self.queue,
                                                              actor=ACTOR))
+        if undo == "unrate":
+            return self._apply(undo, lambda: controls.limit(self.app, group, queue=self.queue,
+                                                            rate=None, actor=ACTOR))
         return self._apply(undo, lambda: controls.unboost(self.app, group, queue=self.queue,
                                                           actor=ACTOR))
 
@@ -147,6 +160,9 @@ class ChaosControls:
                     if until is None:
                         controls.unboost(self.app, group, queue=self.queue, actor=ACTOR)
                         self.applied["lifted"] += 1
+                for group in _rated(store, self.queue):
+                    controls.limit(self.app, group, queue=self.queue, rate=None, actor=ACTOR)
+                    self.applied["lifted"] += 1
                 return
             except StoreError:
                 time.sleep(0.5)
@@ -159,10 +175,16 @@ class ChaosControls:
         while time.monotonic() < deadline:
             try:
                 store = store_for(self.app)
-                left = len(store.pauses(self.queue)) + len(store.boosts(self.queue))
+                left = len(store.pauses(self.queue)) + len(store.boosts(self.queue)) \
+                    + len(_rated(store, self.queue))
             except StoreError:
                 left = -1
             if left == 0:
                 return 0
             time.sleep(0.25)
         return left
+
+
+def _rated(store: Any, queue: str) -> list[str]:
+    """The groups of ``queue`` with a rate limit in force (a runtime "none" is none)."""
+    return sorted(g for g, rate in store.rates(queue).items() if rate is not None)

@@ -26,6 +26,7 @@ import pytest
 from celery_fair import cancel, controls, position
 from celery_fair.config import reset_config
 from celery_fair.contrib.flower import format_wait
+from celery_fair.limits import Rate
 from celery_fair.metrics import OTHER, store_families
 from celery_fair.summary import read_summaries
 from celery_fair.task import store_for
@@ -438,10 +439,25 @@ def test_controls_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
         boost_row.wait_for()
         assert boost_row.locator('[data-field="by"]').inner_text() == USER
         assert boost_row.locator('[data-field="reason"]').inner_text() == "launch day"
-        assert act.cell("big", "boost").startswith("5 until ")
+        assert act.cell("big", "boost").startswith("boost 5 until ")
+
+        assert not act("big", "limit", {"rate": "fast"}, "limit refused: rate limit")
+        assert not act("big", "limit", {"burst": "3"}, "limit refused: a burst")
+        assert "big" not in store.rates(q)  # nothing written
+        assert act("big", "limit", {"rate": "5/s", "burst": "3"}, "limits now")
+        assert store.rates(q)["big"] == Rate(200.0, 3)  # one every 200 ms, 3 at once
+        assert controls.limit(app, "big", queue=q)[0].rate == Rate(200.0, 3)
+        assert _audited(store, "limit").args["rate"] == "5/s (burst 3)"
+        controls.throttle(app, "small", 600, queue=q, actor="ops")  # as after an HTTP 429
+        throttled = act.section.locator('tr[data-group="small"] [data-field="throttled"]')
+        throttled.wait_for()
+        assert throttled.inner_text().startswith("throttled until ")
+        assert act.cell("big", "rate") == "rate 5/s (burst 3)"
         shot = artifacts(tmp_path) / "flower-controls.png"
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot: {shot}")
+        assert act("big", "limit", {"rate": "none"}, "limits now")
+        assert store.rates(q)["big"] is None  # no rate limit, whatever the default
 
         assert act("big", "unboost", {}, "boost ended: group big")
         assert store.boosts(q) == {}
@@ -461,6 +477,9 @@ def test_controls_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
         assert act("big", "limit", {"reset": True}, "limits now")
         assert controls.limit(app, "big", queue=q)[0] == before
         _audited(store, "limit")
+
+        controls.limit(app, "small", queue=q, reset=True)  # lifts its throttle
+        assert "small" not in store.throttles(q)
 
         held = controls.held_count(app, "small", queue=q)
         assert held > 0
@@ -595,3 +614,11 @@ def test_who_set_a_pause_or_boost_is_read_from_the_audit_log_only_when_it_change
         controls.resume(app, "quiet", queue=q)
         controls.unboost(app, "small", queue=q)
     assert (shown().pauses, spy.reads) == ({}, [])
+
+
+def test_the_rate_column_shows_the_default_rate_of_a_group_without_its_own() -> None:
+    from celery_fair.contrib.flower_state import InForce
+
+    shown = InForce(rates={"a": "5/s (burst 3)", "b": "none"}, default_rate="1/s")
+    assert [shown.rate_of(g) for g in "abc"] == ["5/s (burst 3)", "", "1/s (default)"]
+    assert InForce().rate_of("c") == ""  # no default: no rate limit

@@ -149,7 +149,8 @@ async def fetch_in_force(app: Any, queues: list[str]) -> dict[str, InForce]:
     when the store could not be read: the page says so already)."""
     try:
         return await IOLoop.current().run_in_executor(
-            None, lambda: read_in_force(store := _store(app), queues, notes_for(store)))
+            None, lambda: read_in_force(store := _store(app), queues, notes_for(store),
+                                        get_config(app).default_rate))
     except FairError as exc:
         logger.warning("celery_fair: pauses and boosts not read: %s", exc)
         return {}

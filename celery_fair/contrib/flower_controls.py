@@ -38,7 +38,8 @@ __all__ = ["ACTIONS", "FairControlApi", "control_routes", "flower_user"]
 logger = logging.getLogger(__name__)
 
 #: The form fields an action reads (anything else is ignored).
-FIELDS = ("queue", "group", "for", "reason", "concurrency", "weight", "reset", "class")
+FIELDS = ("queue", "group", "for", "reason", "concurrency", "weight", "rate", "burst",
+          "reset", "class")
 
 Form = Mapping[str, str]
 
@@ -91,10 +92,22 @@ def _limit(app: Any, form: Form, actor: str) -> str:
     reset = form.get("reset", "").lower() in ("1", "true", "on", "yes")
     numbers: dict[str, Any] = {} if reset else {
         "concurrency": controls.parse_concurrency(form.get("concurrency", "")),
-        "weight": controls.parse_weight(form.get("weight", ""))}
+        "weight": controls.parse_weight(form.get("weight", "")),
+        "rate": controls.parse_rate(form.get("rate", "")), "burst": _burst(form)}
     done = controls.limit(app, form.get("group", ""), queue=_queue(form), reset=reset,
                           reason=form.get("reason") or None, actor=actor, **numbers)
     return "limits now: " + "; ".join(map(str, done))
+
+
+def _burst(form: Form) -> int | controls.Unchanged:
+    """The burst field: blank (1 with a rate) or an integer (``limits.rate`` checks its
+    range)."""
+    text = form.get("burst", "").strip()
+    if not text:
+        return controls.UNCHANGED
+    if not text.isdigit():
+        raise InvalidLimit(f"burst must be an integer from 1, got {text!r}")
+    return int(text)
 
 
 #: route name -> the control it runs (app, form, actor) -> a message for the page.

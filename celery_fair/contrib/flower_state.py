@@ -1,22 +1,25 @@
 """What the Fair queues page shows of the controls in force, read live from the store:
-pauses and boosts, each with who set it and why.
+pauses and boosts, each with who set it and why, rate limits and throttles.
 
 A refresh reads one key (or table) per family per listed queue (:meth:`Store.pauses`,
-:meth:`Store.boosts`) and, only while a pause or a boost is in force, the newest entry
-of the audit log. A pause or a boost keeps only its end, so who set it and why come from
-its audit entry: :class:`ControlNotes` keeps, between refreshes, the newest ``pause`` and
-``boost`` entry per queue and group in force, and reads older entries again only when
-the log changed since the last refresh (the few new ones, or up to
-:data:`AUDIT_DEPTH` when more came than a refresh could follow).
+:meth:`Store.boosts`, :meth:`Store.rates`, :meth:`Store.throttles`) and, only while a
+pause or a boost is in force, the newest entry of the audit log. A pause or a boost
+keeps only its end, so who set it and why come from its audit entry:
+:class:`ControlNotes` keeps, between refreshes, the newest ``pause`` and ``boost`` entry
+per queue and group in force, and reads older entries again only when the log changed
+since the last refresh (the few new ones, or up to :data:`AUDIT_DEPTH` when more came
+than a refresh could follow).
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from ..audit import utc_text
+from ..limits import Rate
 from ..store.audit import AuditEntry
 from ..store.base import Store, now_ms
 
@@ -43,14 +46,30 @@ class InForce:
 
     pauses: dict[str, dict[str, Any]] = field(default_factory=dict)
     boosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: {group: its own rate ("10/s (burst 20)", "none": no rate limit)} of the groups
+    #: with one (a setting or a runtime limit); the others have ``default_rate``.
+    rates: dict[str, str] = field(default_factory=dict)
+    default_rate: str | None = None
+    #: {group: when its throttle ends (UTC, to the ms)}, only those not ended yet
+    throttles: dict[str, str] = field(default_factory=dict)
+
+    def rate_of(self, group: str) -> str:
+        """The rate limit in force for ``group`` as the page shows it ('' for none)."""
+        if group in self.rates:
+            return "" if self.rates[group] == "none" else self.rates[group]
+        return f"{self.default_rate} (default)" if self.default_rate else ""
 
 
-def read_in_force(store: Store, queues: list[str],
-                  notes: ControlNotes) -> dict[str, InForce]:
-    """Every listed queue's :class:`InForce`: two store reads per queue, plus the audit
-    log's newest entry while something is in force (:class:`ControlNotes`)."""
+def read_in_force(store: Store, queues: list[str], notes: ControlNotes,
+                  default_rate: Rate | None = None) -> dict[str, InForce]:
+    """Every listed queue's :class:`InForce`: four store reads per queue, plus the audit
+    log's newest entry while a pause or boost is in force (:class:`ControlNotes`).
+    ``default_rate``: ``fair_default_rate_limit``, the rate of a group without its own."""
     pauses = {q: store.pauses(q) for q in queues}
     boosts = {q: store.boosts(q) for q in queues}
+    rates = {q: store.rates(q) for q in queues}
+    throttles = {q: store.throttles(q) for q in queues}
+    now = now_ms()
     wanted = {("pause", q, g) for q in queues for g in pauses[q]} | \
         {("boost", q, g) for q in queues for g in boosts[q]}
     found = notes.lookup(store, wanted)
@@ -61,6 +80,10 @@ def read_in_force(store: Store, queues: list[str],
             shown.pauses[g] = _note(found.get(("pause", q, g)), until)
         for g, (weight, until) in boosts[q].items():
             shown.boosts[g] = {"weight": weight, **_note(found.get(("boost", q, g)), until)}
+        shown.rates = {g: "none" if r is None else str(r) for g, r in rates[q].items()}
+        shown.default_rate = None if default_rate is None else str(default_rate)
+        shown.throttles = {g: utc_ms(until) for g, until in throttles[q].items()
+                           if until > now}
         out[q] = shown
     return out
 
@@ -68,6 +91,15 @@ def read_in_force(store: Store, queues: list[str],
 def _note(entry: AuditEntry | None, until: int | None) -> dict[str, Any]:
     return {"until": None if until is None else utc_text(until),
             "by": entry.actor if entry else None, "reason": entry.reason if entry else None}
+
+
+def utc_ms(ms: float) -> str:
+    """A store time (ms) to the millisecond, in UTC (a throttle lasts a moment), with
+    its date when it is not today."""
+    at = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    text = at.strftime("%H:%M:%S.%f")[:-3] + "Z"
+    return text if at.date() == datetime.now(timezone.utc).date() else \
+        at.strftime("%Y-%m-%d ") + text
 
 
 def short_utc(text: str) -> str:
