@@ -62,6 +62,7 @@ from celery_fair.task import store_for
 from celery_fair.testing import pool_processes
 
 from . import chaos_proj
+from .chaos_controls import ChaosControls
 from .ledger import Ledger
 from .proxy import StoreProxy
 from .services import CeleryProc, RedisNode
@@ -121,6 +122,10 @@ class Plan:
     visibility_timeout: int = 6
     max_task_seconds: float = 0.03
     round_timeout: float = 240.0
+    # Seconds between random operator controls (pauses with and without an end, resumes,
+    # whole-queue pauses, boosts with and without an end) during each round
+    # (bench/chaos_controls.py); 0: none.
+    control_interval: float = 0.5
     seed: int | None = None
 
 
@@ -152,6 +157,9 @@ class Figures:
     # released, so it took no slot), or nothing the campaign did (a bug).
     cap_violation_causes: dict[str, int] = field(default_factory=dict)
     runs_at_cap: int = 0  # runs that saw their group exactly at its cap: caps did bind
+    controls: dict[str, int] = field(default_factory=dict)  # applied, by kind
+    controls_left: int = 0  # pauses and boosts in force at the end (ends passed): 0
+    controls_error: str | None = None  # a control failed other than by a store outage
     checks: list[Any] = field(default_factory=list)
     wall_seconds: float = 0.0
     lost_examples: dict[str, Any] = field(default_factory=dict)  # task id -> where it is
@@ -169,7 +177,8 @@ class Figures:
     def ok(self) -> bool:
         return not (self.tasks_lost or self.duplicate_causes.get("unexplained")
                     or self.check_problems or self.leaked_slots
-                    or self.cap_violation_causes.get("unexplained") or self.ledger_running)
+                    or self.cap_violation_causes.get("unexplained") or self.ledger_running
+                    or self.controls_left or self.controls_error)
 
 
 class Campaign:
@@ -203,6 +212,8 @@ class Campaign:
         self.task_ids: list[str] = []
         self.events: list[tuple[float, str, int]] = []  # (time, what, worker pid)
         self.app = self._make_app()
+        self.controls = ChaosControls(self.app, self.queue, self.group_names, self.rng,
+                                      plan.control_interval)
 
     # -- set-up ------------------------------------------------------------------------
 
@@ -287,8 +298,12 @@ class Campaign:
             threading.Thread(target=self.canary.run, args=(self._stop,), daemon=True).start()
             for number in range(self.plan.rounds):
                 self._round(number)
+            self.figures.controls_left = self.controls.leftovers()
         finally:
             self._stop.set()
+            self.controls.stop()
+            self.figures.controls = dict(self.controls.applied)
+            self.figures.controls_error = self.controls.error
             self.figures.wall_seconds = round(time.monotonic() - start, 1)
             self.figures.redis_lost_writes = self.canary.lost
             self._measure()
@@ -308,12 +323,17 @@ class Campaign:
                                        if self.postgres else 0)
                   + ["store_outage"] * _share(plan.store_outages, rounds, number))
         self.rng.shuffle(events)
-        # Each event strikes while the round's tasks drain, at a random point of it.
+        # Each event strikes while the round's tasks drain, at a random point of it; the
+        # operator's controls come and go all along.
         marks = sorted(self.rng.uniform(0.05, 0.9) for _ in events)
+        self.controls.start()
         for event, mark in zip(events, marks):
             self._wait_progress(before + int(mark * share))
             time.sleep(self.rng.uniform(0.2, 1.0))  # not two blows at the same instant
             self._break(event)
+        self._wait_progress(before + int(0.9 * share))  # controls until the round's end
+        self.controls.stop()
+        self.controls.lift()  # what has no end; what has one ends by itself
         self._settle(number)
         self.figures.checks.append(_run_check(self.app))
 

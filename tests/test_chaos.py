@@ -2,7 +2,8 @@
 
 Real subprocess workers (prefork, acks_late) and dispatchers, a Redis (broker and store)
 that is restarted and crashed (SIGKILL), a worker in a PID namespace of its own with the
-same hostname (as root), a worker whose store alone stops answering for a while, and a
+same hostname (as root), a worker whose store alone stops answering for a while, operator
+controls (pauses, resumes, boosts) made all along through celery_fair.controls, and a
 PostgreSQL ledger that sees what really ran.
 PostgreSQL must be reachable (``CHAOS_PG``, default postgres@127.0.0.1:5432): without a
 server there the tests are skipped, saying so (tests/components.py), and fail in CI. The
@@ -16,10 +17,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from bench.chaos import Plan, can_unshare, duplicate_causes, run
+from bench.chaos_controls import KINDS
 from bench.ledger import Ledger, LedgerUnavailable
 from celery_fair.testing import free_port
 
@@ -106,6 +109,18 @@ def test_chaos_campaign_loses_nothing() -> None:
     # may also run beside its group's tasks above the cap; nothing else may.
     assert figures.cap_violation_causes.get("unexplained", 0) == 0, figures.cap_examples
     assert figures.check_problems == 0, figures.checks  # celery_fair.check, once merged
+    _controls_came_and_went(figures)
+
+
+def _controls_came_and_went(figures: Any) -> None:
+    """Operator controls were made all along (bench/chaos_controls.py: each kind once per
+    five), none failed but for a store outage, and each one with an end ended by itself."""
+    applied = figures.controls
+    for kind in KINDS:
+        assert applied.get(kind, 0) >= 1, applied
+    assert applied.get("resume", 0) + applied.get("lifted", 0) >= 1, applied
+    assert figures.controls_error is None
+    assert figures.controls_left == 0
 
 
 @pytest.mark.slow
@@ -139,3 +154,4 @@ def test_chaos_campaign_on_postgresql_loses_nothing() -> None:
     assert figures.ledger_running == 0
     assert figures.cap_violation_causes.get("unexplained", 0) == 0, figures.cap_examples
     assert figures.check_problems == 0, figures.checks
+    _controls_came_and_went(figures)

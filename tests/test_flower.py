@@ -26,6 +26,7 @@ import pytest
 from celery_fair import cancel, controls, position
 from celery_fair.config import reset_config
 from celery_fair.contrib.flower import format_wait
+from celery_fair.limits import Rate
 from celery_fair.metrics import OTHER, store_families
 from celery_fair.summary import read_summaries
 from celery_fair.task import store_for
@@ -338,6 +339,24 @@ def test_an_unreachable_store_is_reported_not_raised(make_app) -> None:
     assert error is not None and "could not read its store" in error
 
 
+def test_flower_reads_a_sql_store_under_its_table_prefix(make_app, tmp_path: Path) -> None:
+    from tornado.ioloop import IOLoop
+
+    from celery_fair.contrib.flower import fetch_in_force, fetch_summaries
+    from celery_fair.store.sql import migrate
+
+    url = f"sqlite:///{tmp_path}/fair.db"
+    migrate(url, "ops_")  # the tables are ops_queues, ...: none named fair_*
+    app = make_app(fair_store_url=url, fair_store_table_prefix="ops_")
+    app.tasks["proj.work"].delay("acme", "x")
+    queue = app.conf.task_default_queue
+    controls.pause(app, "acme", queue=queue, actor="ann")
+    summaries, error = IOLoop.current().run_sync(lambda: fetch_summaries(app))
+    assert (error, list(summaries)) == (None, [queue])
+    in_force = IOLoop.current().run_sync(lambda: fetch_in_force(app, [queue]))
+    assert in_force[queue].pauses["acme"]["by"] == "ann"
+
+
 def test_waits_are_written_for_people() -> None:
     assert [format_wait(s) for s in (None, 0.25, 12.34, 245, 7260)] == \
         ["-", "250 ms", "12.3 s", "4m 05s", "2h 01m"]
@@ -374,6 +393,10 @@ def test_control_api_needs_auth_refuses_cross_site_posts_and_bad_input(site: Flo
     assert status == 400 and "many" in json.loads(text)["error"], text
     status, text = site.post("/api/fair/pause", {"queue": "nope", "group": "acme"})
     assert status == 400 and "nope" in json.loads(text)["error"], text
+    status, text = site.post("/api/fair/boost", {"queue": site.queue, "group": "acme",
+                                                 "weight": "0"})
+    assert status == 400 and "boost weight" in json.loads(text)["error"], text
+    assert not store_for(site.app).boosts(site.queue)
 
 
 def test_controls_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
@@ -403,9 +426,42 @@ def test_controls_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
         pause_row.wait_for()  # the page refreshed itself and lists the pause
         assert pause_row.locator('[data-field="reason"]').inner_text() == "incident 42"
         assert pause_row.locator('[data-field="by"]').inner_text() == USER
+
+        assert not act("big", "boost", {"weight": "", "for": "1h"},
+                       "boost refused: boost weight is required")
+        assert store.boosts(q) == {}  # nothing written
+        assert act("big", "boost", {"weight": "5", "for": "1h", "reason": "launch day"},
+                   "boosted group big")
+        weight, until = store.boosts(q)["big"]
+        assert weight == 5.0 and until is not None and 3590 < until / 1000 - time.time() <= 3600
+        assert _audited(store, "boost", "launch day").args["weight"] == 5.0
+        boost_row = page.locator(f'section[data-queue="{q}"] li.fair-boost[data-group="big"]')
+        boost_row.wait_for()
+        assert boost_row.locator('[data-field="by"]').inner_text() == USER
+        assert boost_row.locator('[data-field="reason"]').inner_text() == "launch day"
+        assert act.cell("big", "boost").startswith("boost 5 until ")
+
+        assert not act("big", "limit", {"rate": "fast"}, "limit refused: rate limit")
+        assert not act("big", "limit", {"burst": "3"}, "limit refused: a burst")
+        assert "big" not in store.rates(q)  # nothing written
+        assert act("big", "limit", {"rate": "5/s", "burst": "3"}, "limits now")
+        assert store.rates(q)["big"] == Rate(200.0, 3)  # one every 200 ms, 3 at once
+        assert controls.limit(app, "big", queue=q)[0].rate == Rate(200.0, 3)
+        assert _audited(store, "limit").args["rate"] == "5/s (burst 3)"
+        controls.throttle(app, "small", 600, queue=q, actor="ops")  # as after an HTTP 429
+        throttled = act.section.locator('tr[data-group="small"] [data-field="throttled"]')
+        throttled.wait_for()
+        assert throttled.inner_text().startswith("throttled until ")
+        assert act.cell("big", "rate") == "rate 5/s (burst 3)"
         shot = artifacts(tmp_path) / "flower-controls.png"
         page.screenshot(path=str(shot), full_page=True)
         print(f"screenshot: {shot}")
+        assert act("big", "limit", {"rate": "none"}, "limits now")
+        assert store.rates(q)["big"] is None  # no rate limit, whatever the default
+
+        assert act("big", "unboost", {}, "boost ended: group big")
+        assert store.boosts(q) == {}
+        _audited(store, "unboost")
 
         assert act("acme", "resume", {}, "resumed group acme")
         assert "acme" not in store.pauses(q)
@@ -421,6 +477,9 @@ def test_controls_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
         assert act("big", "limit", {"reset": True}, "limits now")
         assert controls.limit(app, "big", queue=q)[0] == before
         _audited(store, "limit")
+
+        controls.limit(app, "small", queue=q, reset=True)  # lifts its throttle
+        assert "small" not in store.throttles(q)
 
         held = controls.held_count(app, "small", queue=q)
         assert held > 0
@@ -457,12 +516,17 @@ class _Actions:
         dialog = self.page.locator("#fair-confirm")
         dialog.wait_for()
         for name, value in fields.items():
-            field = dialog.locator(f'[name="{name}"]')
+            field = dialog.locator(f'[name="{name}"]:visible')  # this action's field
             field.check() if value is True else field.fill(value)
         dialog.locator("#fair-confirm-ok").click()
         result.wait_for()
         assert result.inner_text().startswith(expect), result.inner_text()
         return "alert-success" in (result.get_attribute("class") or "")
+
+    def cell(self, group: str, field: str) -> str:
+        """A cell of the group's row as the page shows it now."""
+        row = self.section.locator(f'tr[data-group="{group}"]')
+        return str(row.locator(f'[data-field="{field}"]').inner_text()).strip()
 
 
 def _limits(app: Any, queue: str, group: str) -> tuple[int | None, float]:
@@ -492,3 +556,69 @@ def test_the_actor_is_the_flower_user() -> None:
     assert flower_user(handler(True, basic)) == "alice"  # basic auth only
     assert flower_user(handler(True, "Basic !!!")) == "flower"
     assert flower_user(handler(True)) == "flower"
+
+
+class _AuditSpy:
+    """A store whose ``audit_read`` calls are counted (their ``limit``)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.reads = store, []  # type: list[int]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def audit_read(self, limit: int = 100, since_ms: int | None = None) -> Any:
+        self.reads.append(limit)
+        return self.store.audit_read(limit, since_ms)
+
+
+def test_who_set_a_pause_or_boost_is_read_from_the_audit_log_only_when_it_changed(
+        site: FlowerSite) -> None:
+    """The page's refresh reads the audit log's newest entry while a pause or boost is in
+    force, and older entries only when the log changed since the last refresh."""
+    from celery_fair.contrib.flower_state import (
+        AUDIT_DEPTH,
+        AUDIT_STEP,
+        ControlNotes,
+        read_in_force,
+    )
+
+    app, q = site.app, site.queue
+    spy, notes = _AuditSpy(store_for(app)), ControlNotes()
+
+    def shown() -> Any:
+        spy.reads.clear()
+        return read_in_force(spy, [q], notes)[q]
+
+    try:
+        assert (shown().pauses, spy.reads) == ({}, [])  # nothing in force: no audit read
+        controls.pause(app, "small", queue=q, reason="first", actor="ann")
+        assert shown().pauses["small"] == {"until": None, "by": "ann", "reason": "first"}
+        assert spy.reads == [1, AUDIT_STEP]  # the first read: back to the step's depth
+        assert shown().pauses["small"]["by"] == "ann" and spy.reads == [1]  # unchanged log
+        controls.boost(app, "small", weight=4, queue=q, for_seconds=60, actor="bob")
+        now = shown()
+        assert (now.boosts["small"]["weight"], now.boosts["small"]["by"]) == (4.0, "bob")
+        assert now.boosts["small"]["until"] is not None
+        assert now.pauses["small"]["by"] == "ann" and spy.reads == [1, AUDIT_STEP]
+        controls.pause(app, "small", queue=q, actor="cy")  # paused again: cy's pause now
+        assert shown().pauses["small"]["by"] == "cy"
+        for _ in range(AUDIT_STEP):  # more entries than one step follows
+            controls.pause(app, "quiet", queue=q, actor="dee")
+        now = shown()
+        assert spy.reads == [1, AUDIT_STEP, AUDIT_DEPTH]
+        assert (now.pauses["small"]["by"], now.boosts["small"]["by"]) == ("cy", "bob")
+        assert now.pauses["quiet"]["by"] == "dee"
+    finally:
+        controls.resume(app, "small", queue=q)
+        controls.resume(app, "quiet", queue=q)
+        controls.unboost(app, "small", queue=q)
+    assert (shown().pauses, spy.reads) == ({}, [])
+
+
+def test_the_rate_column_shows_the_default_rate_of_a_group_without_its_own() -> None:
+    from celery_fair.contrib.flower_state import InForce
+
+    shown = InForce(rates={"a": "5/s (burst 3)", "b": "none"}, default_rate="1/s")
+    assert [shown.rate_of(g) for g in "abc"] == ["5/s (burst 3)", "", "1/s (default)"]
+    assert InForce().rate_of("c") == ""  # no default: no rate limit

@@ -9,7 +9,9 @@ what Flower is about to build:
   work and none serves it) and each fair queue and its groups: held tasks per class, in
   flight / cap, weight, oldest wait; and the same as JSON at ``/api/fair/queues``;
 * a task's place (:func:`celery_fair.position`) as JSON at ``/api/fair/position/<task id>``;
-* the page's controls (pause, resume, purge, limit), ``POST /api/fair/<action>``
+* the pauses and boosts in force, live from the store, with who set them and why
+  (:mod:`celery_fair.contrib.flower_state`), and the page's controls (pause, resume,
+  purge, limit, boost, unboost), ``POST /api/fair/<action>``
   (:mod:`celery_fair.contrib.flower_controls`);
 * a **Held (fair)** column on the Broker page, and ``fair_held`` / ``fair_delayed`` /
   ``fair_inflight`` in each queue of ``/api/queues/length``;
@@ -53,7 +55,8 @@ from ..metrics import add_queue_figures, dispatchers_family, store_families
 from ..position import position_of
 from ..store import Bounds, redis_options_of, store_for_url
 from ..summary import format_wait, read_summaries
-from .flower_controls import control_routes, read_pauses
+from .flower_controls import control_routes
+from .flower_state import InForce, notes_for, read_in_force, short_utc
 
 try:
     from flower import urls as flower_urls
@@ -141,13 +144,15 @@ async def fetch_liveness(app: Any) -> Liveness | None:
         return None
 
 
-async def fetch_pauses(app: Any, queues: list[str]) -> dict[str, Any]:
-    """:func:`~celery_fair.contrib.flower_controls.read_pauses` off the event loop
-    ({} when the store could not be read: the page says so already)."""
+async def fetch_in_force(app: Any, queues: list[str]) -> dict[str, InForce]:
+    """:func:`~celery_fair.contrib.flower_state.read_in_force` off the event loop ({}
+    when the store could not be read: the page says so already)."""
     try:
-        return await IOLoop.current().run_in_executor(None, read_pauses, app, queues)
+        return await IOLoop.current().run_in_executor(
+            None, lambda: read_in_force(store := _store(app), queues, notes_for(store),
+                                        get_config(app).default_rate))
     except FairError as exc:
-        logger.warning("celery_fair: pauses not read: %s", exc)
+        logger.warning("celery_fair: pauses and boosts not read: %s", exc)
         return {}
 
 
@@ -161,12 +166,12 @@ class FairQueuesView(BaseHandler):
     async def get(self) -> None:
         summaries, error = await fetch_summaries(self.capp)
         liveness = await fetch_liveness(self.capp)
-        pauses = await fetch_pauses(self.capp, list(summaries))
+        in_force = await fetch_in_force(self.capp, list(summaries))
         self.render(PAGE_TEMPLATE, active_tab="fair", fair_queues=summaries,
-                    fair_pauses=pauses, fair_error=error, fair_now=time.time(),
+                    fair_in_force=in_force, fair_error=error, fair_now=time.time(),
                     fair_wait=format_wait,
                     fair_live=liveness, fair_command=dispatch_command(app_name(self.capp)),
-                    fair_utc=utc)
+                    fair_utc=utc, fair_short=short_utc)
 
 
 class FairQueuesApi(BaseApiHandler):

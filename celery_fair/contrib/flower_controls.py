@@ -1,4 +1,5 @@
-"""The Fair queues page's controls in Flower: pause, resume, purge and limit.
+"""The Fair queues page's controls in Flower: pause, resume, purge, limit, boost and
+unboost.
 
 Each action is a ``POST /api/fair/<action>`` (form fields: ``queue``, ``group`` and the
 action's own) handled by a subclass of Flower's ``BaseApiHandler``, so Flower guards it
@@ -10,8 +11,8 @@ Flower's own pages do, in ``X-XSRFToken``). The action runs :mod:`celery_fair.co
 in Flower's thread pool, so it is validated and recorded in the audit log as from the
 CLI, under the Flower user's name (OAuth's user, else basic auth's, else ``flower``).
 
-:data:`ACTIONS` maps each route to its function; a later control (a boost, a rate
-limit) is one more entry there and one more button on the page.
+:data:`ACTIONS` maps each route to its function; a later control is one more entry
+there and one more button on the page.
 """
 
 from __future__ import annotations
@@ -25,24 +26,20 @@ from tornado import web
 from tornado.ioloop import IOLoop
 
 from .. import controls
-from ..audit import utc_text
-from ..errors import FairError, StoreError
-from ..store import store_for
-from ..store.pausing import WHOLE_QUEUE
+from ..errors import FairError, InvalidLimit, StoreError
 
 try:
     from flower.api import BaseApiHandler
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("celery_fair.contrib.flower needs Flower: pip install flower") from exc
 
-__all__ = ["ACTIONS", "FairControlApi", "control_routes", "read_pauses"]
+__all__ = ["ACTIONS", "FairControlApi", "control_routes", "flower_user"]
 
 logger = logging.getLogger(__name__)
 
 #: The form fields an action reads (anything else is ignored).
-FIELDS = ("queue", "group", "for", "reason", "concurrency", "weight", "reset", "class")
-#: Audit entries read to find the reason of the pauses in force (newest first).
-PAUSE_AUDIT_DEPTH = 500
+FIELDS = ("queue", "group", "for", "reason", "concurrency", "weight", "rate", "burst",
+          "reset", "class")
 
 Form = Mapping[str, str]
 
@@ -72,19 +69,51 @@ def _purge(app: Any, form: Form, actor: str) -> str:
     return f"purged {len(done)} held tasks of group {form.get('group')} (marked REVOKED)"
 
 
+def _boost(app: Any, form: Form, actor: str) -> str:
+    weight = controls.parse_weight(form.get("weight", ""), "boost weight")
+    if weight is controls.UNCHANGED:
+        raise InvalidLimit("boost weight is required: the weight the group is picked with "
+                           "while boosted")
+    seconds = controls.parse_duration(form["for"]) if form.get("for") else None
+    done = controls.boost(app, form.get("group", ""), weight=weight, queue=_queue(form),
+                          for_seconds=seconds, reason=form.get("reason") or None,
+                          actor=actor)
+    return "boosted " + "; ".join(map(str, done))
+
+
+def _unboost(app: Any, form: Form, actor: str) -> str:
+    done = controls.unboost(app, form.get("group", ""), queue=_queue(form),
+                            reason=form.get("reason") or None, actor=actor)
+    return "boost ended: " + "; ".join(map(str, done)) if done else \
+        "nothing to end: not boosted there"
+
+
 def _limit(app: Any, form: Form, actor: str) -> str:
     reset = form.get("reset", "").lower() in ("1", "true", "on", "yes")
     numbers: dict[str, Any] = {} if reset else {
         "concurrency": controls.parse_concurrency(form.get("concurrency", "")),
-        "weight": controls.parse_weight(form.get("weight", ""))}
+        "weight": controls.parse_weight(form.get("weight", "")),
+        "rate": controls.parse_rate(form.get("rate", "")), "burst": _burst(form)}
     done = controls.limit(app, form.get("group", ""), queue=_queue(form), reset=reset,
                           reason=form.get("reason") or None, actor=actor, **numbers)
     return "limits now: " + "; ".join(map(str, done))
 
 
+def _burst(form: Form) -> int | controls.Unchanged:
+    """The burst field: blank (1 with a rate) or an integer (``limits.rate`` checks its
+    range)."""
+    text = form.get("burst", "").strip()
+    if not text:
+        return controls.UNCHANGED
+    if not text.isdigit():
+        raise InvalidLimit(f"burst must be an integer from 1, got {text!r}")
+    return int(text)
+
+
 #: route name -> the control it runs (app, form, actor) -> a message for the page.
 ACTIONS: dict[str, Callable[[Any, Form, str], str]] = {
-    "pause": _pause, "resume": _resume, "purge": _purge, "limit": _limit}
+    "pause": _pause, "resume": _resume, "purge": _purge, "limit": _limit,
+    "boost": _boost, "unboost": _unboost}
 
 
 def flower_user(handler: Any) -> str:
@@ -137,28 +166,3 @@ class FairControlApi(BaseApiHandler):
 def control_routes() -> list[tuple[str, type]]:
     """The routes :func:`celery_fair.contrib.flower.enable` adds for the actions."""
     return [(r"/api/fair/(" + "|".join(ACTIONS) + ")", FairControlApi)]
-
-
-def read_pauses(app: Any, queues: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    """The pauses in force per queue: {queue: {group ('' for the whole queue): {"until":
-    UTC text or None, "by": actor, "reason": text}}}; who and why from the newest pause
-    entry of the audit log (None when it is older than the last PAUSE_AUDIT_DEPTH)."""
-    store = store_for(app)
-    found = {q: store.pauses(q) for q in queues}
-    if not any(found.values()):
-        return {q: {} for q in queues}
-    latest: dict[tuple[Any, Any], Any] = {}
-    for entry in store.audit_read(PAUSE_AUDIT_DEPTH):  # newest first
-        if entry.action == "pause":
-            key = (entry.args.get("queue"), entry.args.get("group") or WHOLE_QUEUE)
-            latest.setdefault(key, entry)
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for queue, pauses in found.items():
-        out[queue] = {}
-        for group, until in pauses.items():
-            found_entry = latest.get((queue, group))
-            out[queue][group] = {
-                "until": None if until is None else utc_text(until),
-                "by": found_entry.actor if found_entry else None,
-                "reason": found_entry.reason if found_entry else None}
-    return out
