@@ -103,7 +103,13 @@ def chaos_main(argv: list[str]) -> int:
                             default=getattr(defaults, f.name), help=f"default {f.default}")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    figures = run(Plan(**vars(args)))
+    plan = Plan(**vars(args))
+    if plan.store == "sentinel":  # the failover campaign: a campaign of its own
+        from .chaos_sentinel import run_failovers
+
+        figures = run_failovers(plan)
+    else:
+        figures = run(plan)
     return 0 if figures.ok else 1
 
 

@@ -36,7 +36,6 @@ executed and skipped, leaked slots, cap violations, wall time.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
@@ -53,7 +52,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
 from celery import Celery
 
 from celery_fair.config import reset_config
@@ -63,6 +61,13 @@ from celery_fair.testing import pool_processes
 
 from . import chaos_proj
 from .chaos_controls import ChaosControls
+from .chaos_verdict import (
+    Canary,
+    duplicate_causes,
+    is_duplicate,
+    overlapping,
+    run_check,
+)
 from .ledger import Ledger
 from .proxy import StoreProxy
 from .services import CeleryProc, RedisNode
@@ -78,11 +83,6 @@ def can_unshare() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
     return subprocess.run([*UNSHARE, "true"], capture_output=True, timeout=30).returncode == 0
-
-
-#: A message a worker received this long before a broker outage may still be running or
-#: unacked when the outage strikes, so its redelivery counts as the outage's doing.
-OUTAGE_REACH = 20.0
 
 
 @dataclass
@@ -114,6 +114,11 @@ class Plan:
     # private server the campaign starts, crashes store_crashes times and restarts).
     store: str = "redis"
     store_crashes: int = 2
+    # --store sentinel (bench/chaos_sentinel.py): times the master is SIGKILLed, a
+    # replica promoted and the old master restarted as a replica; fair_store_replicas
+    # (0: unreplicated, losses measured rather than refused).
+    failovers: int = 5
+    store_replicas: int = 1
     # How long a dead worker's slots stay held: its acks_late runs are held again when
     # their leases run out (the broker's copies are skipped); short keeps rounds quick.
     # (Without kept bytes a redelivered copy would have to find its slot still held, so
@@ -175,7 +180,12 @@ class Figures:
 
     @property
     def ok(self) -> bool:
-        return not (self.tasks_lost or self.duplicate_causes.get("unexplained")
+        return not (self.tasks_lost or self.invariants_broken)
+
+    @property
+    def invariants_broken(self) -> bool:
+        """Anything but a lost task that fails the run."""
+        return bool(self.duplicate_causes.get("unexplained")
                     or self.check_problems or self.leaked_slots
                     or self.cap_violation_causes.get("unexplained") or self.ledger_running
                     or self.controls_left or self.controls_error)
@@ -183,6 +193,9 @@ class Figures:
 
 class Campaign:
     """One chaos run: its Redis, its ledger, its workers and dispatcher."""
+
+    #: More ``celery fair dispatch`` options for each dispatcher the campaign starts.
+    dispatch_options: tuple[str, ...] = ()
 
     def __init__(self, plan: Plan, workdir: Path | None = None) -> None:
         self.plan = plan
@@ -198,10 +211,9 @@ class Campaign:
         self.redis = RedisNode(fsync, log=self.workdir / "redis.log")
         self.canary = Canary(self.redis.url)
         self.rabbit: Any = None
-        self.postgres = _store_node(plan.store, self.workdir)
-        self.store_url = self.postgres.url if self.postgres else self.redis.url
-        store_port = self.postgres.port if self.postgres else self.redis.port
-        self.proxy = StoreProxy(store_port) if plan.store_outages else None
+        self.postgres: Any = None
+        self.store_url, store_port = self._open_store()
+        self.proxy = StoreProxy(store_port) if plan.store_outages and store_port else None
         self.ledger = Ledger.create(caps=self.caps)
         self.workers: list[CeleryProc] = []  # killed at random, replaced
         self.namespaced: list[CeleryProc] = []  # never killed: the other containers
@@ -216,6 +228,14 @@ class Campaign:
                                       plan.control_interval)
 
     # -- set-up ------------------------------------------------------------------------
+
+    def _open_store(self) -> tuple[str, int | None]:
+        """celery-fair's store: its URL, and the port a store outage's relay forwards to
+        (None: no relay). The broker's Redis, or a private PostgreSQL server."""
+        self.postgres = _store_node(self.plan.store, self.workdir)
+        if self.postgres is not None:
+            return self.postgres.url, self.postgres.port
+        return self.redis.url, self.redis.port
 
     def _conf(self) -> dict[str, Any]:
         return {
@@ -282,7 +302,8 @@ class Campaign:
 
     def start_dispatcher(self) -> CeleryProc:
         env = {**self._env(), "CHAOS_DISPATCH_KILL_P": str(self.plan.hook_probability)}
-        self.dispatcher = CeleryProc(["fair", "dispatch", "-l", "WARNING"], env,
+        self.dispatcher = CeleryProc(["fair", "dispatch", "-l", "WARNING",
+                                      *self.dispatch_options], env,
                                      self._log("dispatcher"))
         return self.dispatcher
 
@@ -319,8 +340,7 @@ class Campaign:
                   + ["redis"] * _share(plan.redis_restarts, rounds, number)
                   + ["redis_crash"] * _share(plan.redis_crashes, rounds, number)
                   + ["rabbitmq"] * _share(plan.rabbitmq_restarts, rounds, number)
-                  + ["store_crash"] * (_share(plan.store_crashes, rounds, number)
-                                       if self.postgres else 0)
+                  + self._store_events(number)
                   + ["store_outage"] * _share(plan.store_outages, rounds, number))
         self.rng.shuffle(events)
         # Each event strikes while the round's tasks drain, at a random point of it; the
@@ -335,7 +355,12 @@ class Campaign:
         self.controls.stop()
         self.controls.lift()  # what has no end; what has one ends by itself
         self._settle(number)
-        self.figures.checks.append(_run_check(self.app))
+        self.figures.checks.append(run_check(self.app))
+
+    def _store_events(self, number: int) -> list[str]:
+        """What happens to the store itself in round ``number``: PostgreSQL crashes."""
+        count = _share(self.plan.store_crashes, self.plan.rounds, number)
+        return ["store_crash"] * (count if self.postgres else 0)
 
     def _submit(self, count: int) -> None:
         work = self.app.tasks[chaos_proj.TASK]
@@ -477,8 +502,8 @@ class Campaign:
         f.cap_violations = len(violations)
         causes: Counter[str] = Counter()
         for group, _, _, at in violations:
-            beside = _overlapping(runs, group, at)
-            explained = any(_is_duplicate(task_runs, at) for _, task_runs in beside)
+            beside = overlapping(runs, group, at)
+            explained = any(is_duplicate(task_runs, at) for _, task_runs in beside)
             causes["duplicate_run" if explained else "unexplained"] += 1
             if not explained and len(f.cap_examples) < 3:
                 f.cap_examples.append(beside)
@@ -555,42 +580,14 @@ class Campaign:
         return "\n".join(p.tail() for p in procs)
 
 
-class Canary:
-    """Counts the acknowledged writes Redis forgot across its restarts and crashes.
-
-    It INCRs one key every few milliseconds; a reply at or below one Redis had already
-    acknowledged means Redis came back without the writes in between. Held tasks are
-    written the same way, so a task lost while the canary lost nothing is celery-fair's
-    doing, and one lost beside a canary loss may be Redis's.
-    """
-
-    KEY = "chaos:canary"
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.lost = 0
-
-    def run(self, stop: threading.Event) -> None:
-        client = redis.Redis.from_url(self.url, socket_timeout=2, socket_connect_timeout=2)
-        acked = 0
-        while not stop.wait(0.005):
-            try:
-                value = int(client.incr(self.KEY))
-            except redis.RedisError:
-                continue  # Redis is down: the next reply after it is back tells
-            if value <= acked:
-                self.lost += acked - value + 1
-            acked = value
-
-
 def _store_node(store: str, workdir: Path) -> Any:
     """The private PostgreSQL of ``--store postgresql``; None for ``redis`` (the
     broker's Redis is the store)."""
     if store == "redis":
         return None
     if store != "postgresql":
-        raise ValueError(f"--store {store!r} is not a store the campaign runs: expected "
-                         "'redis' or 'postgresql'")
+        raise ValueError(f"--store {store!r} is not a store this campaign runs: expected "
+                         "'redis' or 'postgresql' ('sentinel': bench/chaos_sentinel.py)")
     from .postgres import PostgresNode
 
     return PostgresNode(log=workdir / "postgres.log")
@@ -611,69 +608,9 @@ def _share(total: int, parts: int, index: int) -> int:
     return total // parts + (1 if index < total % parts else 0)
 
 
-def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
-                     events: list[tuple[float, str, int]],
-                     examples: dict[str, Any] | None = None) -> Counter[str]:
-    """Why each extra completed run of a task happened, judged from the campaign's events.
-
-    ``worker_kill``: the worker of the previous run died after that run started and before
-    this one did (acks_late: the message was never acked, the broker redelivered it).
-    ``broker_outage``: the broker restarted between the two starts (the ack could not be
-    sent; the message may have reached the worker up to ``OUTAGE_REACH`` seconds before
-    the outage and run just after it). ``unexplained``: neither; a bug. Up to 5
-    unexplained ones go into ``examples``.
-    """
-    completed: dict[str, list[tuple[int, float, float | None]]] = {}
-    for task, _, worker_pid, started, ended in runs:
-        if ended is not None:
-            completed.setdefault(task, []).append((worker_pid, started, ended))
-    causes: Counter[str] = Counter()
-    for task, done in completed.items():
-        for (pid, first, _), (_, again, _) in zip(done, done[1:]):
-            if any(what == "worker" and who == pid and first <= t <= again
-                   for t, what, who in events):
-                cause = "worker_kill"
-            elif any(what == "outage" and first - OUTAGE_REACH <= t <= again
-                     for t, what, _ in events):
-                cause = "broker_outage"
-            else:
-                cause = "unexplained"
-            causes[cause] += 1
-            if examples is not None and len(examples) < 5:
-                examples[task] = {"cause": cause, "runs": done, "events": [
-                    e for e in events if first - 15 <= e[0] <= again + 1]}
-    return causes
-
-
-def _overlapping(runs: list[tuple[str, str, int, float, float | None]], group: str,
-                 at: float) -> list[Any]:
-    """The runs of ``group`` going on at ``at``, each with every run of its task."""
-    tasks = {task for task, grp, _, started, ended in runs
-             if grp == group and started <= at and (ended is None or ended >= at)}
-    return [[task, [(pid, s, e) for t, _, pid, s, e in runs if t == task]]
-            for task in sorted(tasks)]
-
-
-def _is_duplicate(task_runs: list[Any], at: float) -> bool:
-    """A run going on at ``at`` is a second run of a task that had already completed."""
-    return any(end is not None and end < at for _, _, end in task_runs) and \
-        any(start <= at and (end is None or end >= at) for _, start, end in task_runs)
-
-
-def _run_check(app: Celery) -> Any:
-    """celery-fair's invariant checker (``celery_fair.check``), when this version has one:
-    its findings as data (none is the only good answer)."""
-    try:
-        checker = importlib.import_module("celery_fair.check")
-    except ImportError:
-        return "celery_fair.check not available"
-    report = checker.check(app)
-    return report.to_dict() if hasattr(report, "to_dict") else repr(report)
-
-
-def run(plan: Plan, keep_logs: bool = False) -> Figures:
+def run(plan: Plan, campaign_class: type[Campaign] = Campaign) -> Figures:
     """Run the campaign and print its JSON line; raises nothing for broken invariants."""
-    campaign = Campaign(plan)
+    campaign = campaign_class(plan)
     try:
         figures = campaign.run()
         if not figures.ok:

@@ -73,9 +73,10 @@ class RedisServer:
         self.url = f"redis://127.0.0.1:{self.port}"
         self.start()
 
-    def start(self) -> None:
-        """Start the server (again, after :meth:`halt`: same port, same data directory)."""
-        self.proc = subprocess.Popen(self._cmd, stdout=subprocess.DEVNULL,
+    def start(self, *extra: str) -> None:
+        """Start the server (again, after :meth:`halt`: same port, same data directory),
+        with ``extra`` command-line options for this start only (``--replicaof h p``)."""
+        self.proc = subprocess.Popen([*self._cmd, *extra], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.STDOUT)
         client = redis.Redis(port=self.port)
         deadline = time.monotonic() + 10
@@ -117,7 +118,8 @@ class SentinelTopology:
         topology = SentinelTopology()
         app.conf.fair_store_url = topology.store_url
         app.conf.fair_store_transport_options = {"master_name": topology.master_name}
-        topology.kill_master(); topology.wait_for_failover()
+        old = topology.kill_master(); topology.wait_for_failover(old)
+        topology.restart_as_replica(old)   # the old master back, following the new one
         topology.stop()
     """
 
@@ -194,7 +196,10 @@ class SentinelTopology:
         return bool(state["num-slaves"] >= replicas and state["num-other-sentinels"] >= others)
 
     def _in_sync(self, replicas: int) -> bool:
-        info = redis.Redis(port=self.master.port).info("replication")
+        try:
+            info = redis.Redis(port=self.master.port, socket_timeout=2).info("replication")
+        except redis.RedisError:  # a master just promoted, or going away: ask again
+            return False
         return sum(1 for key, value in info.items() if key.startswith("slave")
                    and isinstance(value, dict) and value.get("state") == "online") >= replicas
 
@@ -219,6 +224,16 @@ class SentinelTopology:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"no replica was promoted within {timeout} s")
             time.sleep(0.1)
+
+    def restart_as_replica(self, port: int, timeout: float = 30) -> None:
+        """Start the server on ``port`` (a master :meth:`kill_master` killed) again as a
+        replica of the current master, as an operator brings a failed node back: started
+        with ``--replicaof``, so it never serves as a master with its stale (here: empty)
+        data, even for a moment. Returns once the master has every replica in sync and the
+        sentinels know them all again: the next failover finds the same topology."""
+        server = next(s for s in self.servers if s.port == port)
+        server.start("--replicaof", "127.0.0.1", str(self.master_port()))
+        self._wait_until_watched(len(self.servers) - 1, len(self.sentinels), timeout)
 
     def stop(self) -> None:
         for proc in self.sentinels:

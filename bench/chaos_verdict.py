@@ -1,0 +1,111 @@
+"""How the chaos campaign judges what happened (bench/chaos.py): why a task ran twice,
+which runs overlapped a cap violation, celery-fair's own invariant checker, and the
+canary that counts the acknowledged writes a Redis restart or crash forgot.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections import Counter
+from typing import Any
+
+import redis
+from celery import Celery
+
+#: A message a worker received this long before a broker outage may still be running or
+#: unacked when the outage strikes, so its redelivery counts as the outage's doing.
+OUTAGE_REACH = 20.0
+
+
+class Canary:
+    """Counts the acknowledged writes Redis forgot across its restarts and crashes.
+
+    It INCRs one key every few milliseconds; a reply at or below one Redis had already
+    acknowledged means Redis came back without the writes in between. Held tasks are
+    written the same way, so a task lost while the canary lost nothing is celery-fair's
+    doing, and one lost beside a canary loss may be Redis's.
+    """
+
+    KEY = "chaos:canary"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.lost = 0
+
+    def run(self, stop: threading.Event) -> None:
+        client = redis.Redis.from_url(self.url, socket_timeout=2, socket_connect_timeout=2)
+        acked = 0
+        while not stop.wait(0.005):
+            try:
+                value = int(client.incr(self.KEY))
+            except redis.RedisError:
+                continue  # Redis is down: the next reply after it is back tells
+            if value <= acked:
+                self.lost += acked - value + 1
+            acked = value
+
+
+def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
+                     events: list[tuple[float, str, int]],
+                     examples: dict[str, Any] | None = None) -> Counter[str]:
+    """Why each extra completed run of a task happened, judged from the campaign's events.
+
+    ``worker_kill``: the worker of the previous run died after that run started and before
+    this one did (acks_late: the message was never acked, the broker redelivered it).
+    ``broker_outage``: the broker restarted between the two starts (the ack could not be
+    sent; the message may have reached the worker up to ``OUTAGE_REACH`` seconds before
+    the outage and run just after it). ``store_failover``: the store's master was killed
+    and a replica promoted between them (``--store sentinel``: a pick, begin or release
+    the new master never received). ``unexplained``: neither; a bug. Up to 5
+    unexplained ones go into ``examples``.
+    """
+    completed: dict[str, list[tuple[int, float, float | None]]] = {}
+    for task, _, worker_pid, started, ended in runs:
+        if ended is not None:
+            completed.setdefault(task, []).append((worker_pid, started, ended))
+    causes: Counter[str] = Counter()
+    for task, done in completed.items():
+        for (pid, first, _), (_, again, _) in zip(done, done[1:]):
+            if any(what == "worker" and who == pid and first <= t <= again
+                   for t, what, who in events):
+                cause = "worker_kill"
+            elif any(what == "outage" and first - OUTAGE_REACH <= t <= again
+                     for t, what, _ in events):
+                cause = "broker_outage"
+            elif any(what == "failover" and first - OUTAGE_REACH <= t <= again
+                     for t, what, _ in events):
+                cause = "store_failover"
+            else:
+                cause = "unexplained"
+            causes[cause] += 1
+            if examples is not None and len(examples) < 5:
+                examples[task] = {"cause": cause, "runs": done, "events": [
+                    e for e in events if first - 15 <= e[0] <= again + 1]}
+    return causes
+
+
+def overlapping(runs: list[tuple[str, str, int, float, float | None]], group: str,
+                 at: float) -> list[Any]:
+    """The runs of ``group`` going on at ``at``, each with every run of its task."""
+    tasks = {task for task, grp, _, started, ended in runs
+             if grp == group and started <= at and (ended is None or ended >= at)}
+    return [[task, [(pid, s, e) for t, _, pid, s, e in runs if t == task]]
+            for task in sorted(tasks)]
+
+
+def is_duplicate(task_runs: list[Any], at: float) -> bool:
+    """A run going on at ``at`` is a second run of a task that had already completed."""
+    return any(end is not None and end < at for _, _, end in task_runs) and \
+        any(start <= at and (end is None or end >= at) for _, start, end in task_runs)
+
+
+def run_check(app: Celery) -> Any:
+    """celery-fair's invariant checker (``celery_fair.check``), when this version has one:
+    its findings as data (none is the only good answer)."""
+    try:
+        checker = importlib.import_module("celery_fair.check")
+    except ImportError:
+        return "celery_fair.check not available"
+    report = checker.check(app)
+    return report.to_dict() if hasattr(report, "to_dict") else repr(report)
