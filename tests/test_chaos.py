@@ -9,7 +9,9 @@ PostgreSQL must be reachable (``CHAOS_PG``, default postgres@127.0.0.1:5432): wi
 server there the tests are skipped, saying so (tests/components.py), and fail in CI. The
 campaign runs again with celery-fair's store in a private PostgreSQL server (``--store
 postgresql``, bench/postgres.py: PostgreSQL's server binaries) that it SIGKILLs and
-restarts; Redis is then the broker only.
+restarts; Redis is then the broker only. And with celery-fair's store behind Redis
+Sentinel (``--store sentinel``, bench/chaos_sentinel.py: a master, 2 replicas and 3
+sentinels) whose master is SIGKILLed and replaced under the running dispatcher and workers.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ import pytest
 
 from bench.chaos import Plan, can_unshare, duplicate_causes, run
 from bench.chaos_controls import KINDS
+from bench.chaos_sentinel import run_failovers
 from bench.ledger import Ledger, LedgerUnavailable
 from celery_fair.testing import free_port
 
-from .components import POSTGRESQL, POSTGRESQL_SERVER_BINARIES, require
+from .components import POSTGRESQL, POSTGRESQL_SERVER_BINARIES, REDIS_SENTINEL, require
 
 
 @pytest.fixture
@@ -155,3 +158,31 @@ def test_chaos_campaign_on_postgresql_loses_nothing() -> None:
     assert figures.cap_violation_causes.get("unexplained", 0) == 0, figures.cap_examples
     assert figures.check_problems == 0, figures.checks
     _controls_came_and_went(figures)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_failovers_with_fair_store_replicas_lose_and_duplicate_nothing() -> None:
+    """The store's master is SIGKILLed twice while tasks are published and drained, a
+    replica promoted each time and the old master brought back as a replica; the same
+    dispatcher and workers carry on through the sentinels. With fair_store_replicas=1
+    every hold, release and cancel a caller was told of is on a replica: nothing is lost,
+    nothing runs twice. (No worker or broker kills here: their own duplicates, which the
+    campaign explains, would blur what a failover does.)"""
+    require(POSTGRESQL)  # the ledger
+    require(REDIS_SENTINEL)  # under CELERY_FAIR_STRICT=1 (CI) a failure, not a skip
+    plan = Plan(tasks=400, groups=10, rounds=2, workers=2, concurrency=3,
+                dispatcher_kills=2, worker_kills=0, redis_restarts=0, redis_crashes=0,
+                store="sentinel", failovers=2, store_replicas=1, namespaced_workers=0,
+                round_timeout=40, hook_probability=0.001)
+    figures = run_failovers(plan)
+    assert figures.store == "sentinel" and figures.kills.get("failover") == 2, figures.kills
+    assert len(figures.failover_seconds) == 2  # type: ignore[attr-defined]
+    assert figures.tasks == 400 and figures.completed == 400
+    assert figures.tasks_lost == 0, figures.lost_examples
+    assert figures.duplicates_executed == 0, figures.duplicate_examples
+    assert figures.leaked_slots == 0
+    assert figures.cap_violations == 0, figures.cap_examples
+    assert figures.ledger_running == 0
+    assert figures.check_problems == 0, figures.checks
+    assert figures.ok
