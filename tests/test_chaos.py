@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
-from bench.chaos import Plan, can_unshare, duplicate_causes, run
+from bench.chaos import Plan, can_unshare, run
 from bench.chaos_controls import KINDS
 from bench.chaos_sentinel import run_failovers
+from bench.chaos_verdict import duplicate_causes
 from bench.ledger import Ledger, LedgerUnavailable
 from celery_fair.testing import free_port
 
@@ -171,14 +172,14 @@ def test_failovers_with_fair_store_replicas_lose_and_duplicate_nothing() -> None
     campaign explains, would blur what a failover does.)"""
     require(POSTGRESQL)  # the ledger
     require(REDIS_SENTINEL)  # under CELERY_FAIR_STRICT=1 (CI) a failure, not a skip
-    plan = Plan(tasks=400, groups=10, rounds=2, workers=2, concurrency=3,
+    plan = Plan(tasks=300, groups=10, rounds=2, workers=2, concurrency=3,
                 dispatcher_kills=2, worker_kills=0, redis_restarts=0, redis_crashes=0,
                 store="sentinel", failovers=2, store_replicas=1, namespaced_workers=0,
                 round_timeout=40, hook_probability=0.001)
     figures = run_failovers(plan)
     assert figures.store == "sentinel" and figures.kills.get("failover") == 2, figures.kills
     assert len(figures.failover_seconds) == 2  # type: ignore[attr-defined]
-    assert figures.tasks == 400 and figures.completed == 400
+    assert figures.tasks == 300 and figures.completed == 300
     assert figures.tasks_lost == 0, figures.lost_examples
     assert figures.duplicates_executed == 0, figures.duplicate_examples
     assert figures.leaked_slots == 0
