@@ -20,7 +20,9 @@ capped groups, in R rounds, and drains them with real subprocess workers (prefor
   and, with ``--broker amqp``, SIGKILLs and restarts a private RabbitMQ node;
 - with ``--store postgresql``, keeps celery-fair's store in a private PostgreSQL server
   (``bench/postgres.py``; Redis is then the broker only) and crashes it ``--store-crashes``
-  times: SIGKILL of the postmaster, restarted on the same port and data directory.
+  times: SIGKILL of the postmaster, restarted on the same port and data directory;
+- with ``--store sentinel``, keeps the store behind Redis Sentinel and fails its master
+  over ``--failovers`` times (the failover campaign: ``bench/chaos_sentinel.py``).
 
 A Redis crash under ``appendfsync everysec`` may forget writes it had already acknowledged:
 Redis replies before its AOF write while a background fsync is slow (up to 2 s of them).
