@@ -27,6 +27,7 @@ from celery_fair.errors import ConfigurationError
 from celery_fair.shards import Shard, parse_shard
 from celery_fair.store import ClusterStore, RedisOptions, store_for
 from celery_fair.store.base import Store
+from celery_fair.store.models import Placement
 from celery_fair.testing import ClusterTopology
 
 from . import test_store_contract_dispatch, test_store_contract_pick
@@ -34,8 +35,7 @@ from .components import REDIS_CLUSTER, require
 from .conftest import wait_for
 from .store_helpers import (
     NOW,
-    Q,
-    hold,
+    flushed,
     store_fixture,  # noqa: F401 (the contract tests' `store`)
     value,
 )
@@ -66,12 +66,7 @@ def cluster_store(cluster: ClusterTopology, replicas: int = 0) -> ClusterStore:
 @pytest.fixture
 def any_store(cluster: ClusterTopology) -> Iterator[Store]:
     """The contract suite's store, here on the cluster."""
-    store = cluster_store(cluster)
-    try:
-        yield store
-    finally:
-        store.flush()
-        store.close()
+    yield from flushed(cluster_store(cluster))
 
 
 def keys_by_port(cluster: ClusterTopology, pattern: str) -> dict[int, list[bytes]]:
@@ -85,8 +80,6 @@ def keys_by_port(cluster: ClusterTopology, pattern: str) -> dict[int, list[bytes
 
 
 def held(store: Store, queue: str, group: str = "acme", hold_id: str | None = None) -> None:
-    from celery_fair.store.models import Placement
-
     hid = hold_id or uuid.uuid4().hex
     store.hold(queue, hid, value(group, body=hid.encode()), Placement(group, "b", 1, False),
                0, NOW)
