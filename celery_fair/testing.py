@@ -271,6 +271,7 @@ class ClusterTopology:
                  "--cluster-replicas", str(replicas), "--cluster-yes"],
                 check=True, capture_output=True, timeout=timeout)
             self._wait_until_ok(masters * replicas, timeout)
+            self._wait_until_synced(masters, replicas, timeout)
         except BaseException:
             self.stop()
             raise
@@ -286,8 +287,25 @@ class ClusterTopology:
                 raise RuntimeError(f"the Redis Cluster was not ok within {timeout} s")
             time.sleep(0.1)
 
+    def _wait_until_synced(self, masters: int, replicas: int, timeout: float) -> None:
+        """Until each primary has its replicas online (a WAIT counts only those)."""
+        deadline = time.monotonic() + timeout
+        while sum(self._online_replicas(s.port) >= replicas for s in self.servers) < masters:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster's replicas were not in sync within {timeout} s")
+            time.sleep(0.1)
+
     @staticmethod
-    def _ok(port: int, replicas: int) -> bool:
+    def _online_replicas(port: int) -> int:
+        """How many replicas of the node on ``port`` are online (-1: it is a replica)."""
+        info: Any = redis.Redis(port=port, socket_timeout=2).info("replication")
+        if info.get("role") != "master":
+            return -1
+        return sum(1 for key, value in info.items() if key.startswith("slave")
+                   and isinstance(value, dict) and value.get("state") == "online")
+
+    @staticmethod
+    def _ok(port: int, replicas: int | None) -> bool:
         try:
             client = redis.Redis(port=port, socket_timeout=2)
             info: Any = client.cluster("INFO")
@@ -296,14 +314,41 @@ class ClusterTopology:
             return False
         return bool(info.get("cluster_state") == "ok"
                     and int(info.get("cluster_slots_ok", 0)) == 16384
-                    and sum("slave" in node["flags"] for node in nodes.values()) == replicas)
+                    and (replicas is None or sum(
+                        "slave" in node["flags"] for node in nodes.values()) == replicas))
 
     def primaries(self) -> list[int]:
-        """The ports of the nodes serving slots now, sorted."""
-        nodes: Any = redis.Redis(port=self.servers[0].port).cluster("NODES")
+        """The ports of the nodes serving slots now, sorted (as a live node sees it)."""
+        live = next(s for s in self.servers if s.proc.poll() is None)
+        nodes: Any = redis.Redis(port=live.port).cluster("NODES")
         return sorted(int(address.split("@")[0].rsplit(":", 1)[1])
                       for address, node in nodes.items()
-                      if "master" in node["flags"] and node["slots"])
+                      if "master" in node["flags"] and "fail" not in node["flags"]
+                      and node["slots"])
+
+    def primary_of(self, key: str) -> int:
+        """The port of the primary serving ``key``'s slot now."""
+        live = next(s for s in self.servers if s.proc.poll() is None)
+        slot = int(redis.Redis(port=live.port).cluster("KEYSLOT", key))
+        for row in redis.Redis(port=live.port).cluster("SLOTS"):
+            if row[0] <= slot <= row[1]:
+                return int(row[2][1])
+        raise RuntimeError(f"no primary serves slot {slot}")
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the node on ``port`` (a crash)."""
+        next(s for s in self.servers if s.port == port).halt(kill=True)
+
+    def wait_for_failover(self, old_port: int, timeout: float = 30) -> None:
+        """Until a replica took over the slots of the (killed) primary ``old_port`` and
+        the cluster is ok again on every live node."""
+        deadline = time.monotonic() + timeout
+        live = [s for s in self.servers if s.proc.poll() is None]
+        while old_port in self.primaries() or not all(
+                self._ok(s.port, None) for s in live):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no replica took over from {old_port} within {timeout} s")
+            time.sleep(0.1)
 
     def stop(self) -> None:
         for server in self.servers:

@@ -23,7 +23,7 @@ from redis.cluster import key_slot
 from celery_fair.check import check
 from celery_fair.cli_dispatch import dispatch
 from celery_fair.config import get_config
-from celery_fair.errors import ConfigurationError
+from celery_fair.errors import ConfigurationError, StoreConnectionError
 from celery_fair.shards import Shard, parse_shard
 from celery_fair.store import ClusterStore, RedisOptions, store_for
 from celery_fair.store.base import Store
@@ -232,3 +232,38 @@ def _context(app: Celery) -> Any:
     obj = Obj()
     obj.app = app  # type: ignore[attr-defined]
     return obj
+
+
+def test_an_unreachable_cluster_store_is_named_without_its_password() -> None:
+    from celery_fair.testing import free_port
+
+    store = ClusterStore.from_cluster_url(
+        f"redis+cluster://:s3cret@127.0.0.1:{free_port()}/", "t", None, RedisOptions())
+    with pytest.raises(StoreConnectionError) as info:
+        store.ping()
+    text = str(info.value)
+    assert "redis+cluster://127.0.0.1:" in text and "s3cret" not in text, text
+
+
+@pytest.fixture
+def failing_cluster() -> Iterator[ClusterTopology]:
+    """A cluster of the test's own: the test kills a primary."""
+    require(REDIS_CLUSTER)
+    topology = ClusterTopology()
+    yield topology
+    topology.stop()
+
+
+def test_the_same_store_follows_a_failover_of_its_queue_s_primary(
+        failing_cluster: ClusterTopology) -> None:
+    replicated, store = cluster_store(failing_cluster, replicas=1), cluster_store(failing_cluster)
+    store.namespace = replicated.namespace  # the same fair queues, with and without WAIT
+    held(replicated, "alpha", "acme", "before")  # on the replica before hold returns
+    assert store.queues() == ["alpha"]  # the store is connected to the old primary
+    old = failing_cluster.primary_of(replicated.keys("alpha").prefix)
+    failing_cluster.kill(old)
+    failing_cluster.wait_for_failover(old)
+    held(store, "alpha", "globex", "after")  # no restart: the same client finds the new one
+    picked = store.pick("alpha", 10, None, NOW, 10_000)
+    assert sorted(p.hold_id for p in picked) == ["after", "before"]
+    assert failing_cluster.primary_of(store.keys("alpha").prefix) != old

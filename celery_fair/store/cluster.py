@@ -31,13 +31,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Callable
 
 import redis
+import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import ClusterDownError, MovedError, RedisClusterException, TryAgainError
 from redis.retry import Retry
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreConnectionError, StoreUnreachable
 from ..redact import safe_url
 from ..urls import parse_cluster_url
 from .connection import _GET_CONNECTION_ARGS, Bounds, _wrapped, client_options
@@ -112,6 +113,12 @@ class ClusterStore(RedisStore):
         except ValueError as exc:
             raise ConfigurationError(
                 f"setting fair_store_url={safe_url(url)!r} is invalid: {exc}") from None
+        if not hasattr(redis.cluster, "TransactionStrategy"):
+            # the store's MULTI/EXEC round trips (one slot each) need redis-py's cluster
+            # transactions, new in redis-py 6.2
+            raise ConfigurationError(
+                f"setting fair_store_url={safe_url(url)!r} needs redis-py 6.2 or later for "
+                f"a Redis Cluster (installed: {redis.__version__}): pip install 'redis>=6.2'")
         bounds = bounds or Bounds()
         kwargs = client_options(bounds, {})
         for name in ("retry", "retry_on_timeout", "retry_on_error"):  # the cluster's own
@@ -133,9 +140,17 @@ class ClusterStore(RedisStore):
         return client.get_redis_connection(client.get_node_from_key(key))  # type: ignore[no-any-return]
 
     def _connect(self, key: str) -> None:
-        with _wrapped(self.where):
-            pool = self._primary(key).connection_pool
+        """See :meth:`RedisStore._connect`: on the primary of ``key``'s slot, looked up
+        again after a failover. Raises redis-py's errors, or StoreUnreachable when no
+        client could be made: in both cases nothing was sent."""
+        def connect(node: redis.Redis) -> None:
+            pool = node.connection_pool
             pool.release(pool.get_connection(*_GET_CONNECTION_ARGS))
+
+        try:
+            self._on_primary(key, connect)
+        except StoreConnectionError as exc:  # from making the client
+            raise StoreUnreachable(str(exc)) from exc.__cause__
 
     def _pipelined(self, prefix: str, calls: list[tuple[str, list[Any]]],
                    register: str | None = None, replicate: bool = False) -> list[Any]:
