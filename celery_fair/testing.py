@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -281,19 +282,14 @@ class ClusterTopology:
     def _wait_until_ok(self, replicas: int, timeout: float) -> None:
         """Until every node says the cluster is ok with every slot served, and knows
         every replica as one."""
-        deadline = time.monotonic() + timeout
-        while not all(self._ok(server.port, replicas) for server in self.servers):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the Redis Cluster was not ok within {timeout} s")
-            time.sleep(0.1)
+        _until(lambda: all(self._ok(server.port, replicas) for server in self.servers),
+               timeout, "the Redis Cluster was not ok")
 
     def _wait_until_synced(self, masters: int, replicas: int, timeout: float) -> None:
         """Until each primary has its replicas online (a WAIT counts only those)."""
-        deadline = time.monotonic() + timeout
-        while sum(self._online_replicas(s.port) >= replicas for s in self.servers) < masters:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the cluster's replicas were not in sync within {timeout} s")
-            time.sleep(0.1)
+        _until(lambda: sum(self._online_replicas(s.port) >= replicas
+                           for s in self.servers) >= masters,
+               timeout, "the cluster's replicas were not in sync")
 
     @staticmethod
     def _online_replicas(port: int) -> int:
@@ -342,17 +338,24 @@ class ClusterTopology:
     def wait_for_failover(self, old_port: int, timeout: float = 30) -> None:
         """Until a replica took over the slots of the (killed) primary ``old_port`` and
         the cluster is ok again on every live node."""
-        deadline = time.monotonic() + timeout
         live = [s for s in self.servers if s.proc.poll() is None]
-        while old_port in self.primaries() or not all(
-                self._ok(s.port, None) for s in live):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no replica took over from {old_port} within {timeout} s")
-            time.sleep(0.1)
+        _until(lambda: old_port not in self.primaries()
+               and all(self._ok(s.port, None) for s in live),
+               timeout, f"no replica took over from {old_port}")
 
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
+
+
+def _until(done: Callable[[], bool], timeout: float, failure: str) -> None:
+    """Poll ``done()`` every 0.1 s until it is true; RuntimeError ``failure`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{failure} within {timeout} s")
+        time.sleep(0.1)
 
 
 # The memory store (fast unit tests of logic without a server; see its module).
