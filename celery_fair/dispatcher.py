@@ -285,7 +285,7 @@ class Dispatcher:
     def run(self) -> None:
         """Step until :meth:`stop` (or SIGTERM/SIGINT in the main thread)."""
         self._install_signal_handlers()
-        log_start(self.store, self.config, self.fixed_queues)
+        log_start(self.store, self.config, self.fixed_queues, self.directory.shard)
         for sentence in self.store.advice():  # settings that can lose held tasks
             logger.warning("celery_fair store %s: %s", safe_url(self.config.store_url),
                            sentence)

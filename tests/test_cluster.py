@@ -196,7 +196,8 @@ def test_shards_split_the_queues_and_bad_shards_are_refused(
 
 def test_sharded_dispatchers_each_serve_only_their_queues(
         make_app: Callable[..., Celery], dispatcher: Callable[..., Any],
-        cluster: ClusterTopology) -> None:
+        cluster: ClusterTopology, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="celery_fair")
     app = make_app(fair_store_url=cluster.store_url)
     store = store_for(app)
     for queue in SPREAD:
@@ -205,7 +206,10 @@ def test_sharded_dispatchers_each_serve_only_their_queues(
         shard = Shard(index, 2)
         with dispatcher(app, shard=shard) as running:
             wait_for(lambda: running.directory.queues, what="the shard's queues")
-            assert running.directory.queues == [q for q in sorted(SPREAD) if shard.serves(q)]
+            mine = [q for q in sorted(SPREAD) if shard.serves(q)]
+            assert running.directory.queues == mine
+            assert f"queues shard {shard} of the fair queues (now: {', '.join(mine)})" \
+                in caplog.text
 
 
 def test_a_dispatcher_and_a_worker_run_tasks_of_several_queues_on_the_cluster(
