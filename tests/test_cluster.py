@@ -30,7 +30,18 @@ from celery_fair.store.base import Store
 from celery_fair.store.models import Placement
 from celery_fair.testing import ClusterTopology
 
-from . import test_store_contract_dispatch, test_store_contract_pick
+from . import (
+    test_store_contract_audit,
+    test_store_contract_backpressure,
+    test_store_contract_boost,
+    test_store_contract_dispatch,
+    test_store_contract_liveness,
+    test_store_contract_pause,
+    test_store_contract_pick,
+    test_store_contract_policy,
+    test_store_contract_position,
+    test_store_contract_rate,
+)
 from .components import REDIS_CLUSTER, require
 from .conftest import wait_for
 from .store_helpers import (
@@ -40,8 +51,13 @@ from .store_helpers import (
     value,
 )
 
-# The contract, again on the cluster store (this module's any_store).
-for _module in (test_store_contract_dispatch, test_store_contract_pick):
+# The whole contract, again on the cluster store (this module's any_store): every script
+# and every namespace-level key runs on a real cluster.
+for _module in (test_store_contract_audit, test_store_contract_backpressure,
+                test_store_contract_boost, test_store_contract_dispatch,
+                test_store_contract_liveness, test_store_contract_pause,
+                test_store_contract_pick, test_store_contract_policy,
+                test_store_contract_position, test_store_contract_rate):
     globals().update({name: test for name, test in vars(_module).items()
                       if name.startswith("test_") and callable(test)})
 
