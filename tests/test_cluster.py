@@ -1,9 +1,9 @@
 """The store on Redis Cluster, on a real cluster of the test's own: 3 primaries with a
 replica each (celery_fair.testing.ClusterTopology), started once for this module.
 
-The contract suite's dispatch and pick families run again here on the cluster store;
-then what a cluster changes: keys per slot, wake-ups across slots, check and flush over
-every primary, ``--shard``, and a dispatcher with a real worker.
+The whole store contract runs again here on the cluster store; then what a cluster
+changes: keys per slot, wake-ups across slots, check and flush over every primary,
+``--shard``, a dispatcher with a real worker, and a failover (on a cluster of its own).
 """
 
 from __future__ import annotations
