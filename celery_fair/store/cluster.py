@@ -26,6 +26,7 @@ What differs from one Redis (DESIGN.md, "Redis Cluster"):
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable
@@ -87,6 +88,7 @@ class ClusterStore(RedisStore):
         # dispatcher waits for an unreachable store (ping) rather than failing to start.
         self._open: Callable[[], RedisCluster] = open_client
         self._client: RedisCluster | None = None
+        self._opening = threading.Lock()  # one client, whichever thread asks first
         self.namespace, self.where, self.retries = namespace, where, retries
         self.replicas, self.replicas_timeout = replicas, replicas_timeout
         self._scripts = {name: ClusterScript(self, source(name)) for name in OPERATIONS}
@@ -94,8 +96,9 @@ class ClusterStore(RedisStore):
     @property
     def client(self) -> Any:  # type: ignore[override]
         if self._client is None:
-            with _wrapped(self.where):
-                self._client = self._open()
+            with self._opening, _wrapped(self.where):
+                if self._client is None:
+                    self._client = self._open()
         return self._client
 
     @classmethod
