@@ -64,7 +64,7 @@ class Size:
 
 SIZES = {"full": Size(20_000, 10_000, 8, (1, 2, 3), (1, 4, 8, 16)),
          "quick": Size(6_000, 3_000, 8, (1, 2, 3), (1, 4, 8)),
-         "smoke": Size(600, 300, 3, (1, 3), (1,))}
+         "smoke": Size(600, 300, 2, (2,), (1,))}
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,7 @@ class Side:
     store_pids: tuple[int, ...]
     direct: bool
     flush: Callable[[], None]
+    primary_pids: tuple[int, ...] = ()  # of a cluster: its primaries (replicas apart)
 
 
 class Servers:
@@ -95,11 +96,13 @@ class Servers:
 
     def sides(self) -> dict[str, Side]:
         cluster_pids = tuple(s.proc.pid for s in self.cluster.servers)
+        primary_pids = tuple(s.proc.pid for s in self.cluster.servers
+                             if s.port in self.primaries)
         return {
             "single": Side("single", self.single.url + "/0", self.broker,
                            (self.single.proc.pid,), False, self.flush),
             "cluster": Side("cluster", self.cluster.store_url, self.broker, cluster_pids,
-                            False, self.flush),
+                            False, self.flush, primary_pids),
             "single_direct": Side("single_direct", "", self.single, (self.single.proc.pid,),
                                   True, self.flush)}
 
@@ -193,6 +196,8 @@ class Measure:
 
     def cpu(self) -> dict[str, float]:
         out = {"store": sum(cpu_seconds(pid) for pid in self.side.store_pids)}
+        if self.side.primary_pids:
+            out["primaries"] = sum(cpu_seconds(pid) for pid in self.side.primary_pids)
         if not self.side.direct:
             out["broker"] = cpu_seconds(self.side.broker.proc.pid)
         for role in ("dispatcher", "worker"):
@@ -243,7 +248,8 @@ def measure(servers: Servers, side: Side, queue_count: int, dispatchers: int, ta
         figures = run.window(run.done if workers else lambda: run.in_broker(queues), n)
     finally:
         run.stop()
-    return {"queues": queue_count, "dispatchers": dispatchers, "tasks": n, **figures}
+    return {"store": side.name, "queues": queue_count, "dispatchers": dispatchers,
+            "tasks": n, **figures}
 
 
 def run(size: str = "quick", results: Path = RESULTS) -> dict[str, Any]:
