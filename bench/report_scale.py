@@ -25,18 +25,25 @@ INTRO = (
     "Queue i is on dispatcher shard i mod n and cluster primary i mod 3: each dispatcher "
     "talks to one primary, the best case of `--shard`.")
 
-#: What limits the cluster's figures on this machine (read from the run; see the issue).
+#: What limits the cluster's figures on this machine (from the run of 2026-11-26, full
+#: size, load average 4.6 on 2 cores; the CPU per task held across the quick and full runs).
 LIMITS = (
-    "**What limits it here.** The machine has 2 cores for everything: 3 primaries, 3 "
-    "replicas, the broker, up to 3 dispatchers (and 2 workers). A dispatcher costs far "
-    "more CPU per dispatch than the Redis of its store (the table's *dispatchers* against "
-    "*store*), so the dispatchers, not Redis, are the bottleneck of both sides, and more "
-    "dispatchers cannot run faster once the 2 cores are busy. A cluster's dispatcher also "
-    "pays more per dispatch than one on a single node (redis-py's cluster client: each "
-    "round trip looks up the slot's node; the replicas' copies count in *store*). The "
-    "cluster's gain is Redis capacity per queue group, which shows only when Redis is the "
-    "limit: on machines with a core per primary and per dispatcher, rate ≈ primaries × "
-    "what one node does, up to the dispatchers' CPU (docs/capacity.md).")
+    "**What limits it here: not Redis.** On one node the store's Redis spends ~22 µs of "
+    "CPU per dispatch and the broker ~4 µs, against ~75-90 µs in the dispatcher (kombu's "
+    "publish of each message and the pick's reply): at ~8,700 dispatches/s the store's "
+    "redis-server used about a fifth of a core. The cluster spreads Redis work that was "
+    "not the bottleneck, and costs more of it (~37 µs per dispatch on the primaries, "
+    "~50 µs with the replicas' copies), while the dispatchers, the real limit, cost the "
+    "same per dispatch on both (81-89 µs against 73-89 µs). More dispatchers do not help "
+    "either: 2 or 3 of them, 9 redis-servers and the other jobs of the machine (load 4.6 "
+    "before the run) share 2 cores, so the rates swing by 2× between measures of the "
+    "same kind (the cluster's 3,082/s with 1 dispatcher against 7,482/s with 2). The 2× "
+    "target needs a store-bound workload and a core per process. From the CPU per task "
+    "measured in the drain (store 336 µs per task on one node, 435 µs over the "
+    "cluster's 3 primaries, hold excluded), one Redis core tops out near 3,000 tasks/s "
+    "and 3 primaries near 3 × 3,000 × 336 / 435 ≈ 6,900 tasks/s: ≈ 2.3× on a machine "
+    "where each primary has a core and the dispatchers and workers have cores of their "
+    "own (docs/capacity.md).")
 
 
 def _latest() -> dict[str, Any] | None:
