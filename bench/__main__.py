@@ -1,5 +1,5 @@
 """``python -m bench {all|SCENARIO...|report} [--quick] [--reps N] [--store STORE]``;
-``python -m bench chaos``; ``python -m bench cpu``."""
+``python -m bench chaos``; ``python -m bench cpu``; ``python -m bench scale``."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         from .cpu import main as cpu_main
 
         return cpu_main(argv[1:])
+    if argv[:1] == ["scale"]:
+        from .scale import main as scale_main
+
+        return scale_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("what", nargs="+", help="all, report, or scenarios: "
                         + ", ".join(SCENARIOS))

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -149,13 +150,19 @@ class Side:
         return {name: cpu_seconds(pid) for name, pid in pids.items()}
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(self.procs.values())
+
+
+def stop_all(procs: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process, then wait for each (SIGKILL after 30 s)."""
+    procs = list(procs)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def measure(name: str, n: int, groups: int, published_first: bool, env: dict[str, str],

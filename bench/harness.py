@@ -28,7 +28,9 @@ from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.envelope import Envelope
 from celery_fair.store.base import Placement, Store
+from celery_fair.store.cluster import ClusterStore
 from celery_fair.store.redis import RedisStore
+from celery_fair.store.scripts import source
 from celery_fair.task import store_for
 from celery_fair.testing import RedisServer
 
@@ -188,14 +190,17 @@ def _dispatch(app: Celery, kw: dict[str, Any]) -> None:
     Dispatcher(app, **kw).run()
 
 
-def captured_envelope(app: Celery, args: tuple[Any, ...] = ("t",)) -> Envelope:
-    """The envelope celery-fair holds for one real ``proj.fair`` call with ``args`` (held,
-    then taken back with ``cancel``, so nothing of it is left to dispatch)."""
+def captured_envelope(app: Celery, args: tuple[Any, ...] = ("t",), task: str = "proj.fair",
+                      queue: str | None = None) -> Envelope:
+    """The envelope celery-fair holds for one real ``task`` call with ``args`` to ``queue``
+    (the app's default queue if None; held, then taken back with ``cancel``, so nothing
+    of it is left to dispatch)."""
     store = store_for(app)
     task_id = uuid.uuid4().hex
-    app.tasks["proj.fair"].apply_async(args, ignore_result=True, fair_group="capture",
-                                       task_id=task_id)
-    (_, value), = store.cancel(app.conf.task_default_queue, [task_id])
+    queue = queue or app.conf.task_default_queue
+    app.tasks[task].apply_async(args, ignore_result=True, fair_group="capture",
+                                task_id=task_id, queue=queue)
+    (_, value), = store.cancel(queue, [task_id])
     return Envelope.decode(value)[2]
 
 
@@ -231,12 +236,17 @@ def _with_id(envelope: Envelope, task_id: str) -> Envelope:
 
 def _prefill_redis(store: RedisStore, queue: str, envelope: Envelope, groups: list[str],
                    per_group: int, chunk: int = 2000) -> int:
-    """:func:`prefill` by the hold script itself, pipelined (Redis's bulk load)."""
-    script = store._scripts["hold"]
+    """:func:`prefill` by the hold script itself, pipelined (Redis's bulk load); on a
+    cluster, on the primary of the queue's slot (its keys' one node)."""
     prefix = store.keys(queue).prefix
+    if isinstance(store, ClusterStore):
+        node = store._primary(prefix)
+        script: Any = node.register_script(source("hold"))
+    else:
+        node, script = store.client, store._scripts["hold"]
     now = int(time.time() * 1000)
     total = 0
-    pipe = store.client.pipeline(transaction=False)
+    pipe = node.pipeline(transaction=False)
     for _ in range(per_group):
         for group in groups:
             task_id = str(uuid.uuid4())

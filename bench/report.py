@@ -117,7 +117,7 @@ def write_report() -> str:
     old_redis, _, old_controls = old_main.partition(CONTROLS_MARK)
     redis_part = _redis_report() if (RESULTS / "latest.jsonl").exists() else \
         old_redis.rstrip("\n").split("\n")
-    controls_part = _controls_section() or old_controls.strip("\n").split("\n")
+    controls_part = _controls_section(old_controls)
     sql_part = sql_section() or old_sql.strip("\n").split("\n")
     out = redis_part + (["", CONTROLS_MARK, "", *controls_part] if any(controls_part)
                         else []) + (["", SQL_MARK, "", *sql_part] if any(sql_part) else [])
@@ -138,10 +138,38 @@ def _latest_rows(path: Path) -> list[dict[str, Any]]:
     return list(latest.values())
 
 
-def _controls_section() -> list[str]:
-    """Rate limits (``python -m bench rate``) from controls.jsonl and the CPU per task
-    (``python -m bench cpu``) from cpu.jsonl; [] without either."""
-    return _rate_lines() + _cpu_lines()
+def _controls_section(old: str = "") -> list[str]:
+    """Rate limits (``python -m bench rate``) from controls.jsonl, the CPU per task
+    (``python -m bench cpu``) from cpu.jsonl and the scaling over Redis Cluster (``python
+    -m bench scale``) from scale.jsonl. Each is run apart: one without its results file
+    keeps its subsection of ``old`` (the controls' part of the file as it was)."""
+    from .report_scale import TITLE, scale_lines
+
+    kept = _subsections(old)
+    out: list[str] = []
+    for title, lines in (("## Rate limits", _rate_lines()), ("## CPU per task", _cpu_lines()),
+                         (TITLE, scale_lines())):
+        part = _strip_blank(lines) or kept.get(title, [])
+        out += ([""] if out and part else []) + part
+    return out
+
+
+def _subsections(text: str) -> dict[str, list[str]]:
+    """The ``## `` subsections of ``text`` by their heading line, each its lines."""
+    parts: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.split("\n"):
+        if line.startswith("## "):
+            current = parts.setdefault(line.strip(), [])
+        if current is not None:
+            current.append(line)
+    return {title: _strip_blank(lines) for title, lines in parts.items()}
+
+
+def _strip_blank(lines: list[str]) -> list[str]:
+    """``lines`` without blank lines at either end."""
+    text = "\n".join(lines).strip("\n")
+    return text.split("\n") if text else []
 
 
 def _cpu_lines() -> list[str]:

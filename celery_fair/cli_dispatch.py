@@ -16,12 +16,26 @@ from celery.bin.base import LOG_LEVEL, CeleryCommand, CeleryOption
 
 from .cli_queues import known_queues, queue_option, require_known
 from .errors import FairError
+from .shards import Shard, parse_shard
+
+
+def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Shard | None:
+    if value is None:
+        return None
+    try:
+        return parse_shard(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 @click.command(cls=CeleryCommand)
 @queue_option("Dispatch Options", default="every fair queue, as they appear")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=None,
               help="Most messages per pick (default: fair_batch_size).",
+              cls=CeleryOption, help_group="Dispatch Options")
+@click.option("--shard", default=None, callback=_shard, metavar="I/N",
+              help="Serve only shard I of N of the fair queues (crc32 of the name mod N), "
+                   "so that N dispatchers split the work by queue (default: all).",
               cls=CeleryOption, help_group="Dispatch Options")
 @click.option("--once", is_flag=True, help="Do one step and exit.",
               cls=CeleryOption, help_group="Dispatch Options")
@@ -48,7 +62,7 @@ from .errors import FairError
               cls=CeleryOption, help_group="Logging and Daemon Options")
 @click.pass_context
 def dispatch(ctx: click.Context, queues: tuple[str, ...], batch_size: int | None,
-             once: bool, metrics_port: int | None, metrics_address: str | None,
+             shard: Shard | None, once: bool, metrics_port: int | None, metrics_address: str | None,
              wait_for_store: float, loglevel: int, logfile: str | None,
              pidfile: str | None) -> None:
     """Feed the real worker queues from the holding queues, fairly."""
@@ -63,7 +77,8 @@ def dispatch(ctx: click.Context, queues: tuple[str, ...], batch_size: int | None
         create_pidlock(pidfile)  # released at exit; exits 73 when a live process holds it
     metrics = None
     try:
-        dispatcher = Dispatcher(app, queues=list(queues) or None, batch_size=batch_size)
+        dispatcher = Dispatcher(app, queues=list(queues) or None, batch_size=batch_size,
+                                shard=shard)
         log_in_utc(dispatcher.config.log_utc)  # fair_log_utc (logtime.py)
         _reach(dispatcher, wait_for_store)
         require_known(queues, known_queues(app, dispatcher.store))

@@ -24,10 +24,12 @@ from .redact import safe_url
 from .rules import TaskRules, parse_rules
 from .settings import _DEFAULTS, SETTINGS, Setting, settings_table  # noqa: F401 (re-exported)
 from .urls import (
+    CLUSTER_SCHEMES,
     REDIS_SCHEMES,
     SENTINEL_SCHEMES,
     SQL_SCHEMES,
     describe_schemes,
+    parse_cluster_url,
     parse_sentinel_url,
     scheme_of,
 )
@@ -167,18 +169,26 @@ def _store_url(url: Any, broker_url: Any) -> str:
             "setting fair_store_url is required: the broker is not Redis "
             f"({safe_url(broker) or 'unset'!s}), so celery_fair needs a store to hold "
             f"tasks in ({describe_schemes()})")
-    schemes = REDIS_SCHEMES + SENTINEL_SCHEMES + SQL_SCHEMES
+    schemes = REDIS_SCHEMES + SENTINEL_SCHEMES + CLUSTER_SCHEMES + SQL_SCHEMES
     if not isinstance(url, str) or scheme_of(url) not in schemes:
         raise _fail("fair_store_url", safe_url(url) if isinstance(url, str) else url,
                     f"a URL of a store celery_fair supports ({describe_schemes()})")
-    if scheme_of(url) in SENTINEL_SCHEMES:
-        try:
-            parse_sentinel_url(url)
-        except ValueError as exc:
-            raise _fail("fair_store_url", safe_url(url),
-                        f"a Sentinel URL such as redis+sentinel://host:26379,host:26380/0 "
-                        f"({exc})") from None
+    for kinds, parse, example in _PARSED_URLS:
+        if scheme_of(url) in kinds:
+            try:
+                parse(url)
+            except ValueError as exc:
+                raise _fail("fair_store_url", safe_url(url),
+                            f"{example} ({exc})") from None
     return url
+
+
+#: The store URLs read beyond their scheme: (schemes, parser, what is expected).
+_PARSED_URLS: tuple[tuple[tuple[str, ...], Callable[[str], object], str], ...] = (
+    (SENTINEL_SCHEMES, parse_sentinel_url,
+     "a Sentinel URL such as redis+sentinel://host:26379,host:26380/0"),
+    (CLUSTER_SCHEMES, parse_cluster_url,
+     "a Redis Cluster URL such as redis+cluster://host:7000,host:7001/"))
 
 
 _TRANSPORT_KEYS = ("master_name", "sentinel_kwargs")

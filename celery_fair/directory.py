@@ -14,6 +14,7 @@ from collections.abc import Callable
 from .capacity import room, sharing
 from .config import FairConfig
 from .schedule import PRUNE_SECONDS, StepSchedule
+from .shards import Shard
 from .store.base import Policy, Store
 from .store.base import now_ms as _now_ms
 from .summary import Capacity, queue_capacity
@@ -26,7 +27,8 @@ REFRESH_SECONDS = 1.0
 
 
 class QueueDirectory:
-    """The fair queues one dispatcher serves (all of them, or ``fixed_queues``).
+    """The fair queues one dispatcher serves (all of them, or ``fixed_queues``; with
+    ``shard``, only those of its shard: shards.py).
 
     ``clock``: the dispatcher's monotonic clock; ``schedule``: its step schedule, told
     which queues exist and when one is due at once; ``forget``: called with a queue no
@@ -35,10 +37,11 @@ class QueueDirectory:
 
     def __init__(self, store: Store, config: FairConfig, fixed_queues: list[str] | None,
                  schedule: StepSchedule, clock: Callable[[], float],
-                 forget: Callable[[str], None]) -> None:
+                 forget: Callable[[str], None], shard: Shard | None = None) -> None:
         self.store = store
         self.config = config
         self.fixed_queues = fixed_queues
+        self.shard = shard
         self.queues: list[str] = []
         self._schedule = schedule
         self._clock = clock
@@ -53,7 +56,9 @@ class QueueDirectory:
         True when it did."""
         if self._clock() - self._refreshed < REFRESH_SECONDS:
             return False
-        self.queues = self.fixed_queues or self.store.queues()
+        queues = self.fixed_queues or self.store.queues()
+        shard = self.shard
+        self.queues = queues if shard is None else [q for q in queues if shard.serves(q)]
         self._schedule.track(self.queues)
         for queue in self.queues:
             if queue not in self._configured:

@@ -36,11 +36,12 @@ from .publisher import KombuPublisher
 from .redact import safe_url
 from .reporting import Reporter, log_start
 from .schedule import StepSchedule
+from .shards import Shard
 from .store import store_for
 from .store.base import Picked, Store
 from .store.base import now_ms as _now_ms
 from .summary import SummaryWriter
-from .urls import REDIS_SCHEMES, SENTINEL_SCHEMES, scheme_of
+from .urls import CLUSTER_SCHEMES, REDIS_SCHEMES, SENTINEL_SCHEMES, scheme_of
 
 logger = logging.getLogger(__name__)
 
@@ -84,10 +85,11 @@ class DispatchObserver(Protocol):
 
 
 class Dispatcher:
-    """Dispatches the fair queues of ``app`` (all of them, or ``queues``)."""
+    """Dispatches the fair queues of ``app`` (all of them, or ``queues``; with ``shard``,
+    only those of that shard: shards.py)."""
 
     def __init__(self, app: Celery, queues: Iterable[str] | None = None,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, shard: Shard | None = None) -> None:
         self.app = app
         # Fails here on bad settings, eager mode, task protocol 1 or an unsupported broker.
         self.broker = check_app(app, dispatching=True)
@@ -103,7 +105,7 @@ class Dispatcher:
         self._reclaimed: dict[str, float] = {}  # queue -> when its leases were last checked
         self.directory = QueueDirectory(
             store, self.config, sorted(set(queues)) if queues else None, self._schedule,
-            lambda: self.clock(), self._forget)
+            lambda: self.clock(), self._forget, shard)
         self.publisher = KombuPublisher(app, self.broker, store, self.config, self._notify,
                                         lambda: self.observer is not None)
         self._store = store
@@ -264,7 +266,7 @@ class Dispatcher:
                 cause, left = exc.__cause__ or exc, deadline - time.monotonic()
                 if left <= 0 or self.stopping.is_set():
                     server = ("Redis" if scheme_of(self.config.store_url) in REDIS_SCHEMES
-                              + SENTINEL_SCHEMES
+                              + SENTINEL_SCHEMES + CLUSTER_SCHEMES
                               else "the database")  # a SQL store's URL is no Redis
                     raise StoreConnectionError(
                         f"cannot reach the celery_fair store at {where} ({cause}); start "
@@ -283,7 +285,7 @@ class Dispatcher:
     def run(self) -> None:
         """Step until :meth:`stop` (or SIGTERM/SIGINT in the main thread)."""
         self._install_signal_handlers()
-        log_start(self.store, self.config, self.fixed_queues)
+        log_start(self.store, self.config, self.fixed_queues, self.directory.shard)
         for sentence in self.store.advice():  # settings that can lose held tasks
             logger.warning("celery_fair store %s: %s", safe_url(self.config.store_url),
                            sentence)

@@ -30,6 +30,7 @@ from typing import Any
 from .config import FairConfig
 from .errors import FairError
 from .redact import safe_url
+from .shards import Shard
 from .store.base import Store
 from .store.base import now_ms as _now_ms
 from .summary import Capacity
@@ -42,18 +43,21 @@ logger = logging.getLogger("celery_fair.dispatcher")
 POLICY = "wfq"
 
 
-def log_start(store: Store, config: FairConfig, fixed_queues: Sequence[str] | None) -> None:
+def log_start(store: Store, config: FairConfig, fixed_queues: Sequence[str] | None,
+              shard: Shard | None = None) -> None:
     """Log the dispatcher's start line. Reads the queues and their live workers once; a
     store that does not answer leaves them unknown rather than failing the start."""
     try:
-        queues = list(fixed_queues or store.queues())
+        queues = [q for q in fixed_queues or store.queues() if shard is None or shard.serves(q)]
         capacity = capacity_source(store, config, queues)
     except FairError as exc:
         queues, capacity = list(fixed_queues or []), f"unknown until the store answers ({exc})"
     served = ", ".join(queues) or "none yet"
     logger.info("celery_fair dispatcher started: store %s (namespace %r), queues %s, "
                 "policy %s, capacity %s", safe_url(config.store_url), config.key_prefix,
-                served if fixed_queues else f"all fair queues (now: {served})",
+                served if fixed_queues else
+                f"{'all' if shard is None else f'shard {shard} of the'} fair queues "
+                f"(now: {served})",
                 POLICY, capacity)
 
 

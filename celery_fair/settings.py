@@ -19,7 +19,9 @@ SETTINGS: tuple[Setting, ...] = (
             "URL of the holding store: Redis (redis://, rediss://, unix://), Redis behind "
             "Sentinel (redis+sentinel://host:port,host:port/db, or kombu's "
             "sentinel://host:port;sentinel://host:port; the master's name in "
-            "fair_store_transport_options) or a SQL database (postgresql://, mysql://, "
+            "fair_store_transport_options), a Redis Cluster "
+            "(redis+cluster://host:port,host:port/, any of its nodes; database 0 only) "
+            "or a SQL database (postgresql://, mysql://, "
             "mariadb://, sqlite:///; run `fair migrate` first). Default: the broker URL "
             "when it is Redis (or Sentinel)."),
     Setting("fair_store_transport_options", {},

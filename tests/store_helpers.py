@@ -11,7 +11,7 @@ Redis-only behaviour (wake lists, scripts, TTLs, key layout) is tests/test_store
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import pytest
 
@@ -26,6 +26,15 @@ Q = "fairq"
 def store_fixture(any_store: Store) -> Store:
     """The backend under test (``any_store``), under the name the store tests use."""
     return any_store
+
+
+def flushed(store: Store) -> Iterator[Store]:
+    """``store`` for one test (an ``any_store`` fixture's body), flushed and closed after."""
+    try:
+        yield store
+    finally:
+        store.flush()
+        store.close()
 
 NOW = 1_700_000_000_000
 LEASE = 10_000  # picked lease (ms)

@@ -27,6 +27,7 @@ from .components import REDIS_SENTINEL, require
 from .conftest import wait_for
 from .store_helpers import (
     Q,
+    flushed,
     hold,
     store_fixture,  # noqa: F401 (the contract tests' `store`)
 )
@@ -59,12 +60,7 @@ def sentinel_store(topology: SentinelTopology, replicas: int = 1) -> SentinelSto
 @pytest.fixture
 def any_store(topology: SentinelTopology) -> Iterator[Store]:
     """The contract suite's store, here on the Sentinel topology's master."""
-    store = sentinel_store(topology)
-    try:
-        yield store
-    finally:
-        store.flush()
-        store.close()
+    yield from flushed(sentinel_store(topology))
 
 
 def sentinel_app(make_app: Callable[..., Celery], topology: SentinelTopology,

@@ -14,13 +14,21 @@ from celery import Celery
 from ..config import FairConfig, get_config
 from ..errors import ConfigurationError
 from ..redact import safe_url
-from ..urls import REDIS_SCHEMES, SENTINEL_SCHEMES, SQL_SCHEMES, describe_schemes, scheme_of
+from ..urls import (
+    CLUSTER_SCHEMES,
+    REDIS_SCHEMES,
+    SENTINEL_SCHEMES,
+    SQL_SCHEMES,
+    describe_schemes,
+    scheme_of,
+)
 from .base import BeginResult, Picked, Store
+from .cluster import ClusterStore
 from .redis import Bounds, RedisStore
 from .sentinel import RedisOptions, SentinelStore
 
-__all__ = ["BACKENDS", "BeginResult", "Bounds", "Picked", "RedisOptions", "RedisStore",
-           "SentinelStore", "Store", "bounds_of", "redis_options_of", "store_for",
+__all__ = ["BACKENDS", "BeginResult", "Bounds", "ClusterStore", "Picked", "RedisOptions",
+           "RedisStore", "SentinelStore", "Store", "bounds_of", "redis_options_of", "store_for",
            "store_for_url"]
 
 Opener = Callable[[str, str, Bounds, str, RedisOptions], Store]
@@ -37,6 +45,11 @@ def _sentinel(url: str, namespace: str, bounds: Bounds, table_prefix: str,
     return SentinelStore.from_sentinel_url(url, namespace, bounds, options)
 
 
+def _cluster(url: str, namespace: str, bounds: Bounds, table_prefix: str,
+             options: RedisOptions) -> Store:
+    return ClusterStore.from_cluster_url(url, namespace, bounds, options)
+
+
 def _sql(url: str, namespace: str, bounds: Bounds, table_prefix: str,
          options: RedisOptions) -> Store:
     try:
@@ -51,6 +64,7 @@ def _sql(url: str, namespace: str, bounds: Bounds, table_prefix: str,
 #: URL scheme of ``fair_store_url`` -> how to open a store there.
 BACKENDS: dict[str, Opener] = {**{s: _redis for s in REDIS_SCHEMES},
                                **{s: _sentinel for s in SENTINEL_SCHEMES},
+                               **{s: _cluster for s in CLUSTER_SCHEMES},
                                **{s: _sql for s in SQL_SCHEMES}}
 
 _stores: dict[tuple[int, str, str, Bounds, str, RedisOptions], Store] = {}

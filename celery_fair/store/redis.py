@@ -117,7 +117,7 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         args = [hold_id, value, due_ms, now_ms, p.group, p.klass, p.cost, int(p.front),
                 "" if p.max_held is None else p.max_held]
         with _wrapped(self.where, unreachable=StoreUnreachable):
-            self._connect()
+            self._connect(self.keys(queue).prefix)
         try:
             with _explained("hold", queue):
                 [held] = self._pipelined(self.keys(queue).prefix, [("hold", args)],
@@ -133,11 +133,12 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
                 "when dispatched), so it was not published to the broker") from exc.__cause__
         return _text(held)
 
-    def _connect(self) -> None:
+    def _connect(self, key: str) -> None:
         """Take a connected connection from the pool (connecting if need be) and put it
         back, before sending anything. redis-py raises the same ConnectionError for a
         server it cannot connect to and for a reply lost after the command was sent (and
-        resent: its retries end at connect); failing here is the only certain "not sent"."""
+        resent: its retries end at connect); failing here is the only certain "not sent".
+        (``key``: where the command goes, on a cluster.)"""
         pool = self.client.connection_pool
         pool.release(pool.get_connection(*_GET_CONNECTION_ARGS))
 
@@ -199,28 +200,33 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         drops it only while nothing is held) cannot fall between the two and drop it.
         With ``replicate`` and fair_store_replicas N, a ``WAIT N`` ends the round trip
         (:func:`~.connection.check_replicated`)."""
-        wait = self.replicas if replicate else 0
         with _wrapped(self.where):
-            for attempt in (1, 2):
-                pipe = self.client.pipeline(transaction=False)
-                for name, args in calls:
-                    pipe.evalsha(self._scripts[name].sha, 1, prefix, *args)
-                if register is not None:
-                    pipe.sadd(queues_key(self.namespace), register)
+            return self._pipelined_on(self.client, prefix, calls, register, replicate)
+
+    def _pipelined_on(self, client: Any, prefix: str, calls: list[tuple[str, list[Any]]],
+                      register: str | None, replicate: bool) -> list[Any]:
+        """:meth:`_pipelined` on ``client`` (a cluster's: the primary of the slot)."""
+        wait = self.replicas if replicate else 0
+        for attempt in (1, 2):
+            pipe = client.pipeline(transaction=False)
+            for name, args in calls:
+                pipe.evalsha(self._scripts[name].sha, 1, prefix, *args)
+            if register is not None:
+                pipe.sadd(queues_key(self.namespace), register)
+            if wait:
+                pipe.execute_command("WAIT", wait, int(self.replicas_timeout * 1000))
+            try:
+                answers = list(pipe.execute())
                 if wait:
-                    pipe.execute_command("WAIT", wait, int(self.replicas_timeout * 1000))
-                try:
-                    answers = list(pipe.execute())
-                    if wait:
-                        check_replicated(int(answers.pop()), wait, self.replicas_timeout,
-                                         self.where, "/".join(name for name, _ in calls))
-                    return answers[:-1] if register is not None else answers
-                except redis.exceptions.NoScriptError:
-                    if attempt == 2:
-                        raise
-                    for name, _ in calls:
-                        script = self._scripts[name]
-                        script.sha = self.client.script_load(script.script)
+                    check_replicated(int(answers.pop()), wait, self.replicas_timeout,
+                                     self.where, "/".join(name for name, _ in calls))
+                return answers[:-1] if register is not None else answers
+            except redis.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+                for name, _ in calls:
+                    script = self._scripts[name]
+                    script.sha = client.script_load(script.script)
         raise AssertionError("unreachable")
 
     def confirm(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> list[str]:
