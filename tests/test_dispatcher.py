@@ -108,21 +108,21 @@ def test_a_store_outage_is_logged_once_and_retries_back_off_to_the_cap(
             return [r for r in caplog.records if r.name == "celery_fair.dispatcher"
                     and r.getMessage().startswith("dispatcher step failed")]
 
-        # 0.1 + 0.2 + ... + 3.2, then twice the 5 s cap: about 16 s
-        wait_for(lambda: len(failures()) >= 9, timeout=60, interval=0.05,
-                 what="nine failed attempts")
+        # 0.1 + 0.2 + ... + 3.2, then the 5 s cap (where doubling would wait 6.4 s):
+        # about 11 s, and the store's own retries (fair_store_retries) on each attempt
+        wait_for(lambda: len(failures()) >= 8, timeout=60, interval=0.05,
+                 what="eight failed attempts")
         store_server.start()
         wait_for(lambda: _records(caplog, "dispatcher step works again"), timeout=30,
                  what="the dispatcher to notice the store is back")
-    times = [r.created for r in failures()[:9]]
+    times = [r.created for r in failures()[:8]]
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert len(_records(caplog, "dispatcher step failed")) == 1, caplog.text
     assert len(_records(caplog, "dispatcher step works again")) == 1, caplog.text
     # each wait at least the one before (0.1, 0.2, 0.4 ...; a little timing slack)...
     assert all(b >= a * 0.9 for a, b in zip(gaps, gaps[1:])), gaps
     # ...up to the cap, and no further
-    assert all(MAX_BACKOFF_SECONDS * 0.9 <= g <= MAX_BACKOFF_SECONDS + 1.5
-               for g in gaps[-2:]), gaps
+    assert MAX_BACKOFF_SECONDS * 0.9 <= gaps[-1] <= MAX_BACKOFF_SECONDS + 1.5, gaps
 
 
 # -- wake-ups and the working set -----------------------------------------------------------
