@@ -112,6 +112,10 @@ def chaos_main(argv: list[str]) -> int:
         from .chaos_sentinel import run_failovers
 
         figures = run_failovers(plan)
+    elif plan.store == "cluster":  # the same on Redis Cluster
+        from .chaos_cluster import run_cluster_failovers
+
+        figures = run_cluster_failovers(plan)
     else:
         figures = run(plan)
     return 0 if figures.ok else 1

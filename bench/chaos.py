@@ -22,7 +22,9 @@ capped groups, in R rounds, and drains them with real subprocess workers (prefor
   (``bench/postgres.py``; Redis is then the broker only) and crashes it ``--store-crashes``
   times: SIGKILL of the postmaster, restarted on the same port and data directory;
 - with ``--store sentinel``, keeps the store behind Redis Sentinel and fails its master
-  over ``--failovers`` times (the failover campaign: ``bench/chaos_sentinel.py``).
+  over ``--failovers`` times (the failover campaign: ``bench/chaos_sentinel.py``); with
+  ``--store cluster`` the same on a Redis Cluster, killing the queue's primary
+  (``bench/chaos_cluster.py``).
 
 A Redis crash under ``appendfsync everysec`` may forget writes it had already acknowledged:
 Redis replies before its AOF write while a background fsync is slow (up to 2 s of them).
@@ -512,7 +514,8 @@ def _store_node(store: str, workdir: Path) -> Any:
         return None
     if store != "postgresql":
         raise ValueError(f"--store {store!r} is not a store this campaign runs: expected "
-                         "'redis' or 'postgresql' ('sentinel': bench/chaos_sentinel.py)")
+                         "'redis' or 'postgresql' ('sentinel': bench/chaos_sentinel.py, "
+                         "'cluster': bench/chaos_cluster.py)")
     from .postgres import PostgresNode
 
     return PostgresNode(log=workdir / "postgres.log")

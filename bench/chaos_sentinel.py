@@ -229,9 +229,7 @@ class FailoverCampaign(Campaign):
         f.publish_retries = dict(self.retries)
         f.failover_seconds = [round(up - down, 1) for down, up in self.failovers]
         done = {task for task, _, _, _, ended in self.ledger.runs() if ended is not None}
-        assert self.topology is not None
-        unplanned = [at for at in self.topology.switches()
-                     if not any(down <= at <= up + 5 for down, up in self.failovers)]
+        unplanned = self._unplanned_failovers()
         f.failovers_unplanned = len(unplanned)
         causes: Counter[str] = Counter()
         for task in self.task_ids:
@@ -245,6 +243,12 @@ class FailoverCampaign(Campaign):
                 else:
                     causes["unexplained"] += 1
         f.lost_causes = dict(causes)
+
+    def _unplanned_failovers(self) -> list[float]:
+        """When the sentinels switched masters without the campaign killing one."""
+        assert self.topology is not None
+        return [at for at in self.topology.switches()
+                if not any(down <= at <= up + 5 for down, up in self.failovers)]
 
     def _whereabouts(self, task_id: str) -> dict[str, Any]:
         return self._located(task_id)

@@ -95,7 +95,8 @@ class FairConfig:
             store_master_name=master_name, store_sentinel_kwargs=sentinel_kwargs,
             store_replicas=_replicas(store_url, get("fair_store_replicas")),
             store_replicas_timeout=_replicas_timeout(
-                get("fair_store_replicas_timeout"), get("fair_store_socket_timeout")),
+                get("fair_store_replicas_timeout"), get("fair_store_socket_timeout"),
+                get("fair_store_replicas")),
             key_prefix=_nonempty_str("fair_key_prefix", get("fair_key_prefix")),
             default_group=_default_group(get("fair_default_group")),
             default_concurrency=_optional_cap("fair_default_concurrency",
@@ -240,9 +241,11 @@ def _replicas(url: str, value: Any) -> int:
     return replicas
 
 
-def _replicas_timeout(value: Any, socket_timeout: Any) -> float:
+def _replicas_timeout(value: Any, socket_timeout: Any, replicas: Any) -> float:
+    """The WAIT timeout; below the socket timeout only matters when writes wait
+    (``fair_store_replicas`` > 0): a short socket timeout alone is no error."""
     seconds = _positive("fair_store_replicas_timeout", value)
-    if isinstance(socket_timeout, (int, float)) and seconds >= socket_timeout:
+    if replicas and isinstance(socket_timeout, (int, float)) and seconds >= socket_timeout:
         raise _fail("fair_store_replicas_timeout", value,
                     f"fewer seconds than fair_store_socket_timeout ({socket_timeout}): "
                     "a write waiting for its replicas must not outlast its socket")

@@ -119,7 +119,8 @@ def test_a_publish_whose_hold_is_not_replicated_raises_and_is_not_published(
 @pytest.mark.parametrize("conf, expected", [
     ({"fair_store_replicas": -1}, "fair_store_replicas=-1 is invalid"),
     ({"fair_store_replicas_timeout": 0}, "fair_store_replicas_timeout=0 is invalid"),
-    ({"fair_store_replicas_timeout": 5.0}, "fewer seconds than fair_store_socket_timeout"),
+    ({"fair_store_replicas": 1, "fair_store_replicas_timeout": 5.0},
+     "fewer seconds than fair_store_socket_timeout"),
     ({"fair_store_replicas": 1, "fair_store_url": "sqlite:////tmp/x.db"},
      "fair_store_replicas applies to a Redis store only"),
     ({"fair_store_transport_options": {"master_name": "m"}},
