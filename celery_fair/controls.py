@@ -176,9 +176,10 @@ def _limit_record(after: Limit, cap: int | str, weight: float | str,
         asked["weight"] = weight
     if rate not in (KEEP, RESET):
         asked["rate"] = None if rate is None else str(rate)
-    return {"queue": after.queue, "group": after.group, **asked,
-            "in_force": {"cap": after.cap, "weight": after.weight,
-                         "rate": None if after.rate is None else str(after.rate)}}
+    in_force: dict[str, Any] = {"cap": after.cap, "weight": after.weight}
+    if after.rate is not None:  # a rate only when one is in force: older entries' shape
+        in_force["rate"] = str(after.rate)
+    return {"queue": after.queue, "group": after.group, **asked, "in_force": in_force}
 
 
 #: Longest pause with an end (a year); longer: pause without an end, resume by hand.
