@@ -8,7 +8,7 @@ starts on free ports; the broker stays the campaign's own Redis (or RabbitMQ).
 fair queue (all its keys share one hash slot), waits until the cluster promoted that
 primary's replica and is ok again, and starts the killed node again on the same port and
 directory: it reads its ``nodes.conf`` and rejoins as the new primary's replica
-(``ClusterTopology.restart_as_replica``). The dispatcher and the workers are not
+(:func:`restart_as_replica`). The dispatcher and the workers are not
 restarted: redis-py's cluster client follows the slot to its new primary.
 
 A cluster has no sentinels whose logs would tell of failovers nobody asked for; the
@@ -22,7 +22,9 @@ import logging
 import time
 from typing import Any
 
-from celery_fair.testing import ClusterTopology
+import redis
+
+from celery_fair.testing import ClusterTopology, _until
 
 from .chaos import Figures, Plan, run
 from .chaos_sentinel import FailoverCampaign
@@ -61,7 +63,7 @@ class ClusterFailoverCampaign(FailoverCampaign):
         self.cluster.wait_for_failover(old, timeout=60)
         promoted = time.time()
         self.failovers.append((killed, promoted))
-        self.cluster.restart_as_replica(old, timeout=60)
+        restart_as_replica(self.cluster, old, timeout=60)
         self.events.append((time.time(), "failover", 0))
         self.figures.kills["failover"] += 1
         logger.info("chaos: failover of the queue's primary took %.1fs; the old one is back "
@@ -77,6 +79,24 @@ class ClusterFailoverCampaign(FailoverCampaign):
             cluster = getattr(self, "cluster", None)
             if cluster is not None:
                 cluster.stop()
+
+
+def restart_as_replica(cluster: ClusterTopology, port: int, timeout: float = 30) -> None:
+    """Start the (killed) node on ``port`` again, same port and directory: it reads its
+    ``nodes.conf``, finds its slots served by the replica that took over, and rejoins as
+    that one's replica. Returns once it is a replica in sync (a WAIT can count it) and
+    every node says the cluster is ok."""
+    next(s for s in cluster.servers if s.port == port).start()
+
+    def in_sync() -> bool:
+        try:
+            info: Any = redis.Redis(port=port, socket_timeout=2).info("replication")
+        except redis.RedisError:
+            return False
+        return bool(info.get("role") == "slave" and info.get("master_link_status") == "up")
+
+    _until(lambda: in_sync() and all(cluster._ok(s.port, None) for s in cluster.servers),
+           timeout, f"node {port} did not rejoin as a replica")
 
 
 def run_cluster_failovers(plan: Plan) -> Figures:

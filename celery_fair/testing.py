@@ -377,24 +377,6 @@ class ClusterTopology:
                and all(self._ok(s.port, None) for s in live),
                timeout, f"no replica took over from {old_port}")
 
-    def restart_as_replica(self, port: int, timeout: float = 30) -> None:
-        """Start the (killed) node on ``port`` again, same port and directory: it reads
-        its ``nodes.conf``, finds its slots served by the replica that took over, and
-        rejoins as that one's replica. Returns once it is a replica in sync (a WAIT can
-        count it) and every node says the cluster is ok."""
-        server = next(s for s in self.servers if s.port == port)
-        server.start()
-
-        def in_sync() -> bool:
-            try:
-                info: Any = redis.Redis(port=port, socket_timeout=2).info("replication")
-            except redis.RedisError:
-                return False
-            return bool(info.get("role") == "slave" and info.get("master_link_status") == "up")
-
-        _until(lambda: in_sync() and all(self._ok(s.port, None) for s in self.servers),
-               timeout, f"node {port} did not rejoin as a replica")
-
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
