@@ -9,18 +9,28 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .connection import _glob_escape, _text, _wrapped
+from .keys import QueueKeys
 
-if TYPE_CHECKING:
-    from .redis import RedisStore
+
+class CheckedStore(Protocol):
+    """What the checker needs of :class:`~celery_fair.store.redis.RedisStore` (named by
+    its shape, so this module need not import the store that imports it)."""
+
+    client: Any
+    where: str
+
+    def _run(self, name: str, queue: str, *args: Any) -> Any: ...
+
+    def keys(self, queue: str) -> QueueKeys: ...
 
 
 class Checker:
     """One run of ``check.lua``'s steps over one fair queue (see its header)."""
 
-    def __init__(self, store: RedisStore, queue: str, head: list[Any], batch: int,
+    def __init__(self, store: CheckedStore, queue: str, head: list[Any], batch: int,
                  reads: list[int] | None) -> None:
         self.store, self.queue, self.head, self.batch = store, queue, head, batch
         self.reads = reads if reads is not None else []
