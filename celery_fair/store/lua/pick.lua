@@ -45,11 +45,14 @@ if redis.call('ZSCORE', K_PAUSES, '') then want = 0 end  -- the whole queue is p
 local default_weight = valid_weight(redis.call('HGET', K_CONF, 'weight')) or 1
 local default_cap = valid_cap(redis.call('HGET', K_CONF, 'cap')) or -1
 local default_rate = redis.call('HGET', K_CONF, 'rate') or false
+-- no default rate and no group's own: nothing to meter, no read per message
+local rated = default_rate or redis.call('HLEN', K_RATES) > 0
 
 -- g was just picked: count it against its rate (GCRA, policy `gcra`, the same arithmetic
 -- in the same order) and, once its bucket is empty, throttle it until its next token is
 -- due: it leaves the ready sets, and promote lifts it then.
 local function meter(g)
+  if not rated then return end
   local interval, burst = rate_of(g, default_rate)
   if not interval then return end
   local tat = tonumber(redis.call('ZSCORE', K_TATS, g))
