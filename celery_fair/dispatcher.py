@@ -309,6 +309,8 @@ class Dispatcher:
         self._hold_reclaim()
         self._schedule.everything_due()  # wake-ups may have been lost meanwhile
         delay = self._backoff.next()
+        # The wait is in every failure's line (DEBUG after the first), so that a log
+        # shows the backoff growing.
         self._outage.failed(exc, f"retrying with backoff (now {delay:.1f}s, growing up "
                                  f"to {MAX_BACKOFF_SECONDS:.0f}s)")
         self.stopping.wait(delay)

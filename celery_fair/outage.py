@@ -27,8 +27,9 @@ class Outage:
     """Tracks whether ``what`` is failing, logging only the changes of state.
 
     The first failure is a WARNING (with a traceback when the error is not one of the
-    ``expected`` kinds); later ones are DEBUG; the first success after failures is one
-    WARNING saying how long it lasted. Thread-safe.
+    ``expected`` kinds); later ones are DEBUG; each says ``then`` (what happens next, such
+    as the wait before the next try); the first success after failures is one WARNING
+    saying how long it lasted. Thread-safe.
     """
 
     def __init__(self, logger: logging.Logger, what: str,
@@ -53,7 +54,7 @@ class Outage:
             self.logger.warning("%s failed, %s: %s", self.what, then, exc,
                                 exc_info=not isinstance(exc, self.expected))
         else:
-            self.logger.debug("%s failed again: %s", self.what, exc)
+            self.logger.debug("%s failed again, %s: %s", self.what, then, exc)
         return first
 
     def ok(self, detail: str = "") -> bool:
