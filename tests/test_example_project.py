@@ -140,10 +140,17 @@ def _documents(url: str, customer: str) -> list[dict[str, Any]]:
         return list(json.loads(resp.read())["documents"])
 
 
-def _places(url: str, customer: str) -> list[str]:
-    """The places the customer's page shows for its waiting documents ("#3, about 2 s")."""
-    with urllib.request.urlopen(f"{url}/customers/{customer}/", timeout=10) as resp:
-        return re.findall(r'<span class="place">([^<]+)</span>', resp.read().decode())
+def _places(docshop: dict[str, Any], customer: str) -> list[str]:
+    """The places the customer's page shows for its waiting documents ("#3, about 2 s").
+    A page that fails fails the test with the services' logs (the web log has the
+    traceback of a server error)."""
+    try:
+        with urllib.request.urlopen(f"{docshop['url']}/customers/{customer}/",
+                                    timeout=30) as resp:
+            return re.findall(r'<span class="place">([^<]+)</span>', resp.read().decode())
+    except OSError as exc:
+        raise AssertionError(f"{customer}'s page failed: {exc!r}\n"
+                             + "\n".join(s.tail() for s in docshop["services"])) from exc
 
 
 def test_the_postgresql_variant_names_no_redis(tmp_path):
@@ -165,7 +172,7 @@ def test_small_customers_are_served_while_the_big_backlog_runs(docshop):
         text=True)
     try:
         # While big-corp's backlog converts, its page tells each waiting document's place.
-        shown = wait_for(lambda: _places(docshop["url"], "big-corp"), timeout=60,
+        shown = wait_for(lambda: _places(docshop, "big-corp"), timeout=60,
                          interval=0.05, what="big-corp's page to show a place (#N)")
         out, err = load.communicate(timeout=120)
     finally:

@@ -153,3 +153,35 @@ def test_check_repairs_a_queue_row_that_lost_count_of_its_throttles(sql: SqlStor
     assert sql.check(Q, False, NOW, LEASE_MS) == []
     picked = sql.pick(Q, 10, None, NOW, LEASE_MS)
     assert [p.hold_id for p in picked] == ["t2"]  # acme stays throttled
+
+
+def _listeners(store: SqlStore) -> int:
+    """Sessions of the server LISTENing on ``store``'s wake-up channel."""
+    channel = store.wakes.notice
+    with make_engine(store.engine.url.render_as_string(hide_password=False),
+                     Bounds()).connect() as conn:
+        return int(conn.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = :listen"),
+            {"listen": f'LISTEN "{channel}"'}).scalar_one())
+
+
+def test_only_a_store_that_waits_listens_for_wake_ups(sql_url: Callable[[str], str]) -> None:
+    """A process that holds, releases or reads (a web app, a worker) never LISTENs: its
+    session would take every notification of the namespace and never read one, and
+    PostgreSQL keeps its notification queue for its slowest listener (a full queue fails
+    every NOTIFY, and so every hold). A dispatcher listens from its first wait, and that
+    first wait looks at every queue (what was notified before it listened is not lost)."""
+    store = store_for_url(sql_url("postgresql"), "t" + uuid.uuid4().hex[:10])
+    assert isinstance(store, SqlStore)
+    try:
+        hold(store, "t1", "acme")
+        assert store.queue_figures(Q).held_background == 1
+        assert _listeners(store) == 0
+        assert store.wait([Q], 0) == {Q}  # the first look: everything
+        assert _listeners(store) == 1
+        assert store.wait([Q], 0) == set()  # then only what is notified
+        hold(store, "t2", "globex")  # a group becomes ready: the queue is woken
+        assert store.wait([Q], 5) == {Q}
+    finally:
+        store.flush()
+        store.close()

@@ -10,6 +10,16 @@ SECRET_KEY = os.environ.get("DOCSHOP_SECRET_KEY", "example-only-not-secret")
 DEBUG = os.environ.get("DOCSHOP_DEBUG", "1") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 
+# A page that fails logs its traceback to the console with DEBUG off too (Django's default
+# sends it only to ADMINS by mail then).
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django.request": {"handlers": ["console"], "level": "ERROR",
+                                   "propagate": False}},
+}
+
 INSTALLED_APPS = [
     # The admin at /admin/, with celery-fair's "Fair queues" page (celery_fair.contrib.django)
     "django.contrib.admin",

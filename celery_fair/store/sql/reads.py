@@ -67,8 +67,6 @@ class SqlReads:
         """
         if not self._schema_ok:
             check_schema(self.engine, self.t.prefix, "store")
-            if hasattr(self.wakes, "listen"):
-                self.wakes.listen()
             self._schema_ok = True
 
     def _q(self, table: Any, queue: str) -> Any:

@@ -94,12 +94,6 @@ class NotifyWakes(Wakes):
         with self._cond:
             self._expected[queue] = time.monotonic()
 
-    def listen(self) -> None:
-        """Start listening (a store does before its first transaction, so a wake-up it
-        causes itself is not missed)."""
-        with self._lock:
-            self._listen()
-
     def _listen(self) -> Any:
         if self._listener is None or self._listener.closed:
             import psycopg
@@ -115,6 +109,16 @@ class NotifyWakes(Wakes):
         names = set(queues)
         deadline = time.monotonic() + max(timeout, self._own_notice(names))
         with self._lock:
+            if self._listener is None:
+                # Only a process that waits listens: a session that LISTENs and never
+                # reads (a web app's, a worker's) would pin PostgreSQL's notification
+                # queue, and a full queue fails every NOTIFY. What was notified before
+                # this first look was not heard: look at everything once.
+                try:
+                    self._listen()
+                except Exception as exc:  # noqa: BLE001 - the next look tries again
+                    self._lost(exc, deadline)
+                return names
             while not (found := self._take(names)):
                 left = deadline - time.monotonic()
                 try:
@@ -122,10 +126,7 @@ class NotifyWakes(Wakes):
                     notices = list(conn.notifies(timeout=max(left, 0.0), stop_after=1))
                     notices += list(conn.notifies(timeout=0.0))
                 except Exception as exc:  # a lost listener: look at everything once
-                    log.warning("celery_fair: listening for wake-ups failed (%s); "
-                                "reconnecting", type(exc).__name__)
-                    self.close()
-                    time.sleep(min(max(left, 0.0), 1.0))
+                    self._lost(exc, deadline)
                     return names
                 with self._cond:
                     for notice in notices:
@@ -134,6 +135,12 @@ class NotifyWakes(Wakes):
                 if left <= 0:
                     return self._take(names)
         return found
+
+    def _lost(self, exc: Exception, deadline: float) -> None:
+        log.warning("celery_fair: listening for wake-ups failed (%s); reconnecting",
+                    type(exc).__name__)
+        self.close()
+        time.sleep(min(max(deadline - time.monotonic(), 0.0), 1.0))
 
     def _own_notice(self, names: set[str]) -> float:
         """How long to wait for a notification this store sent to one of ``names`` and
