@@ -72,6 +72,11 @@ def dispatch(ctx: click.Context, queues: tuple[str, ...], batch_size: int | None
     from .logtime import log_in_utc
 
     app = ctx.obj.app
+    if shard is not None:
+        try:
+            shard.refuse_others(list(queues))
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     app.log.setup(loglevel, logfile)
     if pidfile:
         create_pidlock(pidfile)  # released at exit; exits 73 when a live process holds it

@@ -22,12 +22,13 @@ from .errors import ConfigurationError, InvalidLimit
 from .names import validate_group
 from .redact import safe_url
 from .rules import TaskRules, parse_rules
-from .settings import _DEFAULTS, SETTINGS, Setting, settings_table  # noqa: F401 (re-exported)
+from .settings import _DEFAULTS, MIN_REPLICAS_TIMEOUT, SETTINGS, Setting, settings_table  # noqa: F401 (re-exported)
 from .urls import (
     CLUSTER_SCHEMES,
     REDIS_SCHEMES,
     SENTINEL_SCHEMES,
     SQL_SCHEMES,
+    check_redis_url,
     describe_schemes,
     parse_cluster_url,
     parse_sentinel_url,
@@ -160,16 +161,16 @@ def _fail(name: str, value: Any, expected: str) -> ConfigurationError:
 
 
 def _store_url(url: Any, broker_url: Any) -> str:
+    """``fair_store_url`` (or the broker's URL when that is Redis or Sentinel), checked."""
     if url is None:
         broker = broker_url if isinstance(broker_url, str) else ""
-        if broker.split(";")[0].startswith(("redis://", "rediss://", "unix://")):
-            return broker.split(";")[0]
-        if scheme_of(broker) == "sentinel":  # kombu's: every sentinel, ';'-separated
-            return broker
-        raise ConfigurationError(
-            "setting fair_store_url is required: the broker is not Redis "
-            f"({safe_url(broker) or 'unset'!s}), so celery_fair needs a store to hold "
-            f"tasks in ({describe_schemes()})")
+        url = (broker.split(";")[0] if broker.startswith(("redis://", "rediss://", "unix://"))
+               else broker if scheme_of(broker) == "sentinel" else None)  # kombu's: all
+        if url is None:
+            raise ConfigurationError(
+                "setting fair_store_url is required: the broker is not Redis "
+                f"({safe_url(broker) or 'unset'!s}), so celery_fair needs a store to hold "
+                f"tasks in ({describe_schemes()})")
     schemes = REDIS_SCHEMES + SENTINEL_SCHEMES + CLUSTER_SCHEMES + SQL_SCHEMES
     if not isinstance(url, str) or scheme_of(url) not in schemes:
         raise _fail("fair_store_url", safe_url(url) if isinstance(url, str) else url,
@@ -179,13 +180,13 @@ def _store_url(url: Any, broker_url: Any) -> str:
             try:
                 parse(url)
             except ValueError as exc:
-                raise _fail("fair_store_url", safe_url(url),
-                            f"{example} ({exc})") from None
+                raise _fail("fair_store_url", safe_url(url), f"{example} ({exc})") from None
     return url
 
 
 #: The store URLs read beyond their scheme: (schemes, parser, what is expected).
 _PARSED_URLS: tuple[tuple[tuple[str, ...], Callable[[str], object], str], ...] = (
+    (REDIS_SCHEMES, check_redis_url, "a Redis URL such as redis://host:6379/0"),
     (SENTINEL_SCHEMES, parse_sentinel_url,
      "a Sentinel URL such as redis+sentinel://host:26379,host:26380/0"),
     (CLUSTER_SCHEMES, parse_cluster_url,
@@ -245,6 +246,10 @@ def _replicas_timeout(value: Any, socket_timeout: Any, replicas: Any) -> float:
     """The WAIT timeout; below the socket timeout only matters when writes wait
     (``fair_store_replicas`` > 0): a short socket timeout alone is no error."""
     seconds = _positive("fair_store_replicas_timeout", value)
+    if seconds < MIN_REPLICAS_TIMEOUT:
+        raise _fail("fair_store_replicas_timeout", value,
+                    f"at least {MIN_REPLICAS_TIMEOUT:g} seconds (WAIT counts whole "
+                    "milliseconds; 0 would wait for ever)")
     if replicas and isinstance(socket_timeout, (int, float)) and seconds >= socket_timeout:
         raise _fail("fair_store_replicas_timeout", value,
                     f"fewer seconds than fair_store_socket_timeout ({socket_timeout}): "

@@ -30,6 +30,7 @@ Every change is recorded in the audit log (:mod:`celery_fair.audit`, ``fair audi
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -48,9 +49,9 @@ from .throttles import Throttle, throttle
 
 __all__ = ["CLASSES", "MAX_LISTED", "MAX_PAUSE_SECONDS", "PURGE_BATCH", "UNCHANGED",
            "Boost", "HeldTask", "Limit", "Pause", "TaskBoost", "Unchanged", "boost",
-           "boost_task", "held", "held_count",
-           "known_queues", "limit", "parse_concurrency", "parse_duration", "parse_rate",
-           "parse_weight", "pause", "purge", "resume", "throttle", "Throttle", "unboost"]
+           "boost_task", "held", "held_count", "known_queues", "limit", "parse_burst",
+           "parse_concurrency", "parse_duration", "parse_rate", "parse_weight", "pause",
+           "purge", "resume", "throttle", "Throttle", "unboost"]
 
 
 class Unchanged(enum.Enum):
@@ -284,7 +285,7 @@ def parse_concurrency(text: str, what: str = "concurrency") -> Concurrency:
     Raises:
         InvalidLimit: naming ``what``, the accepted values and ``text``.
     """
-    return _typed(text, lambda t: limits.cap(int(t) if t.isdigit() else t, what))  # type: ignore[no-any-return]
+    return _typed(text, lambda t: limits.cap(int(t) if _WHOLE.fullmatch(t) else t, what))  # type: ignore[no-any-return]
 
 
 def _typed(text: str, check: Any) -> Any:
@@ -309,6 +310,25 @@ def parse_rate(text: str, what: str = "rate limit") -> RateLimit:
         InvalidLimit: naming ``what``, the accepted values and ``text``.
     """
     return _typed(text, lambda t: limits.rate(t, what))  # type: ignore[no-any-return]
+
+
+def parse_burst(text: str, what: str = "burst") -> int | Unchanged:
+    """A burst typed by a person: an integer, or blank (:data:`UNCHANGED`: 1 with a
+    rate); ``limits.rate`` checks its range.
+
+    Raises:
+        InvalidLimit: naming ``what`` and ``text``.
+    """
+    text = text.strip()
+    if not text:
+        return UNCHANGED
+    if not _WHOLE.fullmatch(text):  # not str.isdigit: '²' is a digit int() refuses
+        raise InvalidLimit(f"{what} must be an integer from 1, got {text!r}")
+    return int(text)
+
+
+#: A whole number as people type it (ASCII digits only).
+_WHOLE = re.compile(r"[0-9]+")
 
 
 def parse_weight(text: str, what: str = "weight") -> Weight:

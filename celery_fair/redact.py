@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu.utils.url import maybe_sanitize_url
-
 
 def safe_url(url: Any) -> Any:
     """``url`` with its password masked, as Celery shows URLs (kombu's ``sanitize_url``:
@@ -18,23 +16,15 @@ def safe_url(url: Any) -> Any:
 
 
 def _one(url: str) -> str:
+    """One URL masked as kombu masks it (``scheme://user:**@host/path``, no query). The
+    credentials are everything before the *last* ``@``: a password written with an
+    unencoded ``/``, ``?``, ``#`` or ``@`` (which ends a netloc for a URL parser) is
+    masked whole, never cut where a parser would cut it."""
     if "://" not in url:
         return url
-    if "," in url.split("://", 1)[1].split("/", 1)[0]:
-        return _several_hosts(url)
-    try:
-        return str(maybe_sanitize_url(url))
-    except ValueError:  # not parseable (a bad port...): keep only what precedes any secret
-        return url.split("://", 1)[0] + "://<unparseable URL>"
-
-
-def _several_hosts(url: str) -> str:
-    """A URL naming several hosts (``redis+sentinel://:pw@h1:26379,h2:26379/0``), which
-    kombu cannot parse: its password masked the same way, its query dropped."""
     scheme, rest = url.split("://", 1)
-    netloc, slash, path = rest.partition("/")
-    auth, at, hosts = netloc.rpartition("@")
+    auth, at, tail = rest.rpartition("@")
     if at:
         user, colon, _ = auth.partition(":")
-        netloc = f"{user}:**@{hosts}" if colon else f"{user}@{hosts}"
-    return f"{scheme}://{netloc}{slash}{path.split('?', 1)[0]}"
+        rest = f"{user}:**@{tail}" if colon else f"{user}@{tail}"
+    return f"{scheme}://{rest.split('?', 1)[0].split('#', 1)[0]}"

@@ -14,6 +14,10 @@ class Setting:
     doc: str
 
 
+#: The shortest fair_store_replicas_timeout (seconds): WAIT counts whole milliseconds,
+#: and WAIT with 0 waits for ever (until the socket times out and the write is resent).
+MIN_REPLICAS_TIMEOUT = 0.001
+
 SETTINGS: tuple[Setting, ...] = (
     Setting("fair_store_url", None,
             "URL of the holding store: Redis (redis://, rediss://, unix://), Redis behind "
@@ -31,12 +35,13 @@ SETTINGS: tuple[Setting, ...] = (
             "when the store is the broker: the broker's master_name and sentinel_kwargs."),
     Setting("fair_store_replicas", 0,
             "Redis store: replicas each hold, release and cancel waits for (WAIT) before "
-            "it returns, so that a failover cannot lose it; fewer in time fail the call "
+            "it returns, so that a failover is unlikely to lose it (Sentinel may still "
+            "promote a replica that had not acknowledged); fewer in time fail the call "
             "with ReplicationTimeout (a hold: HoldNotReplicated). 0: Redis's asynchronous "
             "replication (a failover may lose the last writes)."),
     Setting("fair_store_replicas_timeout", 1.0,
             "Seconds a write waits for fair_store_replicas replicas; shorter than "
-            "fair_store_socket_timeout."),
+            "fair_store_socket_timeout, at least 0.001."),
     Setting("fair_key_prefix", "fair", "Namespace of the store: prefix of every Redis key, "
             "and the namespace column of every SQL row, celery_fair writes."),
     Setting("fair_default_group", "default",

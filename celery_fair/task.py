@@ -155,9 +155,10 @@ class FairTask(Task):
                 was not dispatched by celery_fair (no group or fair queue to throttle).
             StoreError: the store failed.
         """
-        from .throttles import throttle
+        from .throttles import throttle, throttle_seconds
 
-        if self.request.is_eager:
+        if self.request.is_eager:  # nothing to throttle, but a bad value fails here too
+            throttle_seconds(seconds)
             return None
         headers = request_headers(self.request)
         group, queue = headers.get(GROUP_HEADER), headers.get(QUEUE_HEADER)

@@ -45,6 +45,18 @@ class Throttle:
                 f"{audit.utc_text(int(self.until_ms))}")
 
 
+def throttle_seconds(seconds: Any) -> float:
+    """A throttle's duration, checked (a throttle always ends).
+
+    Raises:
+        InvalidControl: not above 0 and at most a year.
+    """
+    checked = audit.check_seconds(seconds, "throttle seconds") if seconds is not None else None
+    if checked is None:
+        raise InvalidControl("throttle seconds must be a number of seconds above 0, got None")
+    return checked
+
+
 def throttle(app: Any, group: Any, seconds: float, *,
              queue: str | Sequence[str] | None = None, reason: str | None = None,
              actor: Any = None) -> list[Throttle]:
@@ -58,9 +70,7 @@ def throttle(app: Any, group: Any, seconds: float, *,
         StoreError: the store failed.
     """
     group = validate_group(group)
-    checked = audit.check_seconds(seconds, "throttle seconds") if seconds is not None else None
-    if checked is None:
-        raise InvalidControl("throttle seconds must be a number of seconds above 0, got None")
+    checked = throttle_seconds(seconds)
     who, why = audit.actor_name(actor), audit.check_reason(reason)
     store = store_for(app)
     done = []

@@ -3,7 +3,8 @@ the settings check a URL without importing the stores."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit
 
 #: Schemes the Redis store serves.
@@ -31,6 +32,25 @@ def describe_schemes() -> str:
                      + SQL_SCHEMES)
 
 
+def check_redis_url(url: str) -> None:
+    """A ``redis://`` or ``rediss://`` URL's port and database are numbers (redis-py would
+    fail later, quoting them: a piece of a password written unencoded).
+
+    Raises:
+        ValueError: naming what is wrong, never its text.
+    """
+    if scheme_of(url) == "unix":
+        return
+    parts = urlsplit(url)
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ValueError(f"the port must be a number from 0 to 65535{_ENCODE}") from None
+    path = parts.path.strip("/")
+    if path and not _DIGITS.fullmatch(path):
+        raise ValueError(f"the database must be a number{_ENCODE}")
+
+
 @dataclass(frozen=True)
 class SentinelUrl:
     """What a Sentinel URL says: the sentinels, the database and the master's
@@ -38,8 +58,8 @@ class SentinelUrl:
 
     sentinels: tuple[tuple[str, int], ...]
     db: int
-    username: str | None
-    password: str | None
+    username: str | None = field(repr=False)
+    password: str | None = field(repr=False)
 
     def where(self, master_name: str) -> str:
         """Where the store is, as errors and logs may show it: no credentials."""
@@ -67,11 +87,11 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
             user, _, secret = auth.partition(":")
             username, password = unquote(user) or None, unquote(secret) or None
         for host in hosts.split(","):
-            sentinels.append(_host_port(host))
+            sentinels.append(_host_port(host, len(sentinels) + 1))
         path = urlsplit(part.replace(netloc, "h", 1)).path.strip("/")
         if path and db is None:
-            if not path.isdigit():
-                raise ValueError(f"the database must be a number, not {path!r}")
+            if not _DIGITS.fullmatch(path):
+                raise ValueError(f"the database must be a number{_ENCODE}")
             db = int(path)
     return SentinelUrl(tuple(sentinels), db or 0, username, password)
 
@@ -82,8 +102,8 @@ class ClusterUrl:
     the credentials."""
 
     nodes: tuple[tuple[str, int], ...]
-    username: str | None
-    password: str | None
+    username: str | None = field(repr=False)
+    password: str | None = field(repr=False)
 
     def where(self) -> str:
         """Where the store is, as errors and logs may show it: no credentials."""
@@ -103,19 +123,28 @@ def parse_cluster_url(url: str) -> ClusterUrl:
     netloc = url.split("://", 1)[1].split("/", 1)[0].split("?", 1)[0]
     auth, _, hosts = netloc.rpartition("@")
     user, _, secret = auth.partition(":")
-    nodes = tuple(_host_port(host, 6379, "node") for host in hosts.split(","))
+    nodes = tuple(_host_port(host, i, 6379, "node")
+                  for i, host in enumerate(hosts.split(","), 1))
     path = urlsplit(url.replace(netloc, "h", 1)).path.strip("/")
     if path not in ("", "0"):
-        raise ValueError(f"a Redis Cluster has only database 0, not {path!r}")
+        raise ValueError(f"a Redis Cluster has only database 0{_ENCODE}")
     return ClusterUrl(nodes, unquote(user) or None, unquote(secret) or None)
 
 
-def _host_port(text: str, default_port: int = 26379,
+#: Why a URL whose password holds ``/ ? # @`` may look malformed. The errors name what
+#: is wrong by position, never by its text: a parser cut at such a character takes a
+#: piece of the password for a host, a port or a database.
+_ENCODE = " (percent-encode any / ? # @ : in the password)"
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _host_port(text: str, index: int, default_port: int = 26379,
                what: str = "sentinel") -> tuple[str, int]:
     host, colon, port = text.rpartition(":") if not text.endswith("]") else (text, "", "")
     if not colon:
         host, port = text, str(default_port)
     host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected host:port for each {what}, not {text!r}")
+    if not host or not _DIGITS.fullmatch(port) or not 0 < int(port) < 65536:
+        raise ValueError(f"expected host:port for each {what}; {what} {index} is not "
+                         f"one{_ENCODE}")
     return host, int(port)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from typing import Any
@@ -223,6 +224,12 @@ BAD_SETTINGS = [
     ({"fair_group_max_held": 2.5}, "fair_group_max_held", "2.5"),
     ({"fair_group_max_held_overrides": {"a": -1}}, "fair_group_max_held_overrides", "'a'"),
     ({"fair_group_max_held_overrides": {"": 5}}, "fair_group_max_held_overrides", "empty"),
+    # WAIT counts whole milliseconds, and WAIT 0 waits for ever
+    ({"fair_store_replicas_timeout": 0.0004, "fair_store_replicas": 1},
+     "fair_store_replicas_timeout", "at least 0.001 seconds"),
+    # a port redis-py would quote (a piece of an unencoded password) is named, not shown
+    ({"fair_store_url": "redis://:pw/x@127.0.0.1:6379/0"}, "fair_store_url",
+     "the port must be a number"),
 ]
 BAD_SETTING_IDS = [f"{next(iter(c))}={next(iter(c.values()))!r}" for c, _, _ in BAD_SETTINGS]
 
@@ -424,3 +431,22 @@ def test_foreign_key_type_gives_a_clear_error_and_blocks_nothing_else(app, redis
     assert not check(app, repair=True).problems
     work.delay("acme", "now fine")
     assert [p.hold_id for p in store.pick(queue, 10, None, 0, 10_000)] != []
+
+
+@pytest.mark.parametrize(("replicas", "timeout", "says"), [
+    (-1, 1.0, "replicas=-1: expected a whole number"),
+    (True, 1.0, "replicas=True: expected a whole number"),
+    (1, 0.0004, "replicas_timeout=0.0004: expected seconds, at least 0.001"),
+    (1, math.inf, "replicas_timeout=inf: expected seconds"),
+])
+def test_a_redis_store_refuses_bad_replica_settings_before_any_write(
+        replicas: Any, timeout: Any, says: str) -> None:
+    """The Python API too: a bad value is refused when the store is made, not after a
+    script wrote and its WAIT failed (or waited for ever)."""
+    import redis
+
+    from celery_fair.errors import ConfigurationError
+    from celery_fair.store.redis import RedisStore
+
+    with pytest.raises(ConfigurationError, match=re.escape(says)):
+        RedisStore(redis.Redis(port=1), "ns", replicas=replicas, replicas_timeout=timeout)

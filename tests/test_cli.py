@@ -534,3 +534,17 @@ def test_status_shows_the_oldest_wait(app, cli) -> None:
     assert {g["group"]: g["oldest_wait"] for g in q["groups"]}["late"] is None
     text = cli("status").output
     assert "oldest wait" in text and " ms " in text, text
+
+
+def test_dispatch_refuses_queues_its_shard_does_not_serve(cli: Callable[..., Result]) -> None:
+    """``--shard 1/3 -Q a,b`` where a queue is in another shard would leave that queue
+    unserved without a word: refused before the dispatcher starts, naming each one's."""
+    from celery_fair.shards import Shard
+
+    names = [f"q{i}" for i in range(12)]
+    mine = next(q for q in names if Shard(1, 3).serves(q))
+    other = next(q for q in names if not Shard(1, 3).serves(q))
+    result = cli("dispatch", "--shard", "1/3", "-Q", f"{mine},{other}", "--once")
+    assert result.exit_code == 2, result.output
+    assert f"{other!r} is in shard {Shard(0, 3).of(other)}/3" in result.output
+    assert repr(mine) not in result.output

@@ -4,6 +4,7 @@ Real Redis, no dispatcher (held tasks stay held)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -103,3 +104,22 @@ def test_parse_weight() -> None:
         controls.parse_weight("1e7", "weight of acme")
     with pytest.raises(InvalidLimit, match=r"got heavy$"):
         controls.parse_weight("heavy")
+
+
+@pytest.mark.parametrize("text", ["²", "٣", "1.5", "-1", "two"])
+def test_a_burst_or_concurrency_that_is_not_ascii_digits_is_refused_naming_it(text: str) -> None:
+    """'²'.isdigit() is True but int('²') fails: checked as typed, never a ValueError."""
+    with pytest.raises(InvalidLimit, match=re.escape(repr(text))):
+        controls.parse_burst(text)
+    if text not in ("-1", "1.5"):  # those reach the cap's own check
+        with pytest.raises(InvalidLimit, match="concurrency"):
+            controls.parse_concurrency(text)
+
+
+def test_flowers_limit_action_refuses_a_reset_with_values_and_a_bad_burst() -> None:
+    from celery_fair.contrib.flower_controls import ACTIONS
+
+    with pytest.raises(InvalidLimit, match="reset takes no weight, burst"):
+        ACTIONS["limit"](None, {"group": "a", "reset": "on", "weight": "2", "burst": "3"}, "u")
+    with pytest.raises(InvalidLimit, match="burst must be an integer from 1, got '²'"):
+        ACTIONS["limit"](None, {"group": "a", "rate": "5/s", "burst": "²"}, "u")

@@ -162,3 +162,12 @@ def test_status_groups_and_inspect_show_rates_and_throttles(held: Any) -> None:
     assert "its group is throttled" in cli(held, "inspect", task_id).output
     [entry] = [e for e in audit.read(held) if e.action == "throttle"]
     assert (entry.args["group"], entry.reason) == ("acme", "partner down")
+
+
+def test_a_task_run_eagerly_refuses_a_bad_throttle_too(app: Any) -> None:
+    """Eagerly there is nothing to throttle, but a bad value is the same bug there: it
+    fails the same way, not only once the task runs on a worker."""
+    partner = app.tasks["proj.partner"]
+    assert partner.apply(("acme", "x", 5.0)).get() == "x"  # a good one: nothing to do
+    with pytest.raises(InvalidControl, match="throttle seconds must be"):
+        partner.apply(("acme", "x", -1.0)).get()

@@ -96,3 +96,38 @@ def test_the_demo_names_an_unreachable_redis_without_its_password() -> None:
     assert result.exit_code != 0
     assert "cannot reach Redis" in result.output and SECRET not in result.output, \
         result.output
+
+
+#: Passwords with the characters that end a URL's netloc (written unencoded, as people
+#: do): a parser that splits at them must not show the part before the split.
+UNENCODED = [
+    f"redis+sentinel://admin:{SECRET}/x@s1:26379,s2:26379/0",
+    f"redis+sentinel://admin:{SECRET}?x@s1:26379/0",
+    f"redis+cluster://admin:{SECRET}?x@n1:7000/",
+    f"redis+cluster://admin:{SECRET}/x@n1:7000,n2:7001/",
+    f"redis://:{SECRET}/x@127.0.0.1:6379/0",
+    f"redis://:{SECRET}@x/y@127.0.0.1:6379/0",
+    f"postgresql://app:{SECRET}#x@127.0.0.1/db",
+]
+
+
+@pytest.mark.parametrize("url", UNENCODED)
+def test_a_password_with_unencoded_delimiters_never_shows(
+        make_app: Callable[..., Celery], url: str) -> None:
+    from celery_fair.redact import safe_url
+
+    assert SECRET not in safe_url(url)
+    app = make_app(fair_store_url=url)
+    try:
+        Dispatcher(app)
+    except Exception as exc:  # noqa: BLE001 - whatever it is, it names no secret
+        assert SECRET not in str(exc) and SECRET not in repr(exc), str(exc)
+
+
+def test_parsed_store_urls_keep_their_credentials_out_of_their_repr() -> None:
+    from celery_fair.urls import parse_cluster_url, parse_sentinel_url
+
+    sentinel = parse_sentinel_url(f"redis+sentinel://admin:{SECRET}@s1:26379/0")
+    cluster = parse_cluster_url(f"redis+cluster://admin:{SECRET}@n1:7000/")
+    assert sentinel.password == cluster.password == SECRET
+    assert SECRET not in repr(sentinel) and SECRET not in repr(cluster)

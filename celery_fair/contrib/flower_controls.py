@@ -90,24 +90,19 @@ def _unboost(app: Any, form: Form, actor: str) -> str:
 
 def _limit(app: Any, form: Form, actor: str) -> str:
     reset = form.get("reset", "").lower() in ("1", "true", "on", "yes")
+    fields = ("concurrency", "weight", "rate", "burst")
+    given = [f for f in fields if form.get(f, "").strip()]
+    if reset and given:  # as the CLI: a reset sets nothing else
+        raise InvalidLimit(f"reset takes no {', '.join(given)}: reset the group's limits, "
+                           "or set them")
     numbers: dict[str, Any] = {} if reset else {
         "concurrency": controls.parse_concurrency(form.get("concurrency", "")),
         "weight": controls.parse_weight(form.get("weight", "")),
-        "rate": controls.parse_rate(form.get("rate", "")), "burst": _burst(form)}
+        "rate": controls.parse_rate(form.get("rate", "")),
+        "burst": controls.parse_burst(form.get("burst", ""))}
     done = controls.limit(app, form.get("group", ""), queue=_queue(form), reset=reset,
                           reason=form.get("reason") or None, actor=actor, **numbers)
     return "limits now: " + "; ".join(map(str, done))
-
-
-def _burst(form: Form) -> int | controls.Unchanged:
-    """The burst field: blank (1 with a rate) or an integer (``limits.rate`` checks its
-    range)."""
-    text = form.get("burst", "").strip()
-    if not text:
-        return controls.UNCHANGED
-    if not text.isdigit():
-        raise InvalidLimit(f"burst must be an integer from 1, got {text!r}")
-    return int(text)
 
 
 #: route name -> the control it runs (app, form, actor) -> a message for the page.

@@ -42,7 +42,7 @@ from redis.retry import Retry
 from ..errors import ConfigurationError, StoreConnectionError, StoreUnreachable
 from ..redact import safe_url
 from ..urls import parse_cluster_url
-from .connection import _GET_CONNECTION_ARGS, Bounds, _wrapped, client_options
+from .connection import _GET_CONNECTION_ARGS, Bounds, _wrapped, check_replicas, client_options
 from .keys import queues_key
 from .redis import RedisStore
 from .scripts import OPERATIONS, source
@@ -90,6 +90,7 @@ class ClusterStore(RedisStore):
         self._client: RedisCluster | None = None
         self._opening = threading.Lock()  # one client, whichever thread asks first
         self.namespace, self.where, self.retries = namespace, where, retries
+        check_replicas(replicas, replicas_timeout)
         self.replicas, self.replicas_timeout = replicas, replicas_timeout
         self._scripts = {name: ClusterScript(self, source(name)) for name in OPERATIONS}
 

@@ -5,6 +5,7 @@ check (checking.py)."""
 from __future__ import annotations
 
 import inspect
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError
 
 from ..errors import (
+    ConfigurationError,
     CorruptMessage,
     GroupFull,
     ReplicationTimeout,
@@ -25,6 +27,7 @@ from ..errors import (
     StoreError,
     StoreFull,
 )
+from ..settings import MIN_REPLICAS_TIMEOUT
 from .base import now_ms as base_now_ms
 
 
@@ -100,6 +103,27 @@ def client_options(bounds: Bounds | None, options: dict[str, Any]) -> dict[str, 
     for name, value in (bounds or Bounds()).client_options().items():
         options.setdefault(name, value)
     return options
+
+
+def check_replicas(replicas: Any, timeout: Any) -> None:
+    """The replicas a write waits for and how long, checked before any is made.
+
+    Raises:
+        ConfigurationError: naming the value and what is expected.
+    """
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise ConfigurationError(f"replicas={replicas!r}: expected a whole number of "
+                                 "replicas to wait for, 0 or more")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not MIN_REPLICAS_TIMEOUT <= timeout < float("inf"):
+        raise ConfigurationError(f"replicas_timeout={timeout!r}: expected seconds, at least "
+                                 f"{MIN_REPLICAS_TIMEOUT:g} (WAIT counts whole milliseconds; "
+                                 "0 would wait for ever)")
+
+
+def wait_ms(timeout: float) -> int:
+    """WAIT's timeout for ``timeout`` seconds: whole milliseconds, never 0 (for ever)."""
+    return max(1, math.ceil(timeout * 1000))
 
 
 def check_replicated(acknowledged: int, wanted: int, timeout: float, where: str,

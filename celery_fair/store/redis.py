@@ -45,10 +45,12 @@ from .connection import (
     _explained,
     _text,
     _wrapped,
+    check_replicas,
     check_replicated,
     client_options,
     describe,
     now_ms,
+    wait_ms,
 )
 from .keys import QueueKeys, queues_key
 from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
@@ -87,6 +89,7 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         self.namespace = namespace
         self.where = where or describe(client)
         #: fair_store_replicas: hold, release and cancel WAIT for these (see _pipelined)
+        check_replicas(replicas, replicas_timeout)
         self.replicas, self.replicas_timeout = replicas, replicas_timeout
         self._scripts: dict[str, Script] = {
             name: client.register_script(source(name)) for name in OPERATIONS}
@@ -214,7 +217,7 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
             if register is not None:
                 pipe.sadd(queues_key(self.namespace), register)
             if wait:
-                pipe.execute_command("WAIT", wait, int(self.replicas_timeout * 1000))
+                pipe.execute_command("WAIT", wait, wait_ms(self.replicas_timeout))
             try:
                 answers = list(pipe.execute())
                 if wait:

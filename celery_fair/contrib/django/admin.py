@@ -110,7 +110,7 @@ def apply_limit(app: Any, form: Any, actor: Any = None) -> list[controls.Limit]:
     concurrency = controls.parse_concurrency(form.get("concurrency", ""), "concurrency" + where)
     weight = controls.parse_weight(form.get("weight", ""), "weight" + where)
     rate = controls.parse_rate(form.get("rate", ""), "rate limit" + where)
-    burst = _burst(form.get("burst", ""), where)
+    burst = controls.parse_burst(form.get("burst", ""), "burst" + where)
     if concurrency is controls.UNCHANGED and weight is controls.UNCHANGED \
             and rate is controls.UNCHANGED:
         raise InvalidLimit(f"nothing to set{where}: give a concurrency (an "
@@ -119,11 +119,3 @@ def apply_limit(app: Any, form: Any, actor: Any = None) -> list[controls.Limit]:
                           rate=rate, burst=burst, actor=actor)
 
 
-def _burst(text: str, where: str) -> int | controls.Unchanged:
-    """The burst field: blank (1 with a rate) or an integer (``limits.rate`` checks it)."""
-    text = text.strip()
-    if not text:
-        return controls.UNCHANGED
-    if not text.isdigit():
-        raise InvalidLimit(f"burst{where} must be an integer from 1, got {text!r}")
-    return int(text)
