@@ -43,7 +43,7 @@ local function k_copies(id) return prefix .. ':copies:' .. (string.match(id, '^(
 -- call resent (its reply lost) still hands them back.
 local function k_cancelled(token) return prefix .. ':cancelled:' .. token end
 -- STRING: what the publication held under task id <id> last was (hold.lua): the sha1 of
--- its message (headers, properties, body: not the hold time) and the hold id it got, kept
+-- its stored value but for the hold time (the meta's "t") and the hold id it got, kept
 -- a while so that the same message published again (the caller was told the outcome was
 -- unknown or not replicated) is held once, even after the first was picked or has run.
 local function k_sent(id) return prefix .. ':sent:' .. id end
