@@ -14,8 +14,7 @@ wait for N replicas. The publisher runs beside the drain, so failovers strike wh
 publishes; a publication that fails with ``HoldNotReplicated`` (held on the master, not
 acknowledged by a replica in time) or any ``StoreError`` (no master for a moment) is sent
 again with the same task id and counted (``publish_retries``). A resend of a hold that was
-kept is held once (the same value) or as a second copy ``begin`` skips as a duplicate
-(``duplicates_skipped``).
+kept is held once, even after the first was dispatched or ran (hold.lua's ``sent`` key).
 
 With ``--store-replicas 0`` a failover may lose the holds, picks and releases of its last
 moments: the campaign measures that. A task lost there is ``lost_causes["failover"]`` (its
