@@ -61,8 +61,9 @@ def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
     ``broker_outage``: the broker restarted between the two starts (the ack could not be
     sent; the message may have reached the worker up to ``OUTAGE_REACH`` seconds before
     the outage and run just after it). ``store_failover``: the store's master was killed
-    and a replica promoted between them (``--store sentinel``: a pick, begin or release
-    the new master never received). ``unexplained``: neither; a bug. Up to 5
+    and a replica promoted between them (``--store sentinel`` or ``cluster``: a pick,
+    begin or release the new master never received; with fair_store_replicas it fails
+    the run all the same, see ``FailoverFigures``). ``unexplained``: neither; a bug. Up to 5
     unexplained ones go into ``examples``.
     """
     completed: dict[str, list[tuple[int, float, float | None]]] = {}

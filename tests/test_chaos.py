@@ -25,7 +25,7 @@ import pytest
 
 from bench.chaos import Plan, can_unshare, run
 from bench.chaos_controls import KINDS
-from bench.chaos_sentinel import run_failovers
+from bench.chaos_sentinel import FailoverFigures, run_failovers
 from bench.chaos_verdict import duplicate_causes
 from bench.ledger import Ledger, LedgerUnavailable
 from celery_fair.testing import free_port
@@ -69,6 +69,19 @@ def test_ledger_sees_concurrency_per_group_and_runs_cut_short(ledger):
     assert duplicate_causes(runs, []) == {"unexplained": 1}
     killed = [(runs[0][3] + 0.001, "worker", runs[0][2])]
     assert duplicate_causes(runs, killed) == {"worker_kill": 1}
+
+
+def test_with_fair_store_replicas_a_duplicate_run_by_a_failover_fails_the_campaign():
+    """fair_store_replicas promises that a failover runs nothing twice: such a duplicate
+    is not explained away (a worker's or the broker's redelivery still is); without it,
+    the campaign measures."""
+    def figures(replicas: int, cause: str) -> FailoverFigures:
+        return FailoverFigures(store_replicas=replicas, losses_expected=replicas == 0,
+                               duplicates_executed=1, duplicate_causes={cause: 1})
+
+    assert not figures(1, "store_failover").ok
+    assert figures(1, "broker_outage").ok and figures(1, "worker_kill").ok
+    assert figures(0, "store_failover").ok
 
 
 def test_unreachable_postgres_is_an_error_not_a_skip(monkeypatch):

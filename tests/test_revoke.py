@@ -112,7 +112,7 @@ def test_cancel_removes_copies_held_under_suffixed_ids(store):
     hold(store, "beta", hold_id="re")
     # (the dispatcher dies after picking every message; all come back through reclaim)
     (lost,) = [p for p in pick(store, 10, lease=1_000) if p.hold_id == "re"]
-    hold(store, "beta", hold_id="re")
+    hold(store, "beta", hold_id="re", body=b"retried")  # (the same message: held once)
     store.reclaim(Q, NOW + 2_000, 100)  # the picked copy comes back as 're~<did>'
     hold(store, "gamma", hold_id="dupe-not-a-copy")
     ids = {hid for hid, _ in store.cancel(Q, ["dup", "re"])}

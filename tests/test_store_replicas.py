@@ -25,7 +25,7 @@ from celery_fair.errors import (
     HoldOutcomeUnknown,
     ReplicationTimeout,
 )
-from celery_fair.store import Bounds, RedisStore
+from celery_fair.store import Bounds, RedisStore, store_for
 from celery_fair.testing import RedisServer
 
 from .conftest import wait_for
@@ -131,3 +131,30 @@ def test_bad_replica_and_sentinel_settings_are_refused_naming_them(
         make_app: Callable[..., Celery], conf: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigurationError, match=expected):
         get_config(make_app(**conf))
+
+
+def test_publishing_again_after_an_unreplicated_hold_runs_the_task_once(
+        make_app: Callable[..., Celery]) -> None:
+    """HoldNotReplicated says the task is held on the master and may be lost with it: the
+    caller publishes it again with the same task id (the chaos campaigns do). That resend
+    (the same message, held a little later) is held once, whether the first is still held
+    or was dispatched already, and however long its WAITs fail (a cluster's new primary
+    has no replica until its old one is back): it ran 4 times in the cluster campaign.
+    Another message under the same task id (a retry: its retries count) is held."""
+    app = make_app(fair_store_replicas=1, fair_store_replicas_timeout=0.1)
+    task, store, queue = app.tasks["proj.work"], store_for(app), app.conf.task_default_queue
+
+    def publish(*args: Any) -> None:
+        with pytest.raises(HoldNotReplicated):  # the session's Redis has no replica
+            task.apply_async(args, task_id="t-resent")
+
+    publish("acme", "x")
+    publish("acme", "x")  # while the first is held: not a second copy
+    assert store.queue_figures(queue).held == 1
+    [picked] = store.pick(queue, 10, None, NOW, LEASE_MS)
+    assert picked.hold_id == "t-resent"
+    publish("acme", "x")  # the first is dispatched now
+    assert store.pick(queue, 10, None, NOW, LEASE_MS) == []
+    publish("acme", "y")  # another message under that id
+    [again] = store.pick(queue, 10, None, NOW, LEASE_MS)
+    assert again.hold_id == "t-resent"

@@ -100,9 +100,9 @@ class Store(Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Throttling, a
         encoding, whose prefix repeats the placement for the Redis scripts' later reads).
 
         Returns the hold id used: ``hold_id``, suffixed when a message with that id is
-        already held (nothing is ever overwritten; so a resend holds a second copy, which
-        ``begin`` later skips as a duplicate of a run). The very same value under the same
-        id again is one publication resent: held once, ``hold_id`` returned.
+        already held (nothing is ever overwritten: another message, a retry, is a copy
+        that runs). The same value under the same id again is a resend: held once (on
+        Redis: its hold time aside, for RESEND_SECONDS, even after it was picked).
 
         Raises:
             InvalidOption: ``placement`` is not a :class:`Placement`, or its class is not

@@ -171,6 +171,11 @@ TOMBSTONE_SECONDS = 86_400
 #: redis-py resends a call whose reply a dropped connection lost (10 retries by default),
 #: and the resend must still see the messages, or their tasks are never marked REVOKED.
 CANCELLED_SECONDS = 300
+#: How long what a publication held under its task id is remembered (seconds): the same
+#: message published again meanwhile (its caller was told HoldOutcomeUnknown or
+#: HoldNotReplicated, and sends it again as told) is held once, even after the first was
+#: dispatched or has run (hold.lua, ``k_sent``). A key of ~100 bytes per hold for as long.
+RESEND_SECONDS = 300
 #: Most entries the quarantine of one fair queue keeps (the newest): it holds damaged data
 #: for a human to look at, and must not grow without end. Each one dropped is logged.
 QUARANTINE_MAX = 1_000

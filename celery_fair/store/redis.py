@@ -53,6 +53,7 @@ from .connection import (
     wait_ms,
 )
 from .keys import QueueKeys, queues_key
+from .models import RESEND_SECONDS
 from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
 from .redis_policy import RedisPolicy
 from .redis_reads import RedisReads
@@ -111,14 +112,15 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
 
     def hold(self, queue: str, hold_id: str, value: bytes, placement: Placement, due_ms: int,
              now_ms: int) -> str:
-        """See :meth:`Store.hold`; a lost reply raises :class:`HoldOutcomeUnknown`.
+        """See :meth:`Store.hold`; a lost reply raises :class:`HoldOutcomeUnknown`. The
+        same message sent again within :data:`RESEND_SECONDS` is held once (hold.lua).
 
         The queue is registered on every hold, in the same round trip: should the set
         lose it (a partial flush, a failover), the next hold puts it back, and the
         dispatchers and `fair check` find the queue again."""
         p = check_hold(hold_id, value, placement)
         args = [hold_id, value, due_ms, now_ms, p.group, p.klass, p.cost, int(p.front),
-                "" if p.max_held is None else p.max_held]
+                "" if p.max_held is None else p.max_held, RESEND_SECONDS]
         with _wrapped(self.where, unreachable=StoreUnreachable):
             self._connect(self.keys(queue).prefix)
         try:

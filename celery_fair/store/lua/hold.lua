@@ -13,6 +13,11 @@ ARGV[8]  front ('1': at the head of its group, a retry; '0': at its tail)
 ARGV[9]  max held ('': unlimited): backpressure (fair_group_max_held); refuse the hold
          when the group already holds this many messages (both classes' lists and its
          delayed ones). A resend of what is held under ARGV[1] is never refused.
+ARGV[10] seconds to remember what was held under task id ARGV[1] (k_sent; '' or 0:
+         not at all): the same message published again within them (its hold time aside:
+         a caller told HoldOutcomeUnknown or HoldNotReplicated sends it again) is not held
+         again, whether the first is still held, dispatched or has run; its hold id is
+         returned. Another message under that task id (a retry: its retries count) is held.
 Returns: the hold id used.
 Errors (before anything is written): FULL <count> <limit> <group> when the
 group is full; CORRUPT when the value's prefix is not envelope.py's
@@ -64,6 +69,15 @@ end
 
 local held = redis.call('HGET', K_MSG, id)
 if held == value then return id end
+-- The message but for its hold time (the meta's "t", first in it: envelope.py).
+local remember = tonumber(ARGV[10]) or 0
+local sent, t_end = string.find(value, '{"t": ?[-%d.eE+]*')
+sent = remember > 0 and redis.sha1hex(sent and (string.sub(value, 1, sent) ..
+  string.sub(value, t_end + 1)) or value) or nil
+if sent then
+  local last = redis.call('GET', k_sent(id))  -- (a foreign type fails before any write)
+  if last and string.sub(last, 1, 40) == sent then return string.sub(last, 42) end
+end
 local max_held = tonumber(ARGV[9])
 if max_held then
   local n = redis.call('LLEN', k_list('i', g)) + redis.call('LLEN', k_list('b', g))
@@ -81,6 +95,7 @@ if due > now then
   redis.call('SADD', K_GROUPS, g)
   redis.call('HINCRBY', k_group(g), 'd', 1)
   if redis.call('ZRANGE', K_DELAYED, 0, 0)[1] == id then wake() end
+  if sent then redis.call('SET', k_sent(ARGV[1]), sent .. ' ' .. id, 'EX', remember) end
   return id
 end
 if front then
@@ -92,4 +107,5 @@ redis.call('HSET', K_MSG, id, value)
 redis.call('SADD', K_GROUPS, g)
 count_held(cls, g, 1)
 if refresh(g) then wake() end
+if sent then redis.call('SET', k_sent(ARGV[1]), sent .. ' ' .. id, 'EX', remember) end
 return id

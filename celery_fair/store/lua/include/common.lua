@@ -42,6 +42,11 @@ local function k_copies(id) return prefix .. ':copies:' .. (string.match(id, '^(
 -- HASH hold id -> value of what the cancel call <token> removed, kept a while so that the
 -- call resent (its reply lost) still hands them back.
 local function k_cancelled(token) return prefix .. ':cancelled:' .. token end
+-- STRING: what the publication held under task id <id> last was (hold.lua): the sha1 of
+-- its stored value but for the hold time (the meta's "t") and the hold id it got, kept
+-- a while so that the same message published again (the caller was told the outcome was
+-- unknown or not replicated) is held once, even after the first was picked or has run.
+local function k_sent(id) return prefix .. ':sent:' .. id end
 -- Tombstones of dispatches that ran to their end (release.lua, begin.lua skips a copy):
 -- HASH dispatch id -> ''. A dispatch id is <token><call>.<n> with <call> counted per
 -- queue, so the ids of 8 consecutive pick calls, 16 per call, share one small hash that
