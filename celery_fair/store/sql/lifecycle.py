@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, and_, func, select, update
@@ -17,12 +18,14 @@ from ...policy.decisions import (
     QUEUED,
     RUNNING,
     SUPERSEDED,
+    batch_room,
     copy_id,
     may_release,
     requeues,
     skip_copy,
     task_of,
 )
+from ..bulk import Hold
 from ..models import BeginAnswer, BeginResult, Picked
 from .metering import lift_throttles
 from .picking import Picking
@@ -107,6 +110,40 @@ class Lifecycle:
             u.woken = u.refresh(p.group)
         u.flush()
         return hold_id, u.woken
+
+    def hold_many(self, conn: Connection, queue: str, holds: Sequence[Hold], now_ms: int
+                  ) -> tuple[list[str], bool]:
+        """See ``FairQueue.hold_many``, in the caller's one transaction: the groups'
+        rows locked in name order, the batch's backpressure checked, then each held;
+        GroupFull rolls the whole transaction back. Returns the hold ids and whether to
+        wake."""
+        u = self.unit(conn, queue)
+        for g in sorted({h.placement.group for h in holds}):
+            u.group(g, create=True)
+
+        def count(g: str) -> int:
+            row = u.groups[g]
+            assert row is not None
+            return int(row["held_i"] + row["held_b"] + row["delayed"])
+
+        def new(h: Hold) -> bool:
+            held = self._message(conn, queue, h.hold_id)
+            return held is None or bytes(held["value"]) != h.value
+
+        try:
+            batch_room(((h.placement.group, h.placement.max_held, new(h)) for h in holds),
+                       count)
+        except GroupFull as full:
+            raise full.in_queue(queue) from None
+        ids, woken = [], False
+        for h in holds:
+            p = h.placement
+            held, wake = self.hold(conn, queue, h.hold_id, h.value,
+                                   Placement(p.group, p.klass, p.cost, p.front), h.due_ms,
+                                   now_ms)
+            ids.append(held)
+            woken = woken or wake
+        return ids, woken
 
     def _hold_if_room(self, u: Unit, hold_id: str, value: bytes, p: Placement,
                       due_ms: int, now_ms: int) -> tuple[str, bool]:

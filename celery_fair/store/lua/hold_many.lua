@@ -1,0 +1,63 @@
+--[[ hold_many: hold.lua for many messages of one fair queue at once, all or nothing.
+KEYS[1]  fair queue prefix
+ARGV[1]  now in ms
+then 8 per message, in order:
+  hold id, stored value, due time in ms (0: now), group, class, cost, front ('1'/'0'),
+  max held ('': unlimited)
+each as hold.lua's ARGV[1]..ARGV[3] and ARGV[5]..ARGV[9].
+Every message is checked before the first write, so the batch is held whole or not at
+all: its arguments (as hold.lua), and backpressure per group, counting what the group
+holds plus the batch's messages before this one. A message whose very value is held
+under its id already (a resend, or twice in the batch) is held once and not counted.
+Returns: the hold ids used, in order.
+Errors (nothing written): FULL <count> <limit> <group> (count: what the group holds plus the
+batch's messages of the group before the refused one); CORRUPT and ERR as hold.lua, each
+followed by ' (message <n> of the batch)', n counted from 0.
+Wakes dispatchers as hold.lua does. ]]
+-- @include common
+-- @include holding
+local FIELDS = 8
+local now = finite(ARGV[1])
+local count = (#ARGV - 1) / FIELDS
+if not now or count ~= math.floor(count) then
+  return redis.error_reply('ERR hold_many: expected now, then ' .. FIELDS ..
+                           ' arguments per message')
+end
+
+local items, held_now, checked = {}, {}, {}
+for i = 1, count do
+  local b = 1 + (i - 1) * FIELDS
+  local it = {id = ARGV[b + 1], value = ARGV[b + 2], due = finite(ARGV[b + 3]),
+              g = ARGV[b + 4], cls = ARGV[b + 5], cost = tonumber(ARGV[b + 6]),
+              front = ARGV[b + 7] == '1', max_held = tonumber(ARGV[b + 8])}
+  local refused = hold_refusal(it.id, it.value, it.due, now, it.g, it.cls, it.cost, it.front)
+  if refused then
+    return redis.error_reply(refused .. ' (message ' .. (i - 1) .. ' of the batch)')
+  end
+  if redis.call('HGET', K_MSG, it.id) ~= it.value then  -- not a resend: new work
+    if held_now[it.g] == nil then held_now[it.g] = held_of(it.g) end
+    if it.max_held and held_now[it.g] >= it.max_held then
+      return redis.error_reply('FULL ' .. held_now[it.g] .. ' ' .. ARGV[b + 8] ..
+                               ' ' .. it.g)
+    end
+    held_now[it.g] = held_now[it.g] + 1
+  end
+  local delayed = it.due > now
+  local seen = it.g .. (delayed and '\0d' or '\0n')
+  if not checked[seen] then
+    preflight(it.g, delayed, it.id)
+    checked[seen] = true
+  end
+  items[i] = it
+end
+
+local out = {}
+for i, it in ipairs(items) do
+  local held = redis.call('HGET', K_MSG, it.id)
+  if held == it.value then
+    out[i] = it.id
+  else
+    out[i] = hold_write(it.id, it.value, held, it.due, now, it.g, it.cls, it.front)
+  end
+end
+return out
