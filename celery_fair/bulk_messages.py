@@ -17,7 +17,7 @@ through ``apply_async``.
 
 from __future__ import annotations
 
-import dataclasses
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,8 +29,9 @@ from celery.signals import after_task_publish, before_task_publish
 from celery.utils.saferepr import saferepr
 
 from .config import FairConfig
+from .envelope import Envelope
 from .headers import CLASS_HEADER, COST_HEADER, GROUP_HEADER
-from .holding import Built, Collected
+from .holding import Built, Collected, placement_context
 from .store.base import Placement
 from .store.bulk import Hold
 
@@ -39,6 +40,30 @@ from .store.bulk import Hold
 _OWN_OPTIONS = frozenset({"task_id", "argsrepr", "kwargsrepr", "retries", "shadow"})
 #: How many tasks one SUBSCRIBE of the result backend names.
 _SUBSCRIBE_BATCH = 1000
+
+
+#: A text whose ``repr`` is ``saferepr``'s: printable ASCII without quotes or backslashes.
+_PLAIN_TEXT = re.compile(r"[A-Za-z0-9 _.,:;@/+=%#&()<>?!*-]{0,100}")
+
+
+def plain_repr(value: Any, maxsize: int) -> str:
+    """``saferepr(value, maxsize)``, as ``repr`` when ``value`` is small and plain (a
+    tuple of, or a dict of plain texts to, ints, None and plain texts: there the two
+    agree and ``repr`` is 20x faster), else by ``saferepr``."""
+    if isinstance(value, tuple):
+        leaves: Any = value
+    elif isinstance(value, dict) and all(type(k) is str and _PLAIN_TEXT.fullmatch(k)
+                                         for k in value):
+        leaves = value.values()
+    else:
+        return str(saferepr(value, maxsize))
+    if len(value) <= 20 and all(
+            v is None or type(v) is int or (type(v) is str and _PLAIN_TEXT.fullmatch(v))
+            for v in leaves):
+        text = repr(value)
+        if len(text) <= min(maxsize, 1000):
+            return text
+    return str(saferepr(value, maxsize))
 
 
 def templatable(app: Celery, task: Task, options: Mapping[str, Any]) -> bool:
@@ -71,6 +96,8 @@ class Stamper:
         template = built.envelope.headers
         self.own_root = template.get("root_id") == template.get("id")
         self.amqp = task._get_app().amqp
+        self.meta = built.envelope.meta()  # the same for every call: due, destination
+        self.context = placement_context(task._get_app())  # likewise
 
     def make(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Collected]:
         """The task id and hold of the call ``task(*args, **kwargs)``."""
@@ -79,10 +106,10 @@ class Stamper:
             task.__header__(*args, **kwargs)  # Celery's check of the arguments
         task_id = str(uuid.uuid4())
         fair = task._placement(args, kwargs, self.headers, self.explicit,
-                               self.config.default_group)
+                               self.config.default_group, self.context)
         headers = {**built.envelope.headers, **fair, "id": task_id,
-                   "argsrepr": saferepr(args, self.amqp.argsrepr_maxsize),
-                   "kwargsrepr": saferepr(kwargs, self.amqp.kwargsrepr_maxsize)}
+                   "argsrepr": plain_repr(args, self.amqp.argsrepr_maxsize),
+                   "kwargsrepr": plain_repr(kwargs, self.amqp.kwargsrepr_maxsize)}
         if self.own_root:
             headers["root_id"] = task_id
         serializer, content_type, content_encoding, compression = built.prepare
@@ -91,14 +118,16 @@ class Stamper:
             compression, headers)
         if isinstance(raw, str):
             raw = raw.encode(cenc or "utf-8")
-        envelope = dataclasses.replace(
-            built.envelope, body=raw, content_type=ctype, content_encoding=cenc,
-            headers=headers, properties={**built.envelope.properties,
-                                         "correlation_id": task_id})
+        t = built.envelope
+        envelope = Envelope(raw, ctype, cenc, headers, t.exchange, t.routing_key, t.queue,
+                            t.delivery_mode, t.priority,
+                            {**t.properties, "correlation_id": task_id}, t.due_at)
         group = fair[GROUP_HEADER]
         where = Placement(group, fair[CLASS_HEADER], fair[COST_HEADER], False,
                           self.config.max_held_of(group))
-        value = envelope.encode(where.group, where.klass, where.cost, where.front)
+        same = (ctype, cenc) == (t.content_type, t.content_encoding)
+        value = envelope.encode(where.group, where.klass, where.cost, where.front,
+                                meta=self.meta if same else None)
         template = built.collected
         return task_id, Collected(template.store, template.queue,
                                   Hold(task_id, value, where, template.hold.due_ms))

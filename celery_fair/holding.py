@@ -72,16 +72,17 @@ COLLECTING: ContextVar[Collector | None] = ContextVar("celery_fair_collecting", 
 
 def placement(app: Celery, headers: Mapping[str, Any], explicit: tuple[Any, Any, Any],
               rule_group: Callable[[], Any], rule_interactive: bool | None,
-              rule_cost: float, default_group: str) -> dict[str, Any]:
+              rule_cost: float, default_group: str,
+              context: tuple[Any, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Group, class and cost of one publication, as message headers.
 
     Precedence, most specific first: the call's ``fair_*`` options (``explicit``), the
     message's own fair headers (a retry), the task's rule, :func:`fair_context`, the
     parent task's headers (a continuation published by a worker), the default group.
+    ``context``: :func:`placement_context` when the caller has it (many publications).
     """
     group, interactive, cost = explicit
-    scope = current_scope()
-    parent = _parent_headers(app)
+    scope, parent = context or placement_context(app)
     if group is None:
         group = headers.get(GROUP_HEADER)
     if group is None:
@@ -97,6 +98,12 @@ def placement(app: Celery, headers: Mapping[str, Any], explicit: tuple[Any, Any,
         CLASS_HEADER: klass,
         COST_HEADER: validate_cost(rule_cost if cost is None else cost),
     }
+
+
+def placement_context(app: Celery) -> tuple[Any, Mapping[str, Any]]:
+    """What a placement reads from where it is published: :func:`fair_context`'s scope
+    and the parent task's fair headers."""
+    return current_scope(), _parent_headers(app)
 
 
 def klass_of(*choices: Any) -> str:

@@ -151,11 +151,12 @@ class FairTask(Task):
 
     def _placement(self, args: Sequence[Any], kwargs: Mapping[str, Any],
                    headers: Mapping[str, Any], explicit: tuple[Any, Any, Any],
-                   default_group: str) -> dict[str, Any]:
+                   default_group: str,
+                   context: tuple[Any, Mapping[str, Any]] | None = None) -> dict[str, Any]:
         """Group, class and cost of one call, as message headers."""
         return placement(self.app, headers, explicit,
                          lambda: self._resolver()(args, kwargs), self.fair_interactive,
-                         self.fair_cost, default_group)
+                         self.fair_cost, default_group, context)
 
     def _resolver(self) -> GroupResolver:
         rule = self.fair_group

@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 from celery import Celery, group
+from celery.utils.saferepr import saferepr
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kombu.exceptions import EncodeError
 
 from celery_fair import BulkHoldFailed, GroupFull, InvalidGroup, InvalidOption, bulk_holds
-from celery_fair.bulk_messages import templatable
+from celery_fair.bulk_messages import plain_repr, templatable
 from celery_fair.envelope import Envelope, placement_of
 from celery_fair.store import store_for
 
@@ -107,3 +110,17 @@ def test_a_store_failure_part_way_says_what_is_held_and_its_retry_holds_the_rest
     failed.retry()  # again (a reply lost): each message is held once
     held = store.held_messages(queue, "globex", 10) + store.held_messages(queue, "acme", 10)
     assert sorted(m.hold_id for m in held) == sorted(failed.held + failed.pending)
+
+
+_texts = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF), max_size=60)
+_leaves = st.one_of(st.none(), st.integers(), st.booleans(), st.floats(), _texts,
+                    st.binary(max_size=10))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(st.tuples(*[_leaves] * 3), st.lists(_leaves, max_size=25).map(tuple),
+                 st.dictionaries(_texts, _leaves, max_size=5),
+                 st.tuples(st.lists(_leaves, max_size=3))),
+       st.sampled_from([1024, 40]))
+def test_the_quick_argsrepr_is_celerys_saferepr(value: Any, maxsize: int) -> None:
+    assert plain_repr(value, maxsize) == saferepr(value, maxsize)
