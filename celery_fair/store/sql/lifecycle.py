@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, and_, func, select, update
@@ -18,14 +17,12 @@ from ...policy.decisions import (
     QUEUED,
     RUNNING,
     SUPERSEDED,
-    batch_room,
     copy_id,
     may_release,
     requeues,
     skip_copy,
     task_of,
 )
-from ..bulk import Hold
 from ..models import BeginAnswer, BeginResult, Picked
 from .metering import lift_throttles
 from .picking import Picking
@@ -51,7 +48,7 @@ class Lifecycle:
                          ).mappings().first()
         return None if row is None else dict(row)
 
-    def _place(self, u: Unit, g: str, front: bool) -> int:
+    def place(self, u: Unit, g: str, front: bool) -> int:
         """The next place at the head or tail of group ``g``'s lists."""
         row = u.groups[g]
         assert row is not None
@@ -72,7 +69,7 @@ class Lifecycle:
 
     def _enqueue(self, u: Unit, hold_id: str, p: Placement) -> bool:
         """Move a delayed message into its group's list."""
-        seq = self._place(u, p.group, p.front)
+        seq = self.place(u, p.group, p.front)
         m = self.t.messages.c
         u.conn.execute(update(self.t.messages).where(
             m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id
@@ -92,7 +89,7 @@ class Lifecycle:
         if p.max_held is not None:
             return self._hold_if_room(u, hold_id, value, p, due_ms, now_ms)
         delayed = due_ms > now_ms
-        seq = None if delayed else self._place(u, p.group, p.front)
+        seq = None if delayed else self.place(u, p.group, p.front)
         due = due_ms if delayed else None
         if not self._insert_message(u, hold_id, value, p, seq, due):
             held = self._message(conn, queue, hold_id)
@@ -104,46 +101,12 @@ class Lifecycle:
         assert row is not None
         if delayed:
             row["delayed"] += 1
-            u.woken = self._first_due(conn, queue) == hold_id
+            u.woken = self.first_due(conn, queue) == hold_id
         else:
             row[f"held_{p.klass}"] += 1
             u.woken = u.refresh(p.group)
         u.flush()
         return hold_id, u.woken
-
-    def hold_many(self, conn: Connection, queue: str, holds: Sequence[Hold], now_ms: int
-                  ) -> tuple[list[str], bool]:
-        """See ``FairQueue.hold_many``, in the caller's one transaction: the groups'
-        rows locked in name order, the batch's backpressure checked, then each held;
-        GroupFull rolls the whole transaction back. Returns the hold ids and whether to
-        wake."""
-        u = self.unit(conn, queue)
-        for g in sorted({h.placement.group for h in holds}):
-            u.group(g, create=True)
-
-        def count(g: str) -> int:
-            row = u.groups[g]
-            assert row is not None
-            return int(row["held_i"] + row["held_b"] + row["delayed"])
-
-        def new(h: Hold) -> bool:
-            held = self._message(conn, queue, h.hold_id)
-            return held is None or bytes(held["value"]) != h.value
-
-        try:
-            batch_room(((h.placement.group, h.placement.max_held, new(h)) for h in holds),
-                       count)
-        except GroupFull as full:
-            raise full.in_queue(queue) from None
-        ids, woken = [], False
-        for h in holds:
-            p = h.placement
-            held, wake = self.hold(conn, queue, h.hold_id, h.value,
-                                   Placement(p.group, p.klass, p.cost, p.front), h.due_ms,
-                                   now_ms)
-            ids.append(held)
-            woken = woken or wake
-        return ids, woken
 
     def _hold_if_room(self, u: Unit, hold_id: str, value: bytes, p: Placement,
                       due_ms: int, now_ms: int) -> tuple[str, bool]:
@@ -168,7 +131,7 @@ class Lifecycle:
         return int(conn.execute(select(q.dups).where(q.ns == self.ns, q.queue == queue))
                    .scalar_one())
 
-    def _first_due(self, conn: Connection, queue: str) -> str | None:
+    def first_due(self, conn: Connection, queue: str) -> str | None:
         first: str | None = self.s.run(conn, "first_due", {"ns": self.ns, "queue": queue}
                                        ).scalar()
         return first
@@ -343,7 +306,7 @@ class Lifecycle:
         if self._message(u.conn, u.queue, hold_id) is not None:
             hold_id = copy_id(hold_id, rec["did"])
         p = Placement(rec["grp"], rec["klass"], rec["cost"], True)
-        seq = self._place(u, p.group, True)
+        seq = self.place(u, p.group, True)
         self._insert_message(u, hold_id, bytes(rec["value"]),
                              Placement(p.group, p.klass, p.cost, bool(rec["front"])), seq, None)
         u.groups[p.group][f"held_{p.klass}"] += 1  # type: ignore[index]

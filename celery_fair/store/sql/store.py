@@ -35,6 +35,7 @@ from ..connection import Bounds
 from ..models import check_hold
 from .audit import SqlAudit
 from .boosting import SqlBoosting
+from .bulk import hold_many
 from .controls import Controls
 from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
@@ -107,8 +108,8 @@ class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, 
         if not checked:
             return []
         with _hold_outcome():
-            held, woken = self._do("hold_many", queue, lambda c: self.life.hold_many(
-                c, queue, checked, now_ms))
+            held, woken = self._do("hold_many", queue, lambda c: hold_many(
+                self.life, c, queue, checked, now_ms))
         self._wake_if(queue, woken)
         return held
 
