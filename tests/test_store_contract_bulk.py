@@ -85,3 +85,10 @@ def test_resends_in_a_batch_are_not_counted_against_its_groups_room(store: Store
     with pytest.raises(GroupFull):
         store.hold_many(Q, [*first, held("a3", "acme", max_held=2)], NOW)
     assert counts(store, "acme") == [(0, 2, 0)]
+
+
+def test_a_retry_in_a_batch_enters_at_the_head_of_its_group(store: Store) -> None:
+    hold(store, "a1", "acme")
+    retry = Hold("r1", value("r1", "acme", front=True), Placement("acme", "b", 1.0, True))
+    assert store.hold_many(Q, [held("a2", "acme"), retry], NOW) == ["a2", "r1"]
+    assert picked_ids(store) == ["r1", "a1", "a2"]
