@@ -141,14 +141,17 @@ def _latest_rows(path: Path) -> list[dict[str, Any]]:
 def _controls_section(old: str = "") -> list[str]:
     """Rate limits (``python -m bench rate``) from controls.jsonl, the CPU per task
     (``python -m bench cpu``) from cpu.jsonl and the scaling over Redis Cluster (``python
-    -m bench scale``) from scale.jsonl. Each is run apart: one without its results file
+    -m bench scale``) from scale.jsonl, bulk holding (``python -m bench bulk``) from
+    bulk.jsonl. Each is run apart: one without its results file
     keeps its subsection of ``old`` (the controls' part of the file as it was)."""
+    from .bulk import TITLE as BULK_TITLE
+    from .bulk import bulk_lines
     from .report_scale import TITLE, scale_lines
 
     kept = _subsections(old)
     out: list[str] = []
     for title, lines in (("## Rate limits", _rate_lines()), ("## CPU per task", _cpu_lines()),
-                         (TITLE, scale_lines())):
+                         (TITLE, scale_lines()), (BULK_TITLE, bulk_lines())):
         part = _strip_blank(lines) or kept.get(title, [])
         out += ([""] if out and part else []) + part
     return out

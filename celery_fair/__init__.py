@@ -10,8 +10,10 @@ Importing this package also connects the worker-side receivers that release slot
 from __future__ import annotations
 
 from . import worker as _worker  # noqa: F401  (connects the worker-side signal receivers)
+from .bulk import bulk_holds
 from .config import FairConfig
 from .errors import (
+    BulkHoldFailed,
     ConfigurationError,
     FairError,
     GroupFull,
@@ -34,6 +36,7 @@ from .revoke import cancel
 from .task import FairTask, fair_task
 
 __all__ = [
+    "BulkHoldFailed",
     "ConfigurationError",
     "FairConfig",
     "FairError",
@@ -51,6 +54,7 @@ __all__ = [
     "StoreConnectionError",
     "StoreError",
     "UnknownQueue",
+    "bulk_holds",
     "cancel",
     "fair_context",
     "fair_task",

@@ -62,14 +62,22 @@ class Envelope:
     def task_name(self) -> str:
         return str(self.headers.get("task", ""))
 
-    def encode(self, group: str, klass: str, cost: float, front: bool) -> bytes:
-        """The stored value: routing prefix for the scripts, then meta and body."""
+    def meta(self) -> bytes:
+        """The meta part of the stored value (JSON): due time, destination, content type
+        and encoding, delivery mode and priority."""
         fields: dict[str, Any] = {} if self.due_at is None else {"t": self.due_at}
-        meta = dumps({
+        text: str = dumps({
             **fields, "e": self.exchange, "r": self.routing_key, "q": self.queue,
             "ct": self.content_type, "ce": self.content_encoding,
             "dm": self.delivery_mode, "pr": self.priority,
-        }).encode()
+        })
+        return text.encode()
+
+    def encode(self, group: str, klass: str, cost: float, front: bool,
+               meta: bytes | None = None) -> bytes:
+        """The stored value: routing prefix for the scripts, then meta and body. ``meta``:
+        :meth:`meta` when the caller has it already (many envelopes that share it)."""
+        meta = self.meta() if meta is None else meta
         group_bytes = group.encode()
         prefix = f"{klass}{1 if front else 0}{_cost_text(cost)}:{len(group_bytes)}:".encode()
         return b"".join((prefix, group_bytes, meta, b"\n", dumps(self.headers).encode(),

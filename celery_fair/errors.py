@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -104,6 +105,33 @@ class HoldNotReplicated(ReplicationTimeout, HoldOutcomeUnknown):
     """A hold was written on the master but not acknowledged by fair_store_replicas
     replicas in time: the task is held and runs, unless a failover loses it first. It was
     not published to the broker (that would run it twice when the hold survives)."""
+
+
+class BulkHoldFailed(FairError):
+    """A bulk hold (``fair_bulk``, ``bulk_holds``) failed part way: its first batches
+    are held (``held``, their task ids), the failing batch and the ones after it are not
+    (``pending``; the failing one may be, after a lost reply). ``retry()`` writes the
+    pending messages again, the same ids and bytes, so what the failing batch did hold
+    is held once; it raises BulkHoldFailed again if the store fails again. Its cause
+    (``__cause__``) is the store's error, or GroupFull."""
+
+    def __init__(self, message: str | None = None, *, held: list[str] | None = None,
+                 pending: list[str] | None = None,
+                 retry: Callable[[], None] | None = None) -> None:
+        super().__init__(message)
+        self.held, self.pending = list(held or ()), list(pending or ())
+        self._retry = retry
+
+    def retry(self) -> None:
+        """Hold the pending messages again (raises BulkHoldFailed when the store fails
+        again; a pickled copy, without its messages, raises FairError)."""
+        if self._retry is None:
+            raise FairError("this BulkHoldFailed does not carry its messages (pickled?)")
+        self._retry()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self),), {"held": self.held, "pending": self.pending,
+                                          "_retry": None}
 
 
 class CorruptMessage(StoreError):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -26,23 +28,61 @@ from .headers import CLASS_HEADER, COST_HEADER, GROUP_HEADER, request_headers
 from .names import validate_cost, validate_group
 from .outage import Outage
 from .store.base import Placement, Store
+from .store.bulk import Hold
 
 # The name this log has always had (the code lived in task.py): users filter on it.
 logger = logging.getLogger("celery_fair.task")
 
 
+@dataclass(frozen=True)
+class Collected:
+    """A hold a bulk hold (``bulk.py``) collected instead of writing: its store, fair
+    queue and the hold."""
+
+    store: Store
+    queue: str
+    hold: Hold
+
+
+@dataclass(frozen=True)
+class Built:
+    """The last message a collector took, with what built it: what ``bulk_messages.py``
+    makes the other calls' messages from (the Python body, ``_prepare``'s arguments, the
+    real producer)."""
+
+    envelope: Envelope
+    body: Any
+    prepare: tuple[Any, ...]  # serializer, content type, content encoding, compression
+    producer: Any
+    collected: Collected
+
+
+class Collector:
+    """Where the holding producer puts its holds while a bulk hold collects."""
+
+    def __init__(self) -> None:
+        self.holds: list[Collected] = []
+        self.last: Built | None = None
+
+
+#: While a bulk hold collects in this context (``bulk.py``), the holding producer hands
+#: each finished message to it instead of writing it to the store.
+COLLECTING: ContextVar[Collector | None] = ContextVar("celery_fair_collecting", default=None)
+
+
 def placement(app: Celery, headers: Mapping[str, Any], explicit: tuple[Any, Any, Any],
               rule_group: Callable[[], Any], rule_interactive: bool | None,
-              rule_cost: float, default_group: str) -> dict[str, Any]:
+              rule_cost: float, default_group: str,
+              context: tuple[Any, Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """Group, class and cost of one publication, as message headers.
 
     Precedence, most specific first: the call's ``fair_*`` options (``explicit``), the
     message's own fair headers (a retry), the task's rule, :func:`fair_context`, the
     parent task's headers (a continuation published by a worker), the default group.
+    ``context``: :func:`placement_context` when the caller has it (many publications).
     """
     group, interactive, cost = explicit
-    scope = current_scope()
-    parent = _parent_headers(app)
+    scope, parent = context or placement_context(app)
     if group is None:
         group = headers.get(GROUP_HEADER)
     if group is None:
@@ -58,6 +98,12 @@ def placement(app: Celery, headers: Mapping[str, Any], explicit: tuple[Any, Any,
         CLASS_HEADER: klass,
         COST_HEADER: validate_cost(rule_cost if cost is None else cost),
     }
+
+
+def placement_context(app: Celery) -> tuple[Any, Mapping[str, Any]]:
+    """What a placement reads from where it is published: :func:`fair_context`'s scope
+    and the parent task's fair headers."""
+    return current_scope(), _parent_headers(app)
 
 
 def klass_of(*choices: Any) -> str:
@@ -156,11 +202,25 @@ class HoldingProducer:
         where = Placement(group, headers[CLASS_HEADER], headers[COST_HEADER], self._front,
                           None if self._front else get_config(self._app).max_held_of(group))
         value = envelope.encode(where.group, where.klass, where.cost, where.front)
+        collector = COLLECTING.get()
+        if collector is not None:
+            held = Collected(self._store, envelope.queue,
+                             Hold(envelope.task_id, value, where, due))
+            collector.holds.append(held)
+            collector.last = Built(envelope, body, (serializer, content_type,
+                                                    content_encoding, compression),
+                                   self._producer, held)
+            return
         self._store.hold(envelope.queue, envelope.task_id, value, where, due, now)
-        if enabled(logger):
-            log_event(logger, HOLD, envelope.task_id, where.group, envelope.queue,
-                      **{"class": where.klass}, cost=where.cost, front=where.front or None,
-                      due_in=f"{(due - now) / 1000:.3f}s" if due else None)
+        log_hold(envelope.queue, envelope.task_id, where, due, now)
+
+
+def log_hold(queue: str, task_id: str, where: Placement, due: int, now: int) -> None:
+    """The ``hold`` event line (when the log wants it)."""
+    if enabled(logger):
+        log_event(logger, HOLD, task_id, where.group, queue, **{"class": where.klass},
+                  cost=where.cost, front=where.front or None,
+                  due_in=f"{(due - now) / 1000:.3f}s" if due > now else None)
 
 
 _publish_outage = Outage(logger, "celery_fair: holding fair tasks", expected=(FairError,))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable, ClassVar
 
 from celery import Celery, Task, shared_task
@@ -38,6 +38,7 @@ from .options import TASK_OPTIONS, class_options, reject_misspelt
 from .outage import Outage
 from .store import bounds_of, store_for
 from .store.base import BeginResult
+from .store.bulk import HOLD_BATCH
 
 logger = logging.getLogger(__name__)
 
@@ -110,13 +111,52 @@ class FairTask(Task):
                                        link=link, link_error=link_error, shadow=shadow,
                                        **options)
 
+    def fair_bulk(self, items: Iterable[Any], *, group: GroupRule = None,
+                  interactive: bool | None = None, cost: float | None = None,
+                  batch_size: int = HOLD_BATCH, **options: Any) -> list[Any]:
+        """Hold many calls of this task at once: ``apply_async`` for each item, with the
+        store written in batches of ``batch_size`` (one round trip each) once every
+        message is built.
+
+        Parameters:
+            items: each a tuple (or list) of positional arguments, or a signature of this
+                task (``task.s(1, tenant="acme").set(countdown=10)``) for keyword
+                arguments and options of its own.
+            group, interactive, cost: ``fair_group``, ``fair_interactive`` and
+                ``fair_cost`` for every item (an item's own options win); without them
+                the task's rules decide, as for ``delay()``.
+            batch_size: messages per round trip to the store (default 500).
+            options: any ``apply_async`` option for every item (``countdown``, ``eta``,
+                ``expires``, ``queue``, ``priority``, ``headers``...).
+
+        Returns:
+            The ``AsyncResult`` of each item, in order.
+
+        Raises:
+            InvalidOption, InvalidGroup, InvalidCost, kombu's EncodeError...: an item
+                that cannot be built, its index in the message; nothing was held.
+            GroupFull: a group's ``fair_group_max_held`` has no room for all of its new
+                items; nothing was held (checked again per batch as it is held: a race
+                with other holds may refuse a later batch, raised as BulkHoldFailed).
+            BulkHoldFailed: the store failed part way; the batches before are held, and
+                ``retry()`` holds the rest (each message once).
+
+        ``fair_on_store_error = "publish"`` does not apply: a bulk hold is never sent
+        straight to the broker. Runs each item eagerly under ``task_always_eager``.
+        """
+        from .bulk import fair_bulk  # bulk.py imports holding.py, as this module does
+
+        return fair_bulk(self, items, group=group, interactive=interactive, cost=cost,
+                         batch_size=batch_size, **options)
+
     def _placement(self, args: Sequence[Any], kwargs: Mapping[str, Any],
                    headers: Mapping[str, Any], explicit: tuple[Any, Any, Any],
-                   default_group: str) -> dict[str, Any]:
+                   default_group: str,
+                   context: tuple[Any, Mapping[str, Any]] | None = None) -> dict[str, Any]:
         """Group, class and cost of one call, as message headers."""
         return placement(self.app, headers, explicit,
                          lambda: self._resolver()(args, kwargs), self.fair_interactive,
-                         self.fair_cost, default_group)
+                         self.fair_cost, default_group, context)
 
     def _resolver(self) -> GroupResolver:
         rule = self.fair_group

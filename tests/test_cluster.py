@@ -34,6 +34,7 @@ from . import (
     test_store_contract_audit,
     test_store_contract_backpressure,
     test_store_contract_boost,
+    test_store_contract_bulk,
     test_store_contract_dispatch,
     test_store_contract_liveness,
     test_store_contract_pause,
@@ -54,7 +55,8 @@ from .store_helpers import (
 # The whole contract, again on the cluster store (this module's any_store): every script
 # and every namespace-level key runs on a real cluster.
 for _module in (test_store_contract_audit, test_store_contract_backpressure,
-                test_store_contract_boost, test_store_contract_dispatch,
+                test_store_contract_boost, test_store_contract_bulk,
+                test_store_contract_dispatch,
                 test_store_contract_liveness, test_store_contract_pause,
                 test_store_contract_pick, test_store_contract_policy,
                 test_store_contract_position, test_store_contract_rate):

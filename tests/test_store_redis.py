@@ -20,6 +20,7 @@ import redis
 import celery_fair.store
 from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope, placement_of
 from celery_fair.store.base import BeginResult, Placement
+from celery_fair.store.bulk import Hold
 from celery_fair.store.redis import PRUNE_GRACE_MS, QUARANTINE_MAX, RedisStore, now_ms
 from celery_fair.store.scripts import OPERATIONS, source
 from celery_fair.testing import RedisServer
@@ -370,6 +371,7 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
         assert not re.search(r"^-- @include \w+$", text, re.MULTILINE), name
         assert (_LUA_DIR / f"{name}.lua").exists()
     store.hold(Q, "x", value("g"), Placement("g", "b", 1, False), 0, NOW)
+    store.hold_many(Q, [Hold("y", value("g"), Placement("g", "b", 1, False))], NOW)
     [p] = store.pick(Q, 1, None, NOW, LEASE)
     store.confirm(Q, [p.dispatch_id], NOW + 1)
     store.renew(Q, [p.dispatch_id], NOW + 2)
@@ -441,6 +443,24 @@ def test_hold_lua_refuses_a_placement_out_of_range_or_not_the_values_and_writes_
     with pytest.raises(redis.ResponseError, match=re.escape(error)):
         store._scripts["hold"](keys=[store.keys(Q).prefix],
                                args=["x", value("acme"), 0, NOW, *placement])
+    after = {key: redis_client.dump(key) for key in redis_client.scan_iter(
+        match=f"{store.namespace}:*")}
+    assert after == before
+
+
+def test_hold_many_lua_refuses_a_batch_with_one_bad_message_naming_it_and_writes_nothing(
+        store: RedisStore, redis_client: redis.Redis) -> None:
+    # RedisStore.hold_many checks the placements first; the script checks each message
+    # against its value again, all before its first write.
+    hold(store, "acme")
+    before = {key: redis_client.dump(key) for key in redis_client.scan_iter(
+        match=f"{store.namespace}:*")}
+    good = ["a", value("acme"), 0, "acme", "b", "1", "0", ""]
+    bad = ["x", value("acme"), 0, "other", "b", "1", "0", ""]
+    with pytest.raises(redis.ResponseError, match=re.escape(
+            "prefix is not envelope.py's encoding of the placement given (class, front, "
+            "cost, group) (message 1 of the batch)")):
+        store._scripts["hold_many"](keys=[store.keys(Q).prefix], args=[NOW, 300, *good, *bad])
     after = {key: redis_client.dump(key) for key in redis_client.scan_iter(
         match=f"{store.namespace}:*")}
     assert after == before

@@ -6,7 +6,9 @@ make the same decisions in Redis; ``tests/test_store_model.py`` holds all three 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 
+from ..errors import GroupFull
 from ..store.models import BeginResult
 
 INTERACTIVE, BACKGROUND = "i", "b"
@@ -126,3 +128,24 @@ def requeues(state: str, kept: bool, has_value: bool) -> bool:
 def may_release(runner: str, run: str) -> bool:
     """``release`` with ``run``: only while that run holds it (none took it over)."""
     return not (run and runner and runner != run)
+
+
+def batch_room(holds: Iterable[tuple[str, int | None, bool]],
+               held: Callable[[str], int]) -> None:
+    """``hold_many``'s backpressure, before anything is written: each new hold
+    ``(group, max held, new)`` needs its group to hold fewer than its max held counting
+    the batch's new holds before it (``held(group)``: what the group holds now). A
+    resend (not ``new``) is never refused nor counted.
+
+    Raises:
+        GroupFull: the first hold without room (queue left to the caller).
+    """
+    counts: dict[str, int] = {}
+    for group, max_held, new in holds:
+        if not new:
+            continue
+        if group not in counts:
+            counts[group] = held(group)
+        if max_held is not None and counts[group] >= max_held:
+            raise GroupFull(group=group, count=counts[group], limit=max_held)
+        counts[group] += 1

@@ -16,6 +16,7 @@ from .decisions import (
     RUNNING,
     SUPERSEDED,
     advance,
+    batch_room,
     copy_id,
     dispatch_id,
     may_release,
@@ -56,13 +57,28 @@ class FairQueue(QueueControls):
             self.woken = True
         return hold_id
 
+    def hold_many(self, holds: list[tuple[str, bytes, Placement, int]],
+                  now_ms: int) -> list[str]:
+        """Keep every one of ``holds`` (hold id, value, checked placement, due), or none:
+        the backpressure of the whole batch is checked first (``hold_many.lua``)."""
+        batch_room(((p.group, p.max_held, self._is_new(i, v)) for i, v, p, _ in holds),
+                   self._held_count)
+        return [self.hold(i, v, Placement(p.group, p.klass, p.cost, p.front), due, now_ms)
+                for i, v, p, due in holds]
+
+    def _is_new(self, hold_id: str, value: bytes) -> bool:
+        held = self.msgs.get(hold_id)
+        return held is None or held.value != value
+
+    def _held_count(self, g: str) -> int:
+        group = self.groups.get(g)
+        return self._held("i", g) + self._held("b", g) + (group.delayed if group else 0)
+
     def _check_room(self, p: Placement) -> None:
         """Raise GroupFull (queue left to the caller) when ``p``'s group is full."""
         if p.max_held is None:
             return
-        group = self.groups.get(p.group)
-        count = self._held("i", p.group) + self._held("b", p.group) + (
-            group.delayed if group else 0)
+        count = self._held_count(p.group)
         if count >= p.max_held:
             raise GroupFull(group=p.group, count=count, limit=p.max_held)
 

@@ -6,9 +6,9 @@ passed in by the caller, so the operations are deterministic and testable.
 
 :class:`Store` groups its methods in families: the lifecycle of a held message, the
 policy, the worker registry, wake-ups, reads and maintenance; and families in mixins of
-their own: heartbeats (``beats.py``), the audit log (``audit.py``), pauses
-(``pausing.py``), boosts (``boosting.py``), rate limits and throttles (``throttling.py``),
-head waits (``heads.py``) and held messages (``held.py``). Every method may raise
+their own: heartbeats (``beats.py``), the audit log (``audit.py``), pauses (``pausing.py``),
+boosts (``boosting.py``), rate limits and throttles (``throttling.py``), head waits
+(``heads.py``), held messages (``held.py``), many holds (``bulk.py``). Every one may raise
 :class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
 store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
 docstrings name the others and what a resend does (a client resends a call whose reply a
@@ -26,6 +26,7 @@ from typing import Any
 from .audit import Audit
 from .beats import Beats
 from .boosting import Boosting
+from .bulk import BulkHolds
 from .heads import HeadWaits
 from .held import HeldReads
 from .models import (
@@ -70,7 +71,7 @@ __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRU
            "snapshot_of"]
 
 
-class Store(Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Throttling, abc.ABC):
+class Store(BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Throttling):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).

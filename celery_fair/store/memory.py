@@ -44,6 +44,7 @@ from .base import (
     limited_by,
     snapshot_of,
 )
+from .bulk import Hold, check_holds
 from .memory_reads import MemoryReads
 
 
@@ -85,6 +86,19 @@ class MemoryStore(MemoryReads, Store):
         with self._queue(queue) as fq:
             try:
                 held = fq.hold(hold_id, value, where, due_ms, now_ms)
+            except GroupFull as full:
+                raise full.in_queue(queue) from None
+            self._registered.add(queue)
+            return held
+
+    def hold_many(self, queue: str, holds: Sequence[Hold], now_ms: int) -> list[str]:
+        checked = check_holds(holds)  # before anything is written
+        if not checked:
+            return []
+        with self._queue(queue) as fq:
+            try:
+                held = fq.hold_many([(h.hold_id, h.value, h.placement, h.due_ms)
+                                     for h in checked], now_ms)
             except GroupFull as full:
                 raise full.in_queue(queue) from None
             self._registered.add(queue)

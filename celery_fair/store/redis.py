@@ -13,13 +13,6 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from ..errors import (
-    HoldNotReplicated,
-    HoldOutcomeUnknown,
-    ReplicationTimeout,
-    StoreConnectionError,
-    StoreUnreachable,
-)
 from .base import (
     CANCELLED_SECONDS,
     CHECK_BATCH,
@@ -54,6 +47,7 @@ from .connection import (
 )
 from .keys import QueueKeys, queues_key
 from .models import RESEND_SECONDS
+from .redis_bulk import RedisBulk
 from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
 from .redis_policy import RedisPolicy
 from .redis_reads import RedisReads
@@ -71,10 +65,11 @@ logger = logging.getLogger(__name__)
 _WHERE = ("host", "port", "db", "path")
 
 
-class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoosting,
+class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, RedisBoosting,
                  RedisThrottling, Store):
     """Fair queues of one namespace in one Redis database."""
 
+    remembers_sent = True  # hold.lua and hold_many.lua keep k_sent (RESEND_SECONDS)
     supports_direct_push = True
 
     def same_redis(self, connection_kwargs: Mapping[str, Any]) -> bool:
@@ -121,21 +116,9 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         p = check_hold(hold_id, value, placement)
         args = [hold_id, value, due_ms, now_ms, p.group, p.klass, p.cost, int(p.front),
                 "" if p.max_held is None else p.max_held, RESEND_SECONDS]
-        with _wrapped(self.where, unreachable=StoreUnreachable):
-            self._connect(self.keys(queue).prefix)
-        try:
-            with _explained("hold", queue):
-                [held] = self._pipelined(self.keys(queue).prefix, [("hold", args)],
-                                         register=queue, replicate=True)
-        except ReplicationTimeout as exc:
-            raise HoldNotReplicated(
-                f"{exc}; the task is held on the master (it runs when dispatched) unless a "
-                "failover loses it first, so it was not published to the broker",
-                acknowledged=exc.acknowledged, wanted=exc.wanted) from None
-        except StoreConnectionError as exc:
-            raise HoldOutcomeUnknown(
-                f"{exc}; the hold's outcome is unknown: the task may be held (it then runs "
-                "when dispatched), so it was not published to the broker") from exc.__cause__
+        with self.holding(queue, "hold"):
+            [held] = self._pipelined(self.keys(queue).prefix, [("hold", args)],
+                                     register=queue, replicate=True)
         return _text(held)
 
     def _connect(self, key: str) -> None:

@@ -12,9 +12,9 @@ from importlib import resources
 
 _INCLUDE = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
 
-OPERATIONS = ("hold", "pick", "confirm", "begin", "renew", "release", "reclaim", "promote",
-              "configure", "cancel", "summarize", "limit", "check", "forget", "poll", "pause",
-              "boost", "boost_task", "rate")
+OPERATIONS = ("hold", "hold_many", "pick", "confirm", "begin", "renew", "release", "reclaim",
+              "promote", "configure", "cancel", "summarize", "limit", "check", "forget", "poll",
+              "pause", "boost", "boost_task", "rate")
 
 
 def _read(path: str) -> str:

@@ -23,89 +23,29 @@ Errors (before anything is written): FULL <count> <limit> <group> when the
 group is full; CORRUPT when the value's prefix is not envelope.py's
 encoding of this placement; ERR for a placement out of range, a due time that is not a
 number, a key of a foreign type.
-Why the prefix is checked against the arguments: pick, promote, cancel and check read
-the placement back from the stored prefix later; a value whose prefix disagreed would be
-counted in one group here and in another there (in-flight counts and tags silently
-wrong). The check is cheap: the prefix is a few bytes of string ops, no JSON.
+The checks and writes are include/holding.lua's (hold_many.lua shares them).
 Wakes dispatchers when the group became ready or the message is the next one due. ]]
 -- @include common
+-- @include holding
 local id, value = ARGV[1], ARGV[2]
 local due, now = finite(ARGV[3]), finite(ARGV[4])
 local g, cls, cost, front = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
-if not due or not now or (cls ~= 'i' and cls ~= 'b') or #g == 0 or not cost
-   or not (cost > 0 and cost <= MAX_COST) then
-  return redis.error_reply('ERR hold ' .. id .. ': a time is not a finite number or the ' ..
-                           'placement is out of range (class i or b, a group, a cost in ' ..
-                           '(0, ' .. MAX_COST .. '])')
-end
-local m = decode(value)
-if not m or m.g ~= g or m.cls ~= cls or m.cost ~= cost or m.front ~= front then
-  return redis.error_reply('CORRUPT hold ' .. id .. ': the stored value\'s prefix is not ' ..
-                           'envelope.py\'s encoding of the placement given (class, front, ' ..
-                           'cost, group)')
-end
-
--- A script stopped by an error keeps the writes it made. So every key this hold writes
--- is read first: one of a foreign type fails the hold here, before its first write, and
--- a hold is all or nothing (never a held count without its message).
-local function preflight()
-  redis.call('HGET', K_STAT, 'dup')
-  redis.call('SISMEMBER', K_GROUPS, g)
-  redis.call('HGET', k_group(g), 'n')
-  if due > now then
-    redis.call('ZSCORE', K_DELAYED, id)
-    return
-  end
-  redis.call('ZSCORE', K_BACKLOG, g)
-  for _, c in ipairs(CLASSES) do
-    redis.call('LLEN', k_list(c, g))
-    redis.call('ZSCORE', k_ready(c), g)
-    redis.call('HGET', K_VT, c)
-  end
-  redis.call('HGET', K_CAPS, g)
-  redis.call('HGET', K_CONF, 'cap')
-  redis.call('LLEN', K_WAKE)
-end
-
+local refused = hold_refusal(id, value, due, now, g, cls, cost, front)
+if refused then return redis.error_reply(refused) end
 local held = redis.call('HGET', K_MSG, id)
 if held == value then return id end
--- The message but for its hold time (the meta's "t", first in it: envelope.py).
 local remember = tonumber(ARGV[10]) or 0
-local sent, t_end = string.find(value, '{"t": ?[-%d.eE+]*')
-sent = remember > 0 and redis.sha1hex(sent and (string.sub(value, 1, sent) ..
-  string.sub(value, t_end + 1)) or value) or nil
-if sent then
-  local last = redis.call('GET', k_sent(id))  -- (a foreign type fails before any write)
-  if last and string.sub(last, 1, 40) == sent then return string.sub(last, 42) end
+local digest = remember > 0 and sent_digest(value) or nil
+if digest then
+  local earlier = sent_before(id, digest)
+  if earlier then return earlier end
 end
 local max_held = tonumber(ARGV[9])
 if max_held then
-  local n = redis.call('LLEN', k_list('i', g)) + redis.call('LLEN', k_list('b', g))
-            + tonumber(redis.call('HGET', k_group(g), 'd') or '0')
+  local n = held_of(g)
   if n >= max_held then return redis.error_reply('FULL ' .. n .. ' ' .. ARGV[9] .. ' ' .. g) end
 end
-preflight()
-if held then
-  id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)
-  index_copy(id)  -- so cancel finds it
-end
-if due > now then
-  redis.call('ZADD', K_DELAYED, due, id)
-  redis.call('HSET', K_MSG, id, value)
-  redis.call('SADD', K_GROUPS, g)
-  redis.call('HINCRBY', k_group(g), 'd', 1)
-  if redis.call('ZRANGE', K_DELAYED, 0, 0)[1] == id then wake() end
-  if sent then redis.call('SET', k_sent(ARGV[1]), sent .. ' ' .. id, 'EX', remember) end
-  return id
-end
-if front then
-  redis.call('LPUSH', k_list(cls, g), id)
-else
-  redis.call('RPUSH', k_list(cls, g), id)
-end
-redis.call('HSET', K_MSG, id, value)
-redis.call('SADD', K_GROUPS, g)
-count_held(cls, g, 1)
-if refresh(g) then wake() end
-if sent then redis.call('SET', k_sent(ARGV[1]), sent .. ' ' .. id, 'EX', remember) end
-return id
+preflight(g, due > now, id)
+local hold_id = hold_write(id, value, held, due, now, g, cls, front)
+if digest then remember_sent(id, digest, hold_id, remember) end
+return hold_id

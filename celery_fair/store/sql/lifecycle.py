@@ -48,7 +48,7 @@ class Lifecycle:
                          ).mappings().first()
         return None if row is None else dict(row)
 
-    def _place(self, u: Unit, g: str, front: bool) -> int:
+    def place(self, u: Unit, g: str, front: bool) -> int:
         """The next place at the head or tail of group ``g``'s lists."""
         row = u.groups[g]
         assert row is not None
@@ -69,7 +69,7 @@ class Lifecycle:
 
     def _enqueue(self, u: Unit, hold_id: str, p: Placement) -> bool:
         """Move a delayed message into its group's list."""
-        seq = self._place(u, p.group, p.front)
+        seq = self.place(u, p.group, p.front)
         m = self.t.messages.c
         u.conn.execute(update(self.t.messages).where(
             m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id
@@ -89,7 +89,7 @@ class Lifecycle:
         if p.max_held is not None:
             return self._hold_if_room(u, hold_id, value, p, due_ms, now_ms)
         delayed = due_ms > now_ms
-        seq = None if delayed else self._place(u, p.group, p.front)
+        seq = None if delayed else self.place(u, p.group, p.front)
         due = due_ms if delayed else None
         if not self._insert_message(u, hold_id, value, p, seq, due):
             held = self._message(conn, queue, hold_id)
@@ -101,7 +101,7 @@ class Lifecycle:
         assert row is not None
         if delayed:
             row["delayed"] += 1
-            u.woken = self._first_due(conn, queue) == hold_id
+            u.woken = self.first_due(conn, queue) == hold_id
         else:
             row[f"held_{p.klass}"] += 1
             u.woken = u.refresh(p.group)
@@ -131,7 +131,7 @@ class Lifecycle:
         return int(conn.execute(select(q.dups).where(q.ns == self.ns, q.queue == queue))
                    .scalar_one())
 
-    def _first_due(self, conn: Connection, queue: str) -> str | None:
+    def first_due(self, conn: Connection, queue: str) -> str | None:
         first: str | None = self.s.run(conn, "first_due", {"ns": self.ns, "queue": queue}
                                        ).scalar()
         return first
@@ -306,7 +306,7 @@ class Lifecycle:
         if self._message(u.conn, u.queue, hold_id) is not None:
             hold_id = copy_id(hold_id, rec["did"])
         p = Placement(rec["grp"], rec["klass"], rec["cost"], True)
-        seq = self._place(u, p.group, True)
+        seq = self.place(u, p.group, True)
         self._insert_message(u, hold_id, bytes(rec["value"]),
                              Placement(p.group, p.klass, p.cost, bool(rec["front"])), seq, None)
         u.groups[p.group][f"held_{p.klass}"] += 1  # type: ignore[index]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -29,10 +30,12 @@ from ..base import (
     Policy,
     Store,
 )
+from ..bulk import Hold, check_holds
 from ..connection import Bounds
 from ..models import check_hold
 from .audit import SqlAudit
 from .boosting import SqlBoosting
+from .bulk import hold_many
 from .controls import Controls
 from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
@@ -92,15 +95,21 @@ class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, 
              due_ms: int, now_ms: int) -> str:
         """See :meth:`Store.hold`; a lost reply raises :class:`HoldOutcomeUnknown`."""
         placement = check_hold(hold_id, value, placement)
-        try:
+        with _hold_outcome():
             held, woken = self._do("hold", queue, lambda c: self.life.hold(
                 c, queue, hold_id, value, placement, due_ms, now_ms))
-        except StoreUnreachable:
-            raise
-        except StoreConnectionError as exc:
-            raise HoldOutcomeUnknown(
-                f"{exc}; the hold's outcome is unknown: the task may be held (it then runs "
-                "when dispatched), so it was not published to the broker") from exc.__cause__
+        self._wake_if(queue, woken)
+        return held
+
+    def hold_many(self, queue: str, holds: Sequence[Hold], now_ms: int) -> list[str]:
+        """See :meth:`Store.hold_many`: one transaction; a lost reply raises
+        :class:`HoldOutcomeUnknown`."""
+        checked = check_holds(holds)
+        if not checked:
+            return []
+        with _hold_outcome():
+            held, woken = self._do("hold_many", queue, lambda c: hold_many(
+                self.life, c, queue, checked, now_ms))
         self._wake_if(queue, woken)
         return held
 
@@ -202,3 +211,16 @@ class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, 
         self.wakes.close()
         self.engine.dispose()
 
+
+@contextmanager
+def _hold_outcome() -> Iterator[None]:
+    """A connection lost during a hold's transaction (not before it was sent): its
+    outcome is unknown."""
+    try:
+        yield
+    except StoreUnreachable:
+        raise
+    except StoreConnectionError as exc:
+        raise HoldOutcomeUnknown(
+            f"{exc}; the hold's outcome is unknown: the task may be held (it then runs "
+            "when dispatched), so it was not published to the broker") from exc.__cause__
