@@ -253,7 +253,9 @@ def _prefill_redis(store: RedisStore, queue: str, envelope: Envelope, groups: li
             envelope.headers["id"] = task_id
             envelope.properties["correlation_id"] = task_id
             value = envelope.encode(group, "b", 1, False)
-            script(keys=[prefix], args=[task_id, value, 0, now, group, "b", 1, 0], client=pipe)
+            # the arguments RedisStore.hold sends (its resend memory included)
+            script(keys=[prefix], args=[task_id, value, 0, now, group, "b", 1, 0, "",
+                                        store.resend_seconds], client=pipe)
             total += 1
             if total % chunk == 0:
                 pipe.execute()

@@ -102,8 +102,8 @@ class Store(BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Th
 
         Returns the hold id used: ``hold_id``, suffixed when a message with that id is
         already held (nothing is ever overwritten: another message, a retry, is a copy
-        that runs). The same value under the same id again is a resend: held once (on
-        Redis: its hold time aside, for RESEND_SECONDS, even after it was picked).
+        that runs). The same value under the same id again is a resend: held once (where
+        :attr:`remembers_sent`: its hold time aside, even after it was picked).
 
         Raises:
             InvalidOption: ``placement`` is not a :class:`Placement`, or its class is not

@@ -55,8 +55,9 @@ class BulkHolds(abc.ABC):
     """Many holds in one fair queue, in one atomic call."""
 
     #: The backend remembers each task id's message for ``RESEND_SECONDS`` after its hold
-    #: (Redis: ``k_sent``), so the same message sent again is held once even after it was
-    #: picked or has run; without it, only while the first is still held.
+    #: (Redis with fair_store_replicas ≥ 1: ``k_sent``), so the same message sent again is
+    #: held once even after it was picked or has run; without it, only while the first is
+    #: still held.
     remembers_sent: bool = False
 
     @abc.abstractmethod

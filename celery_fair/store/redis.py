@@ -69,8 +69,17 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
                  RedisThrottling, Store):
     """Fair queues of one namespace in one Redis database."""
 
-    remembers_sent = True  # hold.lua and hold_many.lua keep k_sent (RESEND_SECONDS)
     supports_direct_push = True
+
+    @property
+    def resend_seconds(self) -> int:
+        """How long hold.lua and hold_many.lua remember a task id's message (k_sent):
+        RESEND_SECONDS when writes wait for replicas, else 0 (see RESEND_SECONDS)."""
+        return RESEND_SECONDS if self.replicas else 0
+
+    @property
+    def remembers_sent(self) -> bool:  # type: ignore[override]
+        return self.resend_seconds > 0
 
     def same_redis(self, connection_kwargs: Mapping[str, Any]) -> bool:
         """See :meth:`Store.same_redis`: the same host and port or socket path, and db."""
@@ -108,14 +117,14 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
     def hold(self, queue: str, hold_id: str, value: bytes, placement: Placement, due_ms: int,
              now_ms: int) -> str:
         """See :meth:`Store.hold`; a lost reply raises :class:`HoldOutcomeUnknown`. The
-        same message sent again within :data:`RESEND_SECONDS` is held once (hold.lua).
+        same message sent again within :attr:`resend_seconds` is held once (hold.lua).
 
         The queue is registered on every hold, in the same round trip: should the set
         lose it (a partial flush, a failover), the next hold puts it back, and the
         dispatchers and `fair check` find the queue again."""
         p = check_hold(hold_id, value, placement)
         args = [hold_id, value, due_ms, now_ms, p.group, p.klass, p.cost, int(p.front),
-                "" if p.max_held is None else p.max_held, RESEND_SECONDS]
+                "" if p.max_held is None else p.max_held, self.resend_seconds]
         with self.holding(queue, "hold"):
             [held] = self._pipelined(self.keys(queue).prefix, [("hold", args)],
                                      register=queue, replicate=True)

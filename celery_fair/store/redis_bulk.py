@@ -17,7 +17,6 @@ from ..errors import (
 )
 from .bulk import Hold, check_holds
 from .connection import _explained, _text, _wrapped
-from .models import RESEND_SECONDS
 
 
 class RedisBulk:
@@ -29,13 +28,18 @@ class RedisBulk:
     _connect: Any
     _pipelined: Any
 
+    @property
+    def resend_seconds(self) -> int:
+        """RedisStore's (how long hold_many.lua remembers each task id's message)."""
+        raise NotImplementedError
+
     def hold_many(self, queue: str, holds: Sequence[Hold], now_ms: int) -> list[str]:
         """See :meth:`Store.hold_many`: one ``hold_many.lua`` call; a lost reply raises
         :class:`HoldOutcomeUnknown`."""
         checked = check_holds(holds)
         if not checked:
             return []
-        args: list[Any] = [now_ms, RESEND_SECONDS]
+        args: list[Any] = [now_ms, self.resend_seconds]
         for h in checked:
             p = h.placement
             args += [h.hold_id, h.value, h.due_ms, p.group, p.klass, p.cost, int(p.front),
