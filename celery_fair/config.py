@@ -17,9 +17,12 @@ from typing import Any, Callable
 from celery import Celery
 
 from . import limits
+from .config_keys import invalid_setting as _fail
 from .config_keys import reject_unknown
 from .errors import ConfigurationError, InvalidLimit
 from .names import validate_group
+from .policies import PolicyChoice, read_policies
+from .queues import declared_queues
 from .redact import safe_url
 from .rules import TaskRules, parse_rules
 from .settings import _DEFAULTS, SETTINGS, Setting, settings_table  # noqa: F401 (re-exported)
@@ -75,6 +78,12 @@ class FairConfig:
     store_sentinel_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     store_replicas: int = 0  # fair_store_replicas: WAIT for these on hold/release/cancel
     store_replicas_timeout: float = 1.0
+    policy: PolicyChoice = PolicyChoice()  # fair_policy and its companions
+    queue_policies: Mapping[str, PolicyChoice] = field(default_factory=dict)
+
+    def policy_for(self, queue: str) -> PolicyChoice:
+        """The policy ``queue`` runs (``fair_queue_policies``, else the app-wide one)."""
+        return self.queue_policies.get(queue, self.policy)
 
     def max_held_of(self, group: str) -> int | None:
         """The most tasks ``group`` may hold (None: unlimited)."""
@@ -90,8 +99,9 @@ class FairConfig:
         master_name, sentinel_kwargs = _transport_options(
             store_url, conf.get("fair_store_transport_options"),
             conf.get("broker_transport_options") if get("fair_store_url") is None else None)
+        policy, queue_policies = read_policies(get, store_url, declared_queues(app))
         return cls(
-            store_url=store_url,
+            store_url=store_url, policy=policy, queue_policies=queue_policies,
             store_master_name=master_name, store_sentinel_kwargs=sentinel_kwargs,
             store_replicas=_replicas(store_url, get("fair_store_replicas")),
             store_replicas_timeout=_replicas_timeout(
@@ -153,10 +163,6 @@ def get_config(app: Celery) -> FairConfig:
 def reset_config(app: Celery) -> None:
     """Forget the cached settings (after changing ``app.conf`` in tests)."""
     _cache.pop(app, None)
-
-
-def _fail(name: str, value: Any, expected: str) -> ConfigurationError:
-    return ConfigurationError(f"setting {name}={value!r} is invalid: expected {expected}")
 
 
 def _store_url(url: Any, broker_url: Any) -> str:

@@ -11,11 +11,12 @@ from .errors import ConfigurationError
 
 #: Settings celery_fair does not read yet -> why; setting one is an error saying so (an
 #: ignored setting would look as if it worked).
-NOT_SUPPORTED_YET = {
-    "fair_policy": "celery_fair schedules by weighted start-time fair queueing only "
-                   "(fair_group_weights set the shares; equal weights give round robin); "
-                   "remove the setting",
-}
+NOT_SUPPORTED_YET: dict[str, str] = {}
+
+
+def invalid_setting(name: str, value: Any, expected: str) -> ConfigurationError:
+    """The error of a setting with a bad value: its name, the value, what is expected."""
+    return ConfigurationError(f"setting {name}={value!r} is invalid: expected {expected}")
 
 
 def reject_unknown(conf: Mapping[str, Any], namespace: str | None,
