@@ -145,6 +145,16 @@ def test_configure_switches_the_policy_at_once(store: Store) -> None:
     assert Counter(group_of(p) for p in pick(store, 2)) == {"a": 1, "b": 1}
 
 
+@harmony_backends
+def test_an_unknown_policy_is_refused_and_nothing_written(store: Store) -> None:
+    harmony(store)
+    backlog(store, {"a": 2})
+    before = store.snapshot(Q)
+    with pytest.raises(InvalidLimit, match="policy must be one of 'wfq', 'harmony'"):
+        store.configure(Q, Policy(None, 0, 1.0, {}, {}, name="lottery"))
+    assert store.snapshot(Q) == before
+
+
 @pytest.mark.parametrize("any_store", SQL_BACKENDS, indirect=True)
 def test_sql_store_refuses_harmony(store: Store) -> None:
     assert isinstance(store, SqlStore)

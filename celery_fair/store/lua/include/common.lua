@@ -227,10 +227,10 @@ end
 local function refresh(g, default_cap)
   local gk = k_group(g)
   local n = inflight_of(g)
-  local entered = false
+  local entered, rank = false, nil
   for _, cls in ipairs(CLASSES) do
     if eligible(cls, g, n, default_cap) and harmony() then
-      local rank = string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
+      rank = rank or string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
       if redis.call('ZADD', k_ready(cls), rank, g) == 1 then entered = true end
     elseif eligible(cls, g, n, default_cap) then
       local tag = finite(redis.call('HGET', gk, 't' .. cls) or '0')
