@@ -44,11 +44,13 @@ COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
 }
 
 
-def read_policies(get: Callable[[str], Any], store_url: str, declared: set[str]
+def read_policies(get: Callable[[str], Any], store_url: str,
+                  declared: Callable[[], set[str]]
                   ) -> tuple[PolicyChoice, dict[str, PolicyChoice]]:
     """The app-wide choice (the companions' settings) and the per-queue ones
     (``fair_queue_policies``: each queue's entries laid over the app-wide choice).
-    ``declared``: the queues the app declares (``queues.declared_queues``).
+    ``declared``: the queues the app declares (``queues.declared_queues``), asked only
+    when there are per-queue entries (it prepares the app's routers).
 
     Raises:
         ConfigurationError: an unknown policy, a queue the app does not declare, an
@@ -60,30 +62,35 @@ def read_policies(get: Callable[[str], Any], store_url: str, declared: set[str]
     if not isinstance(per_queue, Mapping):
         raise _fail("fair_queue_policies", per_queue,
                     "a dict of {queue: {'fair_policy': ...}}")
-    queues = {}
+    queues: dict[str, PolicyChoice] = {}
+    known = declared() if per_queue else set()
     for queue, entries in per_queue.items():
         where = f"fair_queue_policies[{queue!r}]"
-        if queue not in declared:
+        if queue not in known:
             raise ConfigurationError(
                 f"setting fair_queue_policies has an unknown queue {queue!r}: expected a "
                 "queue the app declares (task_default_queue, task_queues or a task_routes "
-                f"mapping): {', '.join(map(repr, sorted(declared)))}")
-        if not isinstance(entries, Mapping):
-            raise _fail(where, entries, "a dict of companion settings, such as "
-                                        "{'fair_policy': 'harmony'}")
-        changes = {}
-        for key, value in entries.items():
-            if key not in COMPANIONS:
-                raise ConfigurationError(
-                    f"setting {where} has an unknown key {key!r}: expected one of "
-                    + ", ".join(repr(k) for k in COMPANIONS))
-            field, check = COMPANIONS[key]
-            changes[field] = check(f"{where}[{key!r}]", value)
-        queues[queue] = replace(base, **changes)
+                f"mapping): {', '.join(map(repr, sorted(known)))}")
+        queues[queue] = _laid_over(base, where, entries)
     for name, choice in [("fair_policy", base), *(
             (f"fair_queue_policies[{q!r}]['fair_policy']", c) for q, c in queues.items())]:
         _check_store(name, choice, store_url)
     return base, queues
+
+
+def _laid_over(base: PolicyChoice, where: str, entries: Any) -> PolicyChoice:
+    """One queue's entry of fair_queue_policies (``where``) laid over ``base``."""
+    if not isinstance(entries, Mapping):
+        raise _fail(where, entries, "a dict of companion settings, such as "
+                                    "{'fair_policy': 'harmony'}")
+    changes = {}
+    for key, value in entries.items():
+        if key not in COMPANIONS:
+            raise ConfigurationError(f"setting {where} has an unknown key {key!r}: expected "
+                                     "one of " + ", ".join(repr(k) for k in COMPANIONS))
+        field, check = COMPANIONS[key]
+        changes[field] = check(f"{where}[{key!r}]", value)
+    return replace(base, **changes)
 
 
 def _check_store(name: str, choice: PolicyChoice, store_url: str) -> None:

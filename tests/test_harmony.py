@@ -15,6 +15,10 @@ from typing import Any
 
 import pytest
 
+from celery_fair.config import get_config
+from celery_fair.directory import policy_of
+from celery_fair.reporting import policy_words
+
 from .conftest import wait_for
 
 TIMEOUT = 60
@@ -50,3 +54,16 @@ def test_harmony_keeps_long_tasks_to_their_share_of_slots(
     assert ledger.max_all() <= 4
     start = next(m for m in caplog.messages if "dispatcher started" in m)
     assert f"policy wfq ({queue}: {policy})" in start, start
+
+
+def test_a_queues_entry_is_laid_over_the_app_wide_policy(make_app: Any) -> None:
+    app = make_app(fair_policy="harmony", task_routes={"proj.x": {"queue": "exports"}},
+                   fair_queue_policies={"exports": {"fair_policy": "wfq"}})
+    config = get_config(app)
+    default = app.conf.task_default_queue
+    assert (config.policy_for("exports").name, config.policy_for(default).name) == \
+        ("wfq", "harmony")
+    # what a dispatcher configures each queue with
+    assert (policy_of(config, "exports").name, policy_of(config, default).name) == \
+        ("wfq", "harmony")
+    assert policy_words(config) == "harmony (exports: wfq)"
