@@ -77,6 +77,7 @@ QUEUE_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("oldest wait", lambda q: format_wait(q["oldest_wait"])),
     ("groups", lambda q: str(q["group_count"])),
     ("released", lambda q: str(q["released"])),
+    ("policy", lambda q: str(q["policy"])),
 )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,9 +16,12 @@ from typing import Any, Callable
 from celery import Celery
 
 from . import limits
-from .config_keys import reject_unknown
+from .config_keys import check_table_prefix, reject_unknown
+from .config_keys import invalid_setting as _fail
 from .errors import ConfigurationError, InvalidLimit
 from .names import validate_group
+from .policies import PolicyChoice, read_policies
+from .queues import declared_queues
 from .redact import safe_url
 from .rules import TaskRules, parse_rules
 from .settings import _DEFAULTS, MIN_REPLICAS_TIMEOUT, SETTINGS, Setting, settings_table  # noqa: F401 (re-exported)
@@ -76,6 +78,12 @@ class FairConfig:
     store_sentinel_kwargs: Mapping[str, Any] = field(default_factory=dict, repr=False)
     store_replicas: int = 0  # fair_store_replicas: WAIT for these on hold/release/cancel
     store_replicas_timeout: float = 1.0
+    policy: PolicyChoice = PolicyChoice()  # fair_policy and its companions
+    queue_policies: Mapping[str, PolicyChoice] = field(default_factory=dict)
+
+    def policy_for(self, queue: str) -> PolicyChoice:
+        """The policy ``queue`` runs (``fair_queue_policies``, else the app-wide one)."""
+        return self.queue_policies.get(queue, self.policy)
 
     def max_held_of(self, group: str) -> int | None:
         """The most tasks ``group`` may hold (None: unlimited)."""
@@ -91,8 +99,9 @@ class FairConfig:
         master_name, sentinel_kwargs = _transport_options(
             store_url, conf.get("fair_store_transport_options"),
             conf.get("broker_transport_options") if get("fair_store_url") is None else None)
+        policy, queue_policies = read_policies(get, store_url, lambda: declared_queues(app))
         return cls(
-            store_url=store_url,
+            store_url=store_url, policy=policy, queue_policies=queue_policies,
             store_master_name=master_name, store_sentinel_kwargs=sentinel_kwargs,
             store_replicas=_replicas(store_url, get("fair_store_replicas")),
             store_replicas_timeout=_replicas_timeout(
@@ -154,10 +163,6 @@ def get_config(app: Celery) -> FairConfig:
 def reset_config(app: Celery) -> None:
     """Forget the cached settings (after changing ``app.conf`` in tests)."""
     _cache.pop(app, None)
-
-
-def _fail(name: str, value: Any, expected: str) -> ConfigurationError:
-    return ConfigurationError(f"setting {name}={value!r} is invalid: expected {expected}")
 
 
 def _store_url(url: Any, broker_url: Any) -> str:
@@ -255,17 +260,6 @@ def _replicas_timeout(value: Any, socket_timeout: Any, replicas: Any) -> float:
                     f"fewer seconds than fair_store_socket_timeout ({socket_timeout}): "
                     "a write waiting for its replicas must not outlast its socket")
     return seconds
-
-
-def check_table_prefix(value: Any, name: str = "fair_store_table_prefix") -> str:
-    """A prefix of SQL table names: it is written into DDL, so only a safe identifier."""
-    if not isinstance(value, str) or not _TABLE_PREFIX.fullmatch(value):
-        raise _fail(name, value, "letters, digits and underscores, starting with a letter, "
-                                 "at most 20 characters (like 'fair_')")
-    return value
-
-
-_TABLE_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,19}")
 
 
 def _nonempty_str(name: str, value: Any) -> str:

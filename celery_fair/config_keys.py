@@ -1,9 +1,11 @@
 """Which keys of ``app.conf`` are celery_fair settings, and refusing unknown ones (a
-misspelt setting would otherwise be silently ignored)."""
+misspelt setting would otherwise be silently ignored); the error of a bad value, and the
+value checks the store shares with the settings (``check_table_prefix``)."""
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,11 +13,12 @@ from .errors import ConfigurationError
 
 #: Settings celery_fair does not read yet -> why; setting one is an error saying so (an
 #: ignored setting would look as if it worked).
-NOT_SUPPORTED_YET = {
-    "fair_policy": "celery_fair schedules by weighted start-time fair queueing only "
-                   "(fair_group_weights set the shares; equal weights give round robin); "
-                   "remove the setting",
-}
+NOT_SUPPORTED_YET: dict[str, str] = {}
+
+
+def invalid_setting(name: str, value: Any, expected: str) -> ConfigurationError:
+    """The error of a setting with a bad value: its name, the value, what is expected."""
+    return ConfigurationError(f"setting {name}={value!r} is invalid: expected {expected}")
 
 
 def reject_unknown(conf: Mapping[str, Any], namespace: str | None,
@@ -54,3 +57,14 @@ def _fair_key(key: str, prefix: str) -> tuple[str, str] | None:
     if key.lower().startswith("fair_") and (not prefix or key.islower()):
         return "", key.lower()
     return None
+
+
+def check_table_prefix(value: Any, name: str = "fair_store_table_prefix") -> str:
+    """A prefix of SQL table names: it is written into DDL, so only a safe identifier."""
+    if not isinstance(value, str) or not _TABLE_PREFIX.fullmatch(value):
+        raise invalid_setting(name, value, "letters, digits and underscores, starting with "
+                                           "a letter, at most 20 characters (like 'fair_')")
+    return value
+
+
+_TABLE_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,19}")

@@ -62,7 +62,7 @@ class QueueDirectory:
         self._schedule.track(self.queues)
         for queue in self.queues:
             if queue not in self._configured:
-                self.store.configure(queue, self._policy())
+                self.store.configure(queue, policy_of(self.config, queue))
                 self._configured.add(queue)
                 logger.info("serving fair queue %s", queue)
             self.set_capacity(queue)
@@ -97,9 +97,6 @@ class QueueDirectory:
             self._configured.discard(queue)
             self._capacity.pop(queue, None)
             self._forget(queue)
-
-    def _policy(self) -> Policy:
-        return policy_of(self.config)
 
     def capacity(self, queue: str) -> Capacity | None:
         """``queue``'s capacity and dispatch-ahead, as last read (None: not read yet)."""
@@ -138,8 +135,9 @@ class QueueDirectory:
             self._schedule.due_now(queue)
 
 
-def policy_of(c: FairConfig) -> Policy:
-    """The policy settings a dispatcher configures each fair queue with (the simulator
-    replays a trace under the same)."""
+def policy_of(c: FairConfig, queue: str | None = None) -> Policy:
+    """The policy settings a dispatcher configures ``queue`` with (None: the app-wide
+    ones, which the simulator replays a trace under)."""
     return Policy(c.default_concurrency, c.interactive_reserve, 1.0,
-                  c.group_concurrency, c.group_weights, c.default_rate, c.group_rates)
+                  c.group_concurrency, c.group_weights, c.default_rate, c.group_rates,
+                  (c.policy if queue is None else c.policy_for(queue)).name)

@@ -186,12 +186,21 @@ def max_held(value: Any, what: str) -> int | None:
     return value
 
 
+#: The scheduling policies (``fair_policy``): weighted start-time fair queueing, and
+#: Harmony's fewest tasks in flight first (DESIGN.md, "Scheduling"); common.lua has them.
+WFQ, HARMONY = "wfq", "harmony"
+POLICIES = (WFQ, HARMONY)
+
+
 def check_policy(policy: Policy) -> Policy:
     """``policy`` when every number in it is in range.
 
     Raises:
         InvalidLimit: naming the first number out of range.
     """
+    if policy.name not in POLICIES:
+        raise InvalidLimit(f"policy must be one of {', '.join(map(repr, POLICIES))}, "
+                           f"got {policy.name!r}")
     if policy.default_cap is not None:
         cap(policy.default_cap, "default concurrency")
     cap(policy.interactive_reserve, "interactive reserve")

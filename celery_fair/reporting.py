@@ -38,9 +38,6 @@ from .summary import Capacity
 # The dispatcher's log: users filter on this name.
 logger = logging.getLogger("celery_fair.dispatcher")
 
-#: The scheduling policy: weighted start-time fair queueing, the only one there is
-#: (setting ``fair_policy`` is refused, see config_keys.NOT_SUPPORTED_YET).
-POLICY = "wfq"
 
 
 def log_start(store: Store, config: FairConfig, fixed_queues: Sequence[str] | None,
@@ -58,7 +55,15 @@ def log_start(store: Store, config: FairConfig, fixed_queues: Sequence[str] | No
                 served if fixed_queues else
                 f"{'all' if shard is None else f'shard {shard} of the'} fair queues "
                 f"(now: {served})",
-                POLICY, capacity)
+                policy_words(config), capacity)
+
+
+def policy_words(config: FairConfig) -> str:
+    """The policies in words: the app-wide one, then each queue's own ("wfq (exports:
+    harmony)")."""
+    own = ", ".join(f"{queue}: {choice.name}" for queue, choice
+                    in sorted(config.queue_policies.items()))
+    return config.policy.name + (f" ({own})" if own else "")
 
 
 def capacity_source(store: Store, config: FairConfig, queues: Sequence[str]) -> str:

@@ -65,6 +65,15 @@ SETTINGS: tuple[Setting, ...] = (
             "(None: unlimited). Retries are never refused."),
     Setting("fair_group_max_held_overrides", {},
             "Per-group limits overriding fair_group_max_held: {group: n or None}."),
+    Setting("fair_policy", "wfq",
+            "Scheduling policy of every fair queue: 'wfq' (weighted fair queueing: each "
+            "group gets its weight's share of the dispatches) or 'harmony' (the group "
+            "with the fewest tasks in flight per unit of weight goes first; ties go to "
+            "the group served least recently). Redis and memory stores; the SQL store "
+            "runs 'wfq' only. See docs/policies.md."),
+    Setting("fair_queue_policies", {},
+            "Per fair queue, companion settings overriding the app-wide ones: {queue: "
+            "{'fair_policy': 'harmony'}}."),
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
             "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "

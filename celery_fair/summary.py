@@ -103,7 +103,8 @@ def read_capacity(store: Store, config: FairConfig, queue: str) -> Capacity:
 
 
 def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict[str, Any]:
-    """``fair status``'s figures of ``queue``: the store's totals, its :class:`Capacity`,
+    """``fair status``'s figures of ``queue``: the store's totals, its policy (the
+    settings', as its dispatchers configure it), its :class:`Capacity`,
     the oldest wait (over the same ``GROUP_LIMIT`` busiest groups as the summary, so it
     matches Flower's) and the ``top`` busiest groups with their own oldest wait."""
     now = time.time()
@@ -111,7 +112,8 @@ def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict
     rows = store.busiest_groups(queue, max(top, GROUP_LIMIT))
     heads = {f.group: f for f in _figures(store, queue, [r.group for r in rows])}
     shown = rows[:top]
-    return {**as_json(figures), **read_capacity(store, config, queue).as_json(),
+    return {**as_json(figures), "policy": config.policy_for(queue).name,
+            **read_capacity(store, config, queue).as_json(),
             "oldest_wait": _wait(heads.values(), now),
             "groups": [{**as_json(r), "oldest_wait": _wait([heads[r.group]], now)}
                        for r in shown],

@@ -60,8 +60,10 @@ def test_status_shows_totals_and_busiest_groups(app, cli) -> None:
     queue = queue_of(app)
     out = cli("status").output
     lines = [line.split() for line in out.splitlines()]
-    # held, interactive, delayed, in flight, capacity, ahead, oldest wait (2), groups, released
-    assert [queue, "6", "1", "0", "0", "0", "0"] == lines[2][:7] and lines[2][-2:] == ["3", "0"]
+    # held, interactive, delayed, in flight, capacity, ahead, oldest wait (2), groups,
+    # released, policy
+    assert [queue, "6", "1", "0", "0", "0", "0"] == lines[2][:7]
+    assert lines[2][-3:] == ["3", "0", "wfq"]
     assert f"queue {queue}: busiest groups" in out
     assert ["acme", "3", "0", "0", "0", "-", "1"] in [r[:7] for r in lines]
     assert ["initech", "0", "1", "0", "0", "-", "1"] in [r[:7] for r in lines]
@@ -516,7 +518,7 @@ def test_status_capacity_is_the_flower_pages_and_the_dispatchers(app, cli, caplo
     rows = [line.split() for line in cli("status").output.splitlines()]
     header = next(r for r in rows if r[:1] == ["queue"])
     assert " ".join(header) == "queue held interactive delayed in flight capacity ahead " \
-                               "oldest wait groups released"
+                               "oldest wait groups released policy"
     row = next(r for r in rows if r[:1] == [queue])
     assert row[1:7] == ["1", "0", "0", "6", "4", "2"]  # held, inter., delayed, in flight, ...
 

@@ -156,6 +156,7 @@ def test_a_bad_number_in_the_settings_fails_at_start(make_app: Any, redis_client
     ("configure", ["-1", "1", "1", "{}", "{}", '{"acme": "0:1"}', ""]),
     ("configure", ["-1", "1", "1", "{}", "{}", '{"acme": "100:0"}', ""]),
     ("configure", ["-1", "1", "1", "{}", "{}", "{}", "nan:1"]),
+    ("configure", ["-1", "1", "1", "{}", "{}", "{}", "", "lottery"]),
     ("rate", ["set", "acme", "1e300:1"]),
     ("rate", ["set", "acme", "fast"]),
 ], ids=repr)

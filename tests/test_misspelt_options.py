@@ -3,14 +3,11 @@ the task in the default group; a setting celery_fair does not support yet is ref
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import pytest
 import redis
 from celery import Celery
 
-from celery_fair import ConfigurationError, FairTask, InvalidOption, fair_task
-from celery_fair.dispatcher import Dispatcher
+from celery_fair import FairTask, InvalidOption, fair_task
 
 
 def tenant_report(tenant_id: str) -> None:
@@ -71,10 +68,3 @@ def test_apply_async_with_a_misspelt_fair_option_raises_and_holds_nothing(
     assert "'fair_grup'" in str(info.value) and "did you mean 'fair_group'?" in str(info.value)
     _nothing_held(redis_client, namespace)
     assert redis_client.llen(app.conf.task_default_queue) == 0
-
-
-def test_fair_policy_is_refused_as_not_supported_yet(make_app: Callable[..., Any]) -> None:
-    app = make_app(fair_policy="wfq")
-    with pytest.raises(ConfigurationError) as info:
-        Dispatcher(app)
-    assert "fair_policy" in str(info.value) and "not supported yet" in str(info.value)

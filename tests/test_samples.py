@@ -43,7 +43,8 @@ CELERY = str(Path(sys.executable).with_name("celery"))
 #: Samples checked by other modules (they own the run that produces them).
 ELSEWHERE = {"tutorial-run": "test_tutorial.py", "demo": "test_demo.py",
              "simulate-noisy-neighbour": "test_simulate.py",
-             "simulate-mixed-durations": "test_simulate.py"}
+             "simulate-mixed-durations": "test_simulate.py",
+             "simulate-policies": "test_simulate.py"}
 
 
 def _run(app: Celery, *args: str) -> str:

@@ -19,6 +19,7 @@ from celery_fair.limits import Rate
 from celery_fair.simulate import (
     BadSimulation,
     BadTrace,
+    TraceTask,
     command,
     figures,
     read_trace,
@@ -54,6 +55,18 @@ def test_a_newcomer_waits_the_backlog_under_fifo_and_starts_next_under_wfq(
     # the same work either way: 21 tasks of 1 s on 2 slots end at 11 s
     assert fifo.makespan == wfq.makespan == pytest.approx(11.0)
     assert fifo.utilization == wfq.utilization == pytest.approx(21 / 22)
+
+
+def test_harmony_keeps_slots_for_the_group_with_fewer_in_flight() -> None:
+    """Six 3 s tasks and forty 0.1 s ones on 4 slots: wfq alternates dispatches, so the
+    long tasks pile up in the slots; Harmony keeps two each, and the short ones drain."""
+    tasks = [TraceTask(0, "slow", 1, 3.0, False)] * 6 + \
+        [TraceTask(0, "quick", 1, 0.1, False)] * 40
+    waits = {p: {g.group: g.wait_max for g in figures(simulate(tasks, 4, p)).groups}
+             for p in ("wfq", "harmony")}
+    assert waits["wfq"]["quick"] == pytest.approx(4.9)  # behind 4 slow ones at 3 s
+    assert waits["harmony"]["quick"] == pytest.approx(1.9)  # 40 on 2 slots: 20 x 0.1 s
+    assert waits["harmony"]["slow"] == pytest.approx(3.0)  # 2 at once, then the rest
 
 
 def test_charging_the_declared_cost_evens_worker_time() -> None:
@@ -98,8 +111,8 @@ def test_bad_traces_are_refused_naming_line_and_column(tmp_path: Path, text: str
 
 def test_bad_runs_are_refused(tmp_path: Path) -> None:
     tasks = read_trace(backlog_and_newcomer(tmp_path))
-    with pytest.raises(BadSimulation, match="policy 'harmony' is not one"):
-        simulate(tasks, 2, "harmony")
+    with pytest.raises(BadSimulation, match="policy 'lottery' is not one"):
+        simulate(tasks, 2, "lottery")
     with pytest.raises(BadSimulation, match="charge 'runtime' is not one"):
         simulate(tasks, 2, "wfq", "runtime")
     with pytest.raises(BadSimulation, match="slots must be an integer >= 1"):
@@ -128,6 +141,8 @@ def test_the_celery_command_uses_the_apps_settings_and_plots(app, tmp_path: Path
     ("simulate-noisy-neighbour", ["docs/examples/noisy-neighbour.csv"]),
     ("simulate-mixed-durations", ["docs/examples/mixed-durations.csv", "--policy", "wfq",
                                   "--charge", "count,cost"]),
+    ("simulate-policies", ["docs/examples/mixed-durations.csv", "--policy", "wfq,harmony",
+                           "--charge", "count"]),
 ])
 def test_the_policies_page_samples_are_what_the_command_prints(name: str,
                                                                args: list[str]) -> None:

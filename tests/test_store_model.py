@@ -3,9 +3,10 @@ time (the Redis store's Lua scripts on the real redis-server; the SQL store on S
 PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
 with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
-configure, limit, pause, boost (a group's weight, with expiry; a task to the front),
-rate limits (GCRA tokens in the pick, throttles lifted by promote), a task's throttle and
-cancel (resent under its token).
+configure (either policy, wfq or harmony, on Redis; wfq on SQL), limit, pause, boost (a
+group's weight, with expiry; a task to the front), rate limits (GCRA tokens in the
+pick, throttles lifted by promote), a task's throttle and cancel (resent under its
+token).
 
 After every step both must agree: what each operation returned (the dispatch ids and
 messages a pick took, in order), and, through the common inspection
@@ -47,6 +48,7 @@ from celery_fair.limits import Rate
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
+from celery_fair.store.models import POLICIES, WFQ
 from celery_fair.store.pausing import WHOLE_QUEUE
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore, RedisServer
@@ -101,8 +103,10 @@ def redis_state(store: RedisStore, queue: str, groups: list[str]) -> QueueState:
 class StoreMachine(RuleBasedStateMachine):
     """The backend ``other`` (a fresh namespace each run) against the memory store."""
 
-    def __init__(self, other: Store, state: Callable[[str], QueueState]) -> None:
+    def __init__(self, other: Store, state: Callable[[str], QueueState],
+                 policies: tuple[str, ...] = POLICIES) -> None:
         super().__init__()
+        self.policies = policies  # the ones the backend runs (SQL: wfq)
         self.other = other  # the backend under test
         self.state = state
         self.memory = MemoryStore()
@@ -128,9 +132,11 @@ class StoreMachine(RuleBasedStateMachine):
             self.other.flush()
             self.other.close()
 
-    @initialize(cap=st.sampled_from([None, 1, 2, 3]), reserve=st.sampled_from([0, 1]))
-    def start(self, cap: int | None, reserve: int) -> None:
-        self.both("configure", Policy(cap, reserve, 1.0, {}, {}))
+    @initialize(cap=st.sampled_from([None, 1, 2, 3]), reserve=st.sampled_from([0, 1]),
+                data=st.data())
+    def start(self, cap: int | None, reserve: int, data: Any) -> None:
+        policy = data.draw(st.sampled_from(self.policies))
+        self.both("configure", Policy(cap, reserve, 1.0, {}, {}, name=policy))
 
     @rule(group=st.sampled_from(GROUPS), klass=st.sampled_from(CLASSES),
           cost=st.sampled_from([1, 1, 2, 0.5, 3]), front=st.booleans(),
@@ -273,12 +279,14 @@ class StoreMachine(RuleBasedStateMachine):
           weights=st.dictionaries(st.sampled_from(GROUPS), st.sampled_from([0.5, 2.0, 3.0]),
                                   max_size=3),
           default_rate=st.sampled_from([None, None, *RATES]),
-          rates=st.dictionaries(st.sampled_from(GROUPS), st.sampled_from(RATES), max_size=2))
+          rates=st.dictionaries(st.sampled_from(GROUPS), st.sampled_from(RATES), max_size=2),
+          data=st.data())
     def configure(self, cap: int | None, reserve: int, weight: float, caps: dict[str, int],
                   weights: dict[str, float], default_rate: Rate | None,
-                  rates: dict[str, Rate | None]) -> None:
+                  rates: dict[str, Rate | None], data: Any) -> None:
+        policy = data.draw(st.sampled_from(self.policies))
         self.both("configure", Policy(cap, reserve, weight, caps, weights, default_rate,
-                                      rates))
+                                      rates, policy))
 
     @rule(group=st.sampled_from(GROUPS), cap=st.sampled_from([KEEP, RESET, -1, 0, 1, 2]),
           weight=st.sampled_from([KEEP, RESET, 0.5, 3.0]))
@@ -323,7 +331,7 @@ def redis_machine(server: RedisServer) -> StoreMachine:
 
 def sql_machine(url: str) -> StoreMachine:
     store: Any = store_for_url(url, "m" + uuid.uuid4().hex[:10])
-    return StoreMachine(store, store.inspect)
+    return StoreMachine(store, store.inspect, (WFQ,))  # harmony: Redis and memory only
 
 
 @pytest.mark.timeout(900)  # a failure's shrinking takes longer than a passing run

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..limits import Rate
+from ..limits import HARMONY, WFQ, Rate
 from ..store.base import KEEP as KEEP  # values of the store contract
 from ..store.base import RESET as RESET
 from ..store.base import Placement as Placement
@@ -19,6 +19,7 @@ from .decisions import (
     SUPERSEDED,
     eligible,
     entry_tag,
+    harmony_rank,
 )
 
 _LIVE = LIVE
@@ -40,6 +41,10 @@ class Group:
     delayed: int = 0
     #: class -> virtual start tag; absent until first set (then read as 0)
     tags: dict[str, float] = field(default_factory=dict)
+    #: harmony: the queue's pick sequence when it was last served (0: never), and the
+    #: rank ``boost_task`` set until its next pick
+    served: int = 0
+    jump: float | None = None
 
 
 @dataclass
@@ -82,6 +87,7 @@ class QueueData:
     """The whole state of one fair queue, as plain data (:class:`FairQueue` adds the
     operations)."""
 
+    policy: str = WFQ  # fair_policy
     default_cap: int = -1  # -1: none
     reserve: int = 0
     default_weight: float = 1.0
@@ -159,18 +165,26 @@ class QueueData:
         """The group's rate limit in force (None: none)."""
         return self.rates[g] if g in self.rates else self.default_rate
 
+    def _rank(self, g: str, group: Group) -> float:
+        """g's place in the ready sets under Harmony (``decisions.harmony_rank``)."""
+        return harmony_rank(group.inflight, self.pick_weight(g), group.served, group.jump)
+
     def _eligible(self, klass: str, g: str, n: int) -> bool:
         return eligible(klass, self._held(klass, g), n, self.cap_of(g), self.reserve,
                         g in self.pauses, g in self.throttled)
 
     def _refresh(self, g: str) -> bool:
         """Make g's ready-set membership match its eligibility; a group entering starts
-        at the class's virtual time (no credit for being idle). True when it entered."""
+        at the class's virtual time (no credit for being idle); under Harmony its score
+        is its rank, both classes alike. True when it entered."""
         group = self.groups.get(g)
         n = group.inflight if group else 0
         entered = False
         for klass in CLASSES:
-            if group is not None and self._eligible(klass, g, n):
+            if group is not None and self._eligible(klass, g, n) and self.policy == HARMONY:
+                entered = entered or g not in self.ready[klass]
+                self.ready[klass][g] = self._rank(g, group)
+            elif group is not None and self._eligible(klass, g, n):
                 tag = entry_tag(group.tags.get(klass), self.vt.get(klass))
                 if tag is not None:
                     group.tags[klass] = tag

@@ -30,6 +30,7 @@ class QueueControls(QueueData):
                 nothing was changed.
         """
         limits.check_policy(policy)
+        self.policy = policy.name
         self.default_cap = -1 if policy.default_cap is None else policy.default_cap
         self.reserve, self.default_weight = policy.interactive_reserve, policy.default_weight
         self.conf_caps, self.conf_weights = dict(policy.caps), dict(policy.weights)
@@ -91,10 +92,19 @@ class QueueControls(QueueData):
         """Pick g with ``weight`` until ``until_ms`` (inf: until unboosted); a boost
         again replaces the last. See ``boost.lua``."""
         self.boosts[g] = (weight, until_ms)
+        self._rerank(g)
 
     def unboost(self, g: str) -> bool:
         """End g's boost; True when it was boosted. See ``boost.lua``."""
-        return self.boosts.pop(g, None) is not None
+        if self.boosts.pop(g, None) is None:
+            return False
+        self._rerank(g)
+        return True
+
+    def _rerank(self, g: str) -> None:
+        """g's weight in force changed: under Harmony its rank with it."""
+        if self.policy == limits.HARMONY:
+            self._refresh(g)
 
     def boost_task(self, hold_id: str) -> str | None:
         """Move a held message to the front of its group's list, and the group to the
@@ -108,6 +118,11 @@ class QueueControls(QueueData):
         queue.remove(hold_id)
         queue.appendleft(hold_id)
         ready, group = self.ready[klass], self.groups[g]
+        if self.policy == limits.HARMONY:  # first in the queue, until its next pick
+            heads = [s for k in CLASSES for s in self.ready[k].values()]
+            group.jump = front_tag(min(heads, default=None), self._rank(g, group))
+            self._refresh(g)
+            return g
         tag = front_tag(min(ready.values(), default=None), group.tags.get(klass))
         group.tags[klass] = tag
         if tag < (self.vt.get(klass) or 0.0):  # a refresh would take it back to the vt

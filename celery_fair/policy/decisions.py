@@ -58,6 +58,23 @@ def front_tag(head: float | None, tag: float | None) -> float:
     return lowest - FRONT_EPSILON * (1 + abs(lowest))
 
 
+#: Harmony's tie-break: the last-served sequence goes into a rank as ``served / SPAN``
+#: (below 1, so it orders only groups of the same level); exact while the level is below
+#: 2^21 (a double's 53 bits). The sequence wraps at SPAN picks (4.3 billion per queue):
+#: then for one round of ties the most recently served go first.
+SERVED_SPAN = 2.0 ** 32
+
+
+def harmony_rank(inflight: int, weight: float, served: int, jump: float | None) -> float:
+    """A group's place in the ready sets under Harmony: its in-flight count per unit of
+    weight in whole numbers (weight 3: three in flight count as one), then the pick
+    sequence when it was last served (0: never, first). ``jump``: a rank ``fair boost
+    --task`` set, kept until the group's next pick. ``pick.lua`` computes the same."""
+    if jump is not None:
+        return jump
+    return math.floor(inflight / weight) + (served % SERVED_SPAN) / SERVED_SPAN
+
+
 def advance(tag: float, cost: float, weight: float) -> float:
     """A group's tag after one dispatch of ``cost``: start-time fair queueing."""
     return tag + cost / weight

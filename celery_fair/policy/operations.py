@@ -4,6 +4,7 @@ script of the same name (``store/lua/<operation>.lua``), making the same decisio
 from __future__ import annotations
 
 from ..errors import GroupFull
+from ..limits import HARMONY
 from ..store.base import BeginResult, Picked, check_hold
 from .common import Group, Held, Placement, Record
 from .controls import QueueControls
@@ -86,11 +87,16 @@ class FairQueue(QueueControls):
         return sorted((due, i.encode(), i) for i, due in self.delayed.items())
 
     def _head(self) -> tuple[str, str, float] | None:
-        for klass in CLASSES:
-            if self.ready[klass]:
-                g, tag = min(self.ready[klass].items(), key=lambda gt: (gt[1], gt[0].encode()))
-                return klass, g, tag
-        return None
+        """The class, group and score picked next: interactive first under wfq; under
+        Harmony the lowest rank of either class, the interactive one of a tie."""
+        heads = [(tag, g.encode(), i, klass, g) for i, klass in enumerate(CLASSES)
+                 if self.ready[klass]
+                 for g, tag in [min(self.ready[klass].items(),
+                                    key=lambda gt: (gt[1], gt[0].encode()))]]
+        if not heads:
+            return None
+        tag, _, _, klass, g = heads[0] if self.policy != HARMONY else min(heads)
+        return klass, g, tag
 
     def pick(self, want: int, capacity: int | None, now_ms: int, lease_ms: int,
              token: str) -> list[Picked]:
@@ -109,14 +115,21 @@ class FairQueue(QueueControls):
             self._unindex_copy(hold_id)
             self._count("held:" + klass, -1)
             group = self.groups[g]
-            self.vt[klass] = tag
-            tag = group.tags[klass] = advance(tag, held.placement.cost, self.pick_weight(g))
+            if self.policy == HARMONY:  # served now; a jump (boost_task) is spent
+                self._count("served", 1)
+                group.served, group.jump = self.stat["served"], None
+            else:
+                self.vt[klass] = tag
+                tag = group.tags[klass] = advance(tag, held.placement.cost,
+                                                  self.pick_weight(g))
             group.inflight += 1
             did = dispatch_id(token, self.stat["picks"], len(out) + 1)
             self.records[did] = Record(PICKED, held.placement, hold_id, held.value)
             self.leases[did] = now_ms + lease_ms
             out.append(Picked(did, hold_id, held.value))
-            if self.cap_of(g) < 0:  # no cap: only this class's membership can change
+            if self.policy == HARMONY:  # its rank moved, in both classes
+                self._refresh(g)
+            elif self.cap_of(g) < 0:  # no cap: only this class's membership can change
                 if queue:
                     self.ready[klass][g] = tag
                 else:

@@ -32,7 +32,8 @@ def options(command: Any) -> Any:
                      help="Virtual worker slots (the workers' pool sizes summed)."),
         click.option("--policy", "policies", default="fifo,wfq", show_default=True,
                      callback=_names(POLICIES),
-                     help="Policies to replay, comma separated (fifo: plain Celery)."),
+                     help="Policies to replay, comma separated (fifo: plain Celery; "
+                          "wfq, harmony: fair_policy)."),
         click.option("--charge", "charges", default="cost", show_default=True,
                      callback=_names(CHARGES),
                      help="What a dispatch charges a group, comma separated: count (1 "
@@ -50,7 +51,7 @@ def run(trace: str, slots: int, policies: list[str], charges: list[str],
     try:
         tasks = read_trace(trace)
         runs = [simulate(tasks, slots, p, c, settings) for p in policies
-                for c in (charges if p != "fifo" else charges[:1])]
+                for c in (charges if p == "wfq" else charges[:1])]  # only wfq charges
         if plot_path:
             plot(runs, plot_path)
     except (BadTrace, BadSimulation) as exc:

@@ -1,8 +1,8 @@
 """Replaying a trace through the real policy: the memory store (``celery_fair.policy``,
 the same decisions the Redis scripts and the SQL store make, held equal by the model
 test) with a virtual clock and N virtual worker slots. No copy of the scheduling logic:
-``wfq`` is the store itself; ``fifo`` is what plain Celery does (one queue, arrival
-order), the baseline to compare with."""
+``wfq`` and ``harmony`` are the store itself, configured with that policy; ``fifo`` is
+what plain Celery does (one queue, arrival order), the baseline to compare with."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from dataclasses import dataclass, field, replace
 from ..errors import FairError
 from ..store.base import Placement, Policy
 from ..store.memory import MemoryStore
+from ..store.models import POLICIES as STORE_POLICIES
 from .trace import TraceTask
 
 __all__ = ["CHARGES", "POLICIES", "BadSimulation", "Run", "simulate"]
 
 #: Policies the simulator replays: plain Celery's FIFO, and the store's policies.
-POLICIES = ("fifo", "wfq")
+POLICIES = ("fifo", *STORE_POLICIES)
 #: What a dispatch charges a group's share: 1 per task, or the task's declared cost.
 CHARGES = ("count", "cost")
 _Q = "simulated"
@@ -60,7 +61,8 @@ def simulate(tasks: Sequence[TraceTask], slots: int, policy: str = "wfq",
     if charge == "count":
         tasks = [replace(t, cost=1.0) for t in tasks]
     run = Run(policy, charge, slots)
-    starts = _fifo(tasks, slots) if policy == "fifo" else _fair(tasks, slots, settings)
+    starts = _fifo(tasks, slots) if policy == "fifo" else _fair(
+        tasks, slots, replace(settings or Policy(None, 0, 1.0, {}, {}), name=policy))
     run.tasks = [(t.group, t.at, start, t.duration) for t, start in zip(tasks, starts)]
     return run
 
@@ -81,12 +83,11 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def _fair(tasks: Sequence[TraceTask], slots: int,
-          settings: Policy | None) -> list[float | None]:
+def _fair(tasks: Sequence[TraceTask], slots: int, settings: Policy) -> list[float | None]:
     """Start times under the memory store's policy: at each event (a publication, a task's
     end, a throttle's end) releases, holds, promote, then picks into the free slots."""
     store = MemoryStore()
-    store.configure(_Q, settings or Policy(None, 0, 1.0, {}, {}))
+    store.configure(_Q, settings)
     starts: list[float | None] = [None] * len(tasks)
     running: list[tuple[int, int, str]] = []  # (end ms, task index, dispatch id)
     nxt, wake = 0, None  # next task to publish; when promote wants a step

@@ -98,8 +98,7 @@ def render(runs: list[RunFigures]) -> Any:
 
     parts: list[Any] = []
     for f in runs:
-        what = "policy fifo (plain Celery: one queue)" if f.policy == "fifo" else \
-            f"policy {f.policy}, charge {f.charge}"
+        what = "policy " + _described(f.policy, f.charge)
         parts.append(Text(f"{what}, {f.slots} slots: Jain "
                           f"{f.jain:.3f}, utilization {f.utilization:.0%}, longest wait "
                           f"{f.longest_wait:.2f}s, makespan {f.makespan:.2f}s"))
@@ -136,11 +135,19 @@ def plot(runs: list[Run], path: str) -> None:
                 by_group[group].append((at, start - at))
         for group, points in sorted(by_group.items()):
             ax.scatter([p[0] for p in points], [p[1] for p in points], s=4, label=group)
-        ax.set_title("fifo (plain Celery)" if run.policy == "fifo" else
-                     f"{run.policy}, charge {run.charge}", fontsize=10, loc="left")
+        ax.set_title(_described(run.policy, run.charge), fontsize=10, loc="left")
         ax.set_ylabel("wait (s)")
     axes[-1, 0].set_xlabel("published at (s)")
     axes[0, 0].legend(loc="upper left", fontsize=8, markerscale=3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _described(policy: str, charge: str) -> str:
+    """A run's policy in words: only wfq charges a share (fifo and harmony charge none)."""
+    if policy == "fifo":
+        return "fifo (plain Celery: one queue)"
+    if policy == "harmony":
+        return "harmony (fewest in flight first)"
+    return f"{policy}, charge {charge}"

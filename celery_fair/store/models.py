@@ -141,6 +141,9 @@ class DirectPush:
     binding_key: str  # kombu's binding set of that exchange
 
 
+WFQ, HARMONY, POLICIES = limits.WFQ, limits.HARMONY, limits.POLICIES
+
+
 @dataclass(frozen=True)
 class Policy:
     """Policy settings of one fair queue, shared by every dispatcher through the store."""
@@ -154,6 +157,8 @@ class Policy:
     #: own (None: no rate limit, whatever the default)
     default_rate: limits.Rate | None = None
     rates: Mapping[str, limits.Rate | None] = dataclasses.field(default_factory=dict)
+    #: the scheduling policy, one of :data:`POLICIES`
+    name: str = WFQ
 
 
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------

@@ -26,7 +26,8 @@ class RedisPolicy:
                   policy.interactive_reserve, policy.default_weight,
                   json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)),
                   json.dumps({g: limits.encode_rate(r) for g, r in policy.rates.items()}),
-                  "" if policy.default_rate is None else policy.default_rate.encode())
+                  "" if policy.default_rate is None else policy.default_rate.encode(),
+                  policy.name)
 
     def limit(self, queue: str, group: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int | None, float]:

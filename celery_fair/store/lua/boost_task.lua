@@ -4,6 +4,8 @@ below the lower of the set's head and its own (decisions.py `front_tag`), so it 
 next in its class. A group not in the ready set (capped,
 paused) keeps that tag until it enters again. The class's virtual time is lowered to the
 tag when above it (else a refresh of the group would take its tag back up to it).
+Under Harmony the group's rank goes below both ready sets' heads instead (group field `j`,
+spent by its next pick): first in the queue, once.
 KEYS[1]  fair queue prefix
 ARGV[1]  hold id
 Returns: the group, or false when the message is not held (delayed, dispatched, unknown). ]]
@@ -13,6 +15,19 @@ local value = redis.call('HGET', K_MSG, id)
 local m = value and decode(value)
 if not m or redis.call('LREM', k_list(m.cls, m.g), 1, id) == 0 then return false end
 redis.call('LPUSH', k_list(m.cls, m.g), id)
+if harmony() then
+  -- Harmony: the group's rank (`j`, both classes) goes just below the lower of both
+  -- ready sets' heads and its own, until its next pick
+  local lowest = harmony_rank(m.g, inflight_of(m.g))
+  for _, cls in ipairs(CLASSES) do
+    local top = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')
+    if top[2] and tonumber(top[2]) < lowest then lowest = tonumber(top[2]) end
+  end
+  redis.call('HSET', k_group(m.g), 'j',
+             string.format('%.17g', lowest - 1e-9 * (1 + math.abs(lowest))))
+  refresh(m.g)
+  return m.g
+end
 local head = redis.call('ZRANGE', k_ready(m.cls), 0, 0, 'WITHSCORES')
 local lowest = finite(redis.call('HGET', k_group(m.g), 't' .. m.cls) or '0') or 0
 if head[2] and tonumber(head[2]) < lowest then lowest = tonumber(head[2]) end

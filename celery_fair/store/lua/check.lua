@@ -122,8 +122,9 @@ end
 -- The queue's defaults (`conf`) and virtual times (`vt`).
 local function check_queue_numbers()
   local function is_reserve(s) return (valid_cap(s) or -1) >= 0 end
+  local function is_policy(v) return POLICIES[v] end
   for _, fv in ipairs({{'cap', valid_cap}, {'reserve', is_reserve}, {'weight', valid_weight},
-                       {'rate', parse_rate}}) do
+                       {'rate', parse_rate}, {'policy', is_policy}}) do
     local field, valid = fv[1], fv[2]
     local value = redis.call('HGET', K_CONF, field)
     if value and not valid(value) then
@@ -388,6 +389,7 @@ local function check_group(g, want_n, want_d)
     local score = redis.call('ZSCORE', k_ready(cls), g)
     local should = busy and eligible(cls, g, n_now)
     local tag = tonumber(redis.call('HGET', gk, 't' .. cls) or '0')
+    if harmony() then tag = harmony_rank(g, n_now) end  -- the score is the rank
     if should and not score then
       finding('not_ready', g, 'eligible for class ' .. cls .. ' but not in its ready set',
               'ready set refreshed')
@@ -397,7 +399,7 @@ local function check_group(g, want_n, want_d)
               ' but holds nothing there or is at its cap', 'ready set refreshed')
       stale = true
     elseif score and tonumber(score) ~= tag then
-      finding('ready_tag_mismatch', g, 'ready score ' .. score .. ' differs from its tag ' ..
+      finding('ready_tag_mismatch', g, 'ready score ' .. score .. ' differs from its tag or rank ' ..
               tag .. ' in class ' .. cls, 'ready set refreshed')
       stale = true
     end

@@ -11,9 +11,10 @@ ARGV[4]  cap overrides as JSON {group: cap}
 ARGV[5]  weight overrides as JSON {group: weight}
 ARGV[6]  rate limits as JSON {group: '<interval ms>:<burst>' or 'none'}
 ARGV[7]  default rate limit ('<interval ms>:<burst>'; '' for none)
+ARGV[8]  the policy: 'wfq' or 'harmony' (common.lua POLICIES)
 Returns: number of groups re-ranked.
-Error (before anything is written): a cap, reserve, weight or rate out of range
-(common.lua bounds; limits.py checks them first). Buckets and throttles are left as they
+Error (before anything is written): an unknown policy; a cap, reserve, weight or rate
+out of range (common.lua bounds; limits.py checks them first). Buckets and throttles are left as they
 are: a restart with the same settings changes nothing, a new rate counts from the next
 token. ]]
 -- @include common
@@ -43,7 +44,10 @@ end
 if ARGV[7] ~= '' and not parse_rate(ARGV[7]) then
   return refuse('default rate limit', ARGV[7], rate_form)
 end
-redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3])
+if not POLICIES[ARGV[8]] then return refuse('policy', ARGV[8], "'wfq' or 'harmony'") end
+redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3],
+           'policy', ARGV[8])
+policy_read = nil  -- the refreshes below rank under the new policy
 if ARGV[7] == '' then redis.call('HDEL', K_CONF, 'rate') else redis.call('HSET', K_CONF, 'rate', ARGV[7]) end
 -- The settings, kept apart (a limit's --reset restores them), then in force with the
 -- runtime limits laid over them.

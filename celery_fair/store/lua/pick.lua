@@ -1,6 +1,10 @@
 --[[ pick: take up to ARGV[2] held messages in fair order and mark each dispatch 'picked'.
-Interactive groups come first; within a class the group with the lowest virtual start
-tag wins (ZSET head: O(log G)), and its tag advances by cost / weight. A rate-limited
+Policy wfq: interactive groups come first; within a class the group with the lowest
+virtual start tag wins (ZSET head: O(log G)), and its tag advances by cost / weight.
+Policy harmony: the lower head of the two ready sets wins (its rank: fewest in flight per
+unit of weight, then served least recently; interactive first in a tie, so inside a
+group interactive goes before background); the group's last-served sequence becomes the
+queue's pick count `stat` `served` and it is re-ranked in both classes. A rate-limited
 group whose bucket runs empty is throttled: it leaves the ready sets until promote.lua
 lifts it, so the pick never scans a group that may not go.
 KEYS[1]  fair queue prefix
@@ -68,13 +72,20 @@ end
 
 -- The interactive ready set is skipped while empty; only a full refresh can fill it.
 local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0
+local harmonious = harmony()
 local function head()
+  local best = nil
   for _, cls in ipairs(CLASSES) do
     if cls ~= 'i' or not interactive_empty then
       local top = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')
-      if top[1] then return cls, top[1], tonumber(top[2]) end
+      if top[1] and not harmonious then return cls, top[1], tonumber(top[2]) end
+      local score = top[1] and tonumber(top[2])
+      if score and (not best or score < best[3] or (score == best[3] and top[1] < best[2])) then
+        best = {cls, top[1], score}
+      end
     end
   end
+  if best then return best[1], best[2], best[3] end
 end
 
 -- Direct push: may a message with this exchange and routing key go to `target` directly?
@@ -137,9 +148,14 @@ while taken < want do
     redis.call('HDEL', K_MSG, id)
     unindex_copy(id)
     local gk = k_group(g)
-    redis.call('HSET', K_VT, cls, tag)
-    tag = tag + m.cost / pick_weight_of(g, default_weight)
-    redis.call('HSET', gk, 't' .. cls, tag)
+    if harmonious then  -- served now; a jump (boost_task.lua) is spent
+      redis.call('HSET', gk, 's', redis.call('HINCRBY', K_STAT, 'served', 1))
+      redis.call('HDEL', gk, 'j')
+    else
+      redis.call('HSET', K_VT, cls, tag)
+      tag = tag + m.cost / pick_weight_of(g, default_weight)
+      redis.call('HSET', gk, 't' .. cls, tag)
+    end
     redis.call('HINCRBY', gk, 'n', 1)
     taken = taken + 1
     local did = token .. taken
@@ -164,7 +180,10 @@ while taken < want do
       out[#out + 1] = id
       out[#out + 1] = value
     end
-    if cap_of(g, default_cap) < 0 then
+    if harmonious then  -- its rank moved, in both classes
+      refresh(g, default_cap)
+      interactive_empty = false
+    elseif cap_of(g, default_cap) < 0 then
       -- Without a cap only this class's membership can change: re-rank at the new tag
       -- (it is above the virtual time just set) or drop the group when it has run dry.
       if redis.call('LLEN', k_list(cls, g)) > 0 then

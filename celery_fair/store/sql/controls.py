@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, select, update
 
 from ... import limits
+from ...errors import InvalidLimit
 from ...policy.decisions import CLASSES, task_of
 from ..base import KEEP as KEEP_LIMIT
 from ..base import RESET as RESET_LIMIT
@@ -96,6 +97,9 @@ class Controls:
 
     def configure(self, conn: Connection, queue: str, policy: Policy) -> None:
         limits.check_policy(policy)
+        if policy.name != limits.WFQ:  # config.py refuses it at start already
+            raise InvalidLimit(f"policy {policy.name!r} is not available on the SQL store "
+                               f"yet: it runs {limits.WFQ!r} only")
         u = Unit(conn, self.s, self.ns, queue, True, self.notify)
         g = self.t.groups.c
         u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))

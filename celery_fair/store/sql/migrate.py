@@ -25,7 +25,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from ...config import check_table_prefix
+from ...config_keys import check_table_prefix
 from ...errors import SchemaOutOfDate, StoreConnectionError, StoreError
 from ...redact import safe_url
 from ..connection import Bounds

@@ -3,9 +3,9 @@
 -- tag, so one script only ever touches one Redis Cluster slot. keys.py mirrors this layout.
 local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
-local K_STAT = prefix .. ':stat'        -- HASH inflight, held:i, held:b, released, dup, skipped, picks
+local K_STAT = prefix .. ':stat'        -- HASH inflight, held:i, held:b, released, dup, skipped, picks, served
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
-local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default)
+local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy
 local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
 local K_WEIGHTS = prefix .. ':weights'  -- HASH group -> weight in force
 local K_CONF_CAPS = prefix .. ':conf:caps'          -- HASH group -> cap from the settings
@@ -141,6 +141,29 @@ local function pick_weight_of(g, default)
   return valid_weight(redis.call('HGET', K_BOOSTS, g)) or weight_of(g, default)
 end
 
+-- The policy (conf `policy`, limits.py POLICIES): read once per script call, as every
+-- refresh asks; configure.lua sets it and forgets what was read.
+local POLICIES = {wfq = true, harmony = true}
+local policy_read = nil
+local function harmony()
+  if policy_read == nil then policy_read = redis.call('HGET', K_CONF, 'policy') or 'wfq' end
+  return policy_read == 'harmony'
+end
+
+-- A group's place in the ready sets under Harmony (decisions.py `harmony_rank`): its
+-- in-flight count per unit of weight in whole numbers, then the pick sequence when it
+-- was last served (group field `s`; 0: never) over SERVED_SPAN; a rank boost_task.lua
+-- set (`j`) instead, until the group's next pick.
+local SERVED_SPAN = 4294967296
+local function harmony_rank(g, n)
+  local gk = k_group(g)
+  local jump = finite(redis.call('HGET', gk, 'j'))
+  if jump then return jump end
+  local w = pick_weight_of(g, valid_weight(redis.call('HGET', K_CONF, 'weight')) or 1)
+  local served = tonumber(redis.call('HGET', gk, 's') or '0') or 0
+  return math.floor(n / w) + (served % SERVED_SPAN) / SERVED_SPAN
+end
+
 -- Count `delta` messages entering (+) or leaving (-) g's class `cls` list: the per-class
 -- totals in `stat` and the backlog ranking read by metrics and `fair groups`, in O(log G).
 local function rank_backlog(g, delta)
@@ -203,14 +226,18 @@ local function eligible(cls, g, n, default_cap)
 end
 
 -- Make g's membership of each ready set match its eligibility. A group entering a ready
--- set starts at the class's virtual time: no credit for having been idle.
+-- set starts at the class's virtual time: no credit for having been idle. Under Harmony
+-- its score is its rank, in both classes.
 -- Returns true when g entered a ready set it was not in. `default_cap`: see cap_of.
 local function refresh(g, default_cap)
   local gk = k_group(g)
   local n = inflight_of(g)
-  local entered = false
+  local entered, rank = false, nil
   for _, cls in ipairs(CLASSES) do
-    if eligible(cls, g, n, default_cap) then
+    if eligible(cls, g, n, default_cap) and harmony() then
+      rank = rank or string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
+      if redis.call('ZADD', k_ready(cls), rank, g) == 1 then entered = true end
+    elseif eligible(cls, g, n, default_cap) then
       local tag = finite(redis.call('HGET', gk, 't' .. cls) or '0')
       local vt = finite(redis.call('HGET', K_VT, cls) or '0') or 0
       if not tag or vt > tag then  -- a damaged tag restarts at the virtual time
