@@ -6,6 +6,7 @@ own) out of step with the queues. On a real cluster of this module's own
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,6 +100,10 @@ def test_a_dispatcher_goes_on_with_other_queues_while_one_slot_migrates(
             assert f"queue {moving}: not dispatched while its slot migrates" in caplog.text
         assert stepper.step().by_queue == {moving: 1, staying: 0}
         assert f"queue {moving}: its slot migrated, dispatched again" in caplog.text
+        # Its workers could not renew their leases meanwhile: as after an outage, its
+        # reclaim waits half a lease for their lease keepers; the other queue's does not.
+        stepper.clock = lambda: time.monotonic() + 1.0
+        assert not stepper._reclaim_due(moving, None) and stepper._reclaim_due(staying, None)
     finally:
         stepper.close()
         with app.connection_for_write() as connection:
