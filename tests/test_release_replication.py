@@ -16,10 +16,12 @@ from celery import Celery
 
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.headers import DISPATCH_HEADER, QUEUE_HEADER
+from celery_fair.spool import spool_for
 from celery_fair.store import store_for
 from celery_fair.testing import RedisServer
 from celery_fair.worker import pending_releases, release_dispatch
 
+from .test_spool import _dead_run_with_a_spooled_release
 from .test_store_replicas import master_and_replica  # noqa: F401 (fixture)
 
 
@@ -52,3 +54,25 @@ def test_a_release_not_replicated_in_time_is_applied_and_not_kept_pending(
     finally:
         os.kill(replica.proc.pid, signal.SIGCONT)
         pending_releases._items.clear()  # what the code before this fix kept
+
+
+def test_a_spooled_release_not_replicated_in_time_is_landed_not_replayed_again(
+        make_app: Callable[..., Celery],
+        master_and_replica: tuple[RedisServer, RedisServer]) -> None:  # noqa: F811
+    """The same for the spool of a process that died: replaying it lands the release on
+    the master, and its file goes, rather than failing (the file kept, replayed again
+    at every begin and lease beat, a replicas timeout each)."""
+    master, replica = master_and_replica
+    app = make_app(fair_store_url=master.url + "/0", fair_store_replicas=1,
+                   fair_store_replicas_timeout=1.0, fair_max_inflight=1,
+                   task_acks_late=True)
+    queue, did = _dead_run_with_a_spooled_release(app)
+    store = store_for(app)
+    spool = spool_for(store)
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        assert spool.replay_dead() == 1
+        assert store.dispatch_state(queue, did) == "released"
+        assert not list(spool.directory.glob("*.jsonl"))
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
