@@ -120,8 +120,13 @@ def check(target: Celery | Store, *, repair: bool = False,
     store, lease = _store_and_lease(target)
     if lease_seconds is not None:
         lease = lease_seconds
-    names = sorted(set(queues)) if queues is not None else store.queues()
+    lost = [] if queues is not None else _unregistered(store, repair)
+    names = sorted(set(queues)) if queues is not None else sorted({*store.queues(), *lost})
     report = Report(queues=names, repair=repair)
+    report.findings += [Finding(queue, "queue_unregistered", queue, "holds work but is "
+                                "missing from the set of fair queues: no dispatcher "
+                                "serves it", "added back" if repair else "")
+                        for queue in lost]
     for queue in names:
         for kind, subject, detail, action in store.check(queue, repair, now_ms(),
                                                          int(lease * 1000), batch=batch):
@@ -132,6 +137,14 @@ def check(target: Celery | Store, *, repair: bool = False,
         report.findings += [Finding(queue, "no_dispatcher", queue, warning)
                             for queue, warning in zip(live.unserved, live.warnings())]
     return report
+
+
+def _unregistered(store: Store, repair: bool) -> list[str]:
+    """The queues holding work but missing from the set of fair queues (added back with
+    ``repair``): only a store registering a queue in a step of its own can lose one, a
+    Redis Cluster's (``ClusterStore.unregistered_queues``)."""
+    find = getattr(store, "unregistered_queues", None)
+    return [] if find is None else list(find(repair))
 
 
 def _store_and_lease(target: Celery | Store) -> tuple[Store, float]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from .capacity import room, sharing
 from .config import FairConfig
+from .errors import SlotMigrating
 from .schedule import PRUNE_SECONDS, StepSchedule
 from .shards import Shard
 from .store.base import Policy, Store
@@ -58,14 +59,19 @@ class QueueDirectory:
             return False
         queues = self.fixed_queues or self.store.queues()
         shard = self.shard
-        self.queues = queues if shard is None else [q for q in queues if shard.serves(q)]
-        self._schedule.track(self.queues)
-        for queue in self.queues:
+        self.queues = list(queues) if shard is None else [q for q in queues if shard.serves(q)]
+        for queue in list(self.queues):
             if queue not in self._configured:
-                self.store.configure(queue, policy_of(self.config, queue))
+                try:
+                    self.store.configure(queue, policy_of(self.config, queue))
+                except SlotMigrating as exc:  # served once configured, at a refresh
+                    logger.warning("queue %s: not served yet: %s", queue, exc)
+                    self.queues.remove(queue)
+                    continue
                 self._configured.add(queue)
                 logger.info("serving fair queue %s", queue)
             self.set_capacity(queue)
+        self._schedule.track(self.queues)
         self._prune()
         # Only a refresh that worked counts: otherwise, with no queue known yet, the steps
         # in between would do nothing, "work" and end the outage every second.
@@ -87,7 +93,11 @@ class QueueDirectory:
         if self.fixed_queues:
             return
         for queue in self._schedule.idle():
-            if not self.store.forget_queue(queue):
+            try:
+                forgotten = self.store.forget_queue(queue)
+            except SlotMigrating:  # its cluster slot is moving: kept, asked again later
+                forgotten = False
+            if not forgotten:
                 self._schedule.touch(queue)  # not empty: look again a horizon later
                 continue
             logger.info("queue %s: nothing held, delayed or in flight for %.0fs; no longer "

@@ -26,7 +26,7 @@ from kombu.exceptions import OperationalError
 from .brokers import check_app
 from .config import FairConfig, get_config
 from .directory import QueueDirectory
-from .errors import FairError, StoreConnectionError
+from .errors import FairError, SlotMigrating, StoreConnectionError
 from .events import DISPATCH, enabled, log_event
 from .heartbeat import Heartbeat
 from .liveness import app_name
@@ -103,6 +103,7 @@ class Dispatcher:
         self._schedule = StepSchedule(lambda: self.clock())  # what to step next
         self._reclaim_after = 0.0  # monotonic; no reclaim before (see run)
         self._reclaimed: dict[str, float] = {}  # queue -> when its leases were last checked
+        self._moving: set[str] = set()  # queues whose cluster slot is migrating
         self.directory = QueueDirectory(
             store, self.config, sorted(set(queues)) if queues else None, self._schedule,
             lambda: self.clock(), self._forget, shard)
@@ -158,7 +159,12 @@ class Dispatcher:
         # before the picks, so a pause that ended lets this step dispatch
         self._pauses.maybe_expire(served, _now_ms() if now_ms is None else now_ms)
         for queue in queues:
-            self._step_queue(queue, result, now_ms)
+            try:
+                self._step_queue(queue, result, now_ms)
+            except SlotMigrating as exc:  # only this queue waits (resharding)
+                self._migrating(queue, exc)
+            else:
+                self._migrated(queue)
         self._summary.maybe_write(served, self.directory.capacities())
         self._reporter.stepped(result.by_queue, served, self.directory.capacities())
         self._notify("on_step", time.monotonic() - started)
@@ -201,6 +207,22 @@ class Dispatcher:
                                # (a rate's throttle) must not wait the step's length more
                                next_due_in=None if next_due is None else
                                (next_due - _now_ms()) / 1000)
+
+    def _migrating(self, queue: str, exc: SlotMigrating) -> None:
+        """``queue``'s slot is moving to another node: its scripts cannot run until the
+        move ends; the other queues go on. Looked at again every SWEEP_SECONDS. Workers
+        cannot renew its leases meanwhile: as after an outage (_hold_reclaim), its
+        reclaim waits half a lease after the move for their lease keepers."""
+        if queue not in self._moving:
+            self._moving.add(queue)
+            logger.warning("queue %s: not dispatched while its slot migrates: %s", queue, exc)
+        self._schedule.stepped(queue, busy=False, more=False, next_due_in=None)
+        self._reclaimed[queue] = self.clock() + self.config.lease_seconds / 2
+
+    def _migrated(self, queue: str) -> None:
+        if queue in self._moving:
+            self._moving.discard(queue)
+            logger.warning("queue %s: its slot migrated, dispatched again", queue)
 
     def _reclaim_due(self, queue: str, now_ms: int | None) -> bool:
         """Whether this step checks ``queue``'s leases: every RECLAIM_SECONDS, and on

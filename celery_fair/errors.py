@@ -74,6 +74,11 @@ class StoreUnreachable(StoreConnectionError):
     """The celery_fair store cannot be reached: nothing was sent to it."""
 
 
+class SlotMigrating(StoreUnreachable):
+    """A fair queue's Redis Cluster slot is moving to another node (resharding): no
+    script of that queue runs until the migration ends (nothing was done)."""
+
+
 class SchemaOutOfDate(StoreError):
     """The SQL store's schema is missing or not the one this celery_fair expects: run
     `celery -A proj fair migrate`."""

@@ -20,7 +20,7 @@ from typing import Any
 from celery import Celery
 
 from .config import get_config
-from .errors import FairError
+from .errors import FairError, ReplicationTimeout
 from .events import BEGIN_SKIP, RELEASE, log_event
 from .headers import DISPATCH_HEADER, GROUP_HEADER, QUEUE_HEADER, request_headers
 from .host import identity, pid_alive
@@ -165,7 +165,12 @@ class PendingReleases:
         taken, done = len(items), 0
         try:
             for (queue, did), (done_seconds, run) in list(items.items()):
-                store.release(queue, did, done_seconds, run=run or None)
+                try:
+                    store.release(queue, did, done_seconds, run=run or None)
+                except ReplicationTimeout as exc:  # applied on the master: done
+                    _not_replicated(exc)
+                else:
+                    _replication_outage.ok()
                 del items[(queue, did)]
                 done += 1
         finally:
@@ -182,6 +187,15 @@ class PendingReleases:
 
 pending_releases = PendingReleases()
 _release_outage = Outage(logger, "celery_fair: releasing slots", expected=(FairError,))
+#: fair_store_replicas not acknowledging releases in time: each is applied on the master
+#: all the same (its script ran), so it is neither kept nor retried; said once.
+_replication_outage = Outage(logger, "celery_fair: replicating releases",
+                             expected=(FairError,))
+
+
+def _not_replicated(exc: ReplicationTimeout) -> None:
+    _replication_outage.failed(exc, "the releases are applied on the master, not retried "
+                                    "(a failover before the replicas catch up may undo them)")
 
 
 def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
@@ -199,7 +213,12 @@ def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
     done_seconds = get_config(app).done_ttl if done else 0
     try:
         retry_pending_releases(store)
-        store.release(queue, did, done_seconds, run=run)
+        try:
+            store.release(queue, did, done_seconds, run=run)
+        except ReplicationTimeout as exc:  # its script ran: released, not pending
+            _not_replicated(exc)
+        else:
+            _replication_outage.ok()
     except FairError as exc:
         pending_releases.add(store, queue, did, done_seconds, run or "",
                              spool_for(store, get_config(app).spool_dir))

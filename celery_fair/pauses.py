@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 from . import audit
 from .boosts import expire_boosts
+from .errors import SlotMigrating
 from .store.base import Store
 from .store.pausing import WHOLE_QUEUE
 
@@ -39,12 +40,20 @@ class PauseExpiry:
         self._next = self._clock() + EXPIRE_SECONDS
         store, lifted = self._store(), []
         for queue in queues:
-            for group in store.expire_pauses(queue, now_ms):
-                lifted.append((queue, group))
-                name = None if group == WHOLE_QUEUE else group
-                logger.info("celery_fair: pause of %s ended", f"group {group} in queue "
-                            f"{queue}" if name else f"queue {queue}")
-                audit.record(store, "expire", {"queue": queue, "group": name},
-                             actor=self.actor)
-            expire_boosts(store, queue, now_ms, self.actor)
+            try:
+                lifted += self._expire(store, queue, now_ms)
+            except SlotMigrating:
+                continue  # its cluster slot is moving (the step says so): next time
+        return lifted
+
+    def _expire(self, store: Store, queue: str, now_ms: int) -> list[tuple[str, str]]:
+        lifted = []
+        for group in store.expire_pauses(queue, now_ms):
+            lifted.append((queue, group))
+            name = None if group == WHOLE_QUEUE else group
+            logger.info("celery_fair: pause of %s ended", f"group {group} in queue "
+                        f"{queue}" if name else f"queue {queue}")
+            audit.record(store, "expire", {"queue": queue, "group": name},
+                         actor=self.actor)
+        expire_boosts(store, queue, now_ms, self.actor)
         return lifted

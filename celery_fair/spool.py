@@ -32,7 +32,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, ReplicationTimeout
 from .host import identity, pid_alive, start_time
 from .store.base import Store
 
@@ -153,7 +153,10 @@ class Spool:
                 queue, did, done, run = item["q"], item["d"], int(item["s"]), item["r"]
             except (ValueError, KeyError, TypeError):
                 continue  # a torn last line: the process died writing it
-            self.store.release(queue, did, done, run=run or None)
+            try:
+                self.store.release(queue, did, done, run=run or None)
+            except ReplicationTimeout:
+                pass  # its script ran: landed on the master (not replayed again)
             landed += 1
         path.unlink(missing_ok=True)
         if landed:

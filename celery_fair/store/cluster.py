@@ -8,9 +8,15 @@ What differs from one Redis (DESIGN.md, "Redis Cluster"):
 - The namespace's own keys (``<ns>:queues``, ``<ns>:dispatchers``, ``<ns>:audit``) are in
   slots of their own: plain commands, never in a script or round trip with a queue's keys.
   A hold adds its queue to ``<ns>:queues`` after its script, in a second round trip (a
-  cluster pipeline sends to several nodes at once, in no order); ``forget_queue`` drops
-  the queue first and puts it back when the queue turns out not to be empty. Either way a
-  queue that holds anything is in the set once both ends are done.
+  cluster pipeline sends to several nodes at once, in no order; retried, never making a
+  certain hold unknown); ``forget_queue`` drops the queue first and puts it back when the
+  queue turns out not to be empty, or the ask failed. Either way a queue that holds
+  anything is in the set once both ends are done; a process killed in between is what
+  :meth:`ClusterStore.unregistered_queues` (``fair check``) finds.
+- Scripts never follow an ASK: each runs on the node that owns its slot (a script
+  declares only the prefix, which is never stored, so while its slot migrates the owner
+  answers ASK to every script, and the importing node has only part of the keys). A
+  queue whose slot is migrating raises :class:`SlotMigrating` until the migration ends.
 - The scripts of one round trip (``_pipelined``) go to the primary of the queue's slot on
   that node's own connection, a ``WAIT`` for fair_store_replicas with them (a WAIT
   counts the writes of its own connection).
@@ -26,6 +32,7 @@ What differs from one Redis (DESIGN.md, "Redis Cluster"):
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -36,13 +43,33 @@ import redis.cluster
 from redis.backoff import ExponentialBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import ClusterDownError, MovedError, RedisClusterException, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    RedisClusterException,
+    TryAgainError,
+)
 from redis.retry import Retry
 
-from ..errors import ConfigurationError, StoreConnectionError, StoreUnreachable
+from ..errors import (
+    ConfigurationError,
+    SlotMigrating,
+    StoreConnectionError,
+    StoreError,
+    StoreUnreachable,
+)
 from ..redact import safe_url
 from ..urls import parse_cluster_url
-from .connection import _GET_CONNECTION_ARGS, Bounds, _wrapped, check_replicas, client_options
+from .connection import (
+    _GET_CONNECTION_ARGS,
+    Bounds,
+    _glob_escape,
+    _text,
+    _wrapped,
+    check_replicas,
+    client_options,
+)
 from .keys import queues_key
 from .redis import RedisStore
 from .scripts import OPERATIONS, source
@@ -51,26 +78,36 @@ from .sentinel import RedisOptions
 #: How often an idle dispatcher serving several fair queues looks at their wake keys.
 POLL_SECONDS = 0.05
 
-#: Errors after which the slot's primary is looked up again (a failover, a migration).
-_MOVED = (redis.ConnectionError, redis.TimeoutError, MovedError, ClusterDownError,
+logger = logging.getLogger(__name__)
+
+#: Errors after which the slot's primary is looked up again: a failover (a lost
+#: connection, CLUSTERDOWN), a migration that ended (MOVED) or is under way (ASK,
+#: TRYAGAIN). AskError covers MovedError.
+_MOVED = (redis.ConnectionError, redis.TimeoutError, AskError, ClusterDownError,
           TryAgainError)
+#: Of those, the refusals: the node ran nothing.
+_REFUSED = (AskError, ClusterDownError, TryAgainError)
 
 
 class ClusterScript(Script):
-    """A Lua script run by EVALSHA on the primary of its key's slot; loaded on every
-    primary (SCRIPT LOAD goes to all of them) after a NOSCRIPT."""
+    """A Lua script run by EVALSHA on the node owning its first key's slot, never
+    following an ASK (see the module's docstring); loaded there after a NOSCRIPT."""
 
     def __init__(self, store: ClusterStore, script: str) -> None:  # no client needed yet
         self.store, self.script = store, script
         self.sha = hashlib.sha1(script.encode()).hexdigest()
 
     def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
-        keys, args, client = list(keys or []), list(args or []), self.store.client
-        try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:
-            client.script_load(self.script)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+        keys, args = list(keys or []), list(args or [])
+
+        def run(node: redis.Redis) -> Any:
+            try:
+                return node.evalsha(self.sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:
+                self.store._load_scripts(node)
+                return node.evalsha(self.sha, len(keys), *keys, *args)
+
+        return self.store._on_primary(keys[0], run)
 
 
 class ClusterStore(RedisStore):
@@ -163,19 +200,57 @@ class ClusterStore(RedisStore):
         with _wrapped(self.where):
             answers: list[Any] = self._on_primary(prefix, lambda node: self._pipelined_on(
                 node, prefix, calls, None, replicate))
-            if register is not None:
-                self.client.sadd(queues_key(self.namespace), register)
+        if register is not None:
+            self._register(register)
         return answers
 
+    def _register(self, queue: str) -> None:
+        """A hold's SADD of its queue, after its script: idempotent, so retried like a
+        script (:meth:`_on_primary`). The scripts ran: should the SADD still fail, the
+        hold is not unknown; the queue is registered by its next hold, or by
+        ``fair check`` (:meth:`unregistered_queues`), which an ERROR line asks for."""
+        key = queues_key(self.namespace)
+        try:
+            with _wrapped(self.where):
+                self._on_primary(key, lambda node: node.sadd(key, queue))
+        except StoreConnectionError as exc:
+            logger.error("celery_fair: fair queue %s holds a task but could not be added "
+                         "to %s (%s); its next hold adds it, and `celery -A <app> fair "
+                         "check --repair` does", queue, key, exc)
+        except StoreError as exc:  # full, or a foreign key
+            logger.error("celery_fair: fair queue %s holds a task but could not be added "
+                         "to %s (%s); `celery -A <app> fair check --repair` adds it once "
+                         "that is fixed", queue, key, exc)
+
+    def _load_scripts(self, node: redis.Redis) -> None:
+        """Load every script on ``node`` (one round trip), not only the one missing: a
+        promote/reclaim/pick pipeline meeting NOSCRIPT for some of its scripts runs the
+        others all the same, and runs them again once loaded (a pick's first picks then
+        wait for their pick lease)."""
+        pipe = node.pipeline(transaction=False)
+        for script in self._scripts.values():
+            pipe.script_load(script.script)
+        pipe.execute()
+
     def _on_primary(self, key: str, run: Callable[[redis.Redis], Any]) -> Any:
-        """``run`` on the primary of ``key``'s slot; after a lost connection or a MOVED
-        (a failover, a migration), up to ``retries`` more times on the one the cluster
-        then names (with backoff, as the cluster client does its own commands)."""
+        """``run`` on the primary of ``key``'s slot; after a lost connection, a MOVED or
+        CLUSTERDOWN (a failover, a migration done), an ASK or TRYAGAIN (a migration under
+        way: never followed), up to ``retries`` more times on the one the cluster then
+        names (with backoff, as the cluster client does its own commands). When every
+        try was refused and the last by ASK or TRYAGAIN: :class:`SlotMigrating`."""
+        refused = True  # every try was refused unrun (ASK, MOVED, TRYAGAIN, CLUSTERDOWN)
         for attempt in range(self.retries + 1):
             try:
                 return run(self._primary(key))
-            except _MOVED:
+            except _MOVED as exc:
+                refused = refused and isinstance(exc, _REFUSED)
                 if attempt == self.retries:
+                    if refused and isinstance(exc, (AskError, TryAgainError)) \
+                            and not isinstance(exc, MovedError):
+                        raise SlotMigrating(
+                            f"celery_fair store unreachable ({self.where}): the slot of "
+                            f"{key!r} is migrating to another node (resharding); its fair "
+                            "queue waits until the migration ends") from exc
                     raise
                 time.sleep(min(1.0, 0.05 * 2 ** attempt))
                 try:
@@ -206,17 +281,38 @@ class ClusterStore(RedisStore):
 
     def forget_queue(self, queue: str) -> bool:
         """See :meth:`RedisStore.forget_queue`: drop the queue from the set, then ask
-        ``forget.lua`` whether it is empty, and put it back when not. A hold adds its
-        queue after its script: if that script ran before the check, the check sees it;
-        if after, so does its SADD, after our SREM."""
+        ``forget.lua`` whether it is empty, and put it back when not, or when the ask
+        failed. A hold adds its queue after its script: if that script ran before the
+        check, the check sees it; if after, so does its SADD, after our SREM. (A process
+        killed between the SREM and the SADD: :meth:`unregistered_queues`.)"""
         key = queues_key(self.namespace)
         with _wrapped(self.where):
             if not self.client.srem(key, queue):
                 return False
-            if self._scripts["forget"](keys=[self.keys(queue).prefix], args=[queue]):
-                return True
+            try:
+                if self._scripts["forget"](keys=[self.keys(queue).prefix], args=[queue]):
+                    return True
+            except BaseException:
+                self.client.sadd(key, queue)  # it may hold work: keep it served
+                raise
             self.client.sadd(key, queue)
         return False
+
+    def unregistered_queues(self, repair: bool) -> list[str]:
+        """The fair queues holding work (``forget.lua`` answers 0) but missing from the
+        set, found by their ``msg`` or ``stat`` hash on any primary (SCANs over each);
+        with ``repair``, added back. ``fair check`` asks (check.py)."""
+        key, ns = queues_key(self.namespace), self.namespace
+        with _wrapped(self.where):
+            known = {_text(q) for q in self.client.smembers(key)}
+            found = {_text(k)[len(ns) + 2:-len(f"}}:{kind}")] for kind in ("msg", "stat")
+                     for k in self.client.scan_iter(
+                         match=f"{_glob_escape(ns)}:{{*}}:{kind}", count=1000)}
+            lost = sorted(q for q in found - known if not self._scripts["forget"](
+                keys=[self.keys(q).prefix], args=[q]))
+            if repair and lost:
+                self.client.sadd(key, *lost)
+        return lost
 
     def close(self) -> None:
         if self._client is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, RedisClusterException, TryAgainError
 from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError
 
@@ -151,9 +151,10 @@ def _wrapped(where: str = "",
                           "master of that name)") from None
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unreachable(f"celery_fair store unreachable{at}: {exc}") from exc
-    except (RedisClusterException, ClusterDownError, TryAgainError) as exc:
+    except (RedisClusterException, ClusterDownError, TryAgainError, AskError) as exc:
         # A cluster without a node to ask, a slot no primary serves (a failover under
-        # way), or a slot being migrated: an outage, retried like a lost connection.
+        # way), a slot being migrated (ASK, TRYAGAIN) or just moved (MOVED, an AskError):
+        # an outage, retried like a lost connection. The node ran nothing.
         raise unreachable(f"celery_fair store unreachable{at}: {exc}") from exc
     except redis.exceptions.OutOfMemoryError as exc:
         # Redis refuses a script's first write when full, and only its first (a script

@@ -65,6 +65,8 @@ class RedisBulk:
                 f"{exc}; the task is held on the master (it runs when dispatched) unless a "
                 "failover loses it first, so it was not published to the broker",
                 acknowledged=exc.acknowledged, wanted=exc.wanted) from None
+        except StoreUnreachable:
+            raise  # refused unrun (a cluster slot migrating): not held
         except StoreConnectionError as exc:
             raise HoldOutcomeUnknown(
                 f"{exc}; the hold's outcome is unknown: the task may be held (it then runs "
