@@ -96,7 +96,7 @@ class QueueControls(QueueData):
         """End g's boost; True when it was boosted. See ``boost.lua``."""
         return self.boosts.pop(g, None) is not None
 
-    def boost_task(self, hold_id: str) -> str | None:
+    def boost_task(self, hold_id: str, now_ms: int) -> str | None:
         """Move a held message to the front of its group's list, and the group to the
         front of its class's ready set once; its group, or None when it is not held
         (delayed, dispatched, unknown). See ``boost_task.lua``."""
@@ -105,9 +105,11 @@ class QueueControls(QueueData):
         if not held or not queue or hold_id not in queue:
             return None
         klass, g = held.placement.klass, held.placement.group
+        ready, group = self.ready[klass], self.groups[g]
+        if queue[0] != hold_id:  # a new head
+            group.since[klass] = now_ms
         queue.remove(hold_id)
         queue.appendleft(hold_id)
-        ready, group = self.ready[klass], self.groups[g]
         tag = front_tag(min(ready.values(), default=None), group.tags.get(klass))
         group.tags[klass] = tag
         if tag < (self.vt.get(klass) or 0.0):  # a refresh would take it back to the vt

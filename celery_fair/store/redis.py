@@ -50,6 +50,7 @@ from .connection import (
     describe,
     now_ms,
 )
+from .connection import now_ms as _wall_ms
 from .keys import QueueKeys, queues_key
 from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
 from .redis_policy import RedisPolicy
@@ -271,8 +272,8 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
             self._quarantined(queue, bad)
         return int(moved), (None if int(nxt) < 0 else int(nxt))
 
-    def cancel(self, queue: str, task_ids: Iterable[str], *,
-               token: str | None = None) -> list[tuple[str, bytes]]:
+    def cancel(self, queue: str, task_ids: Iterable[str], *, token: str | None = None,
+               now_ms: int | None = None) -> list[tuple[str, bytes]]:
         """See :meth:`Store.cancel`. The copies under suffixed ids come from their task
         id's index in the store (O(copies), no scan). ``token`` names the call (made
         unique when None): the same call reaching Redis again within
@@ -282,7 +283,7 @@ class RedisStore(RedisReads, RedisPolicy, RedisAudit, RedisPausing, RedisBoostin
         if not ids:
             return []
         flat = self._durably("cancel", queue, CANCELLED_SECONDS, token or uuid.uuid4().hex,
-                             *ids)
+                             _wall_ms() if now_ms is None else now_ms, *ids)
         return [(_text(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
 
     def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,

@@ -5,14 +5,19 @@ next in its class. A group not in the ready set (capped,
 paused) keeps that tag until it enters again. The class's virtual time is lowered to the
 tag when above it (else a refresh of the group would take its tag back up to it).
 KEYS[1]  fair queue prefix
+A message that was not the head already stamps the group's head time of its class
+(`h<class>`: ARGV[2]).
 ARGV[1]  hold id
+ARGV[2]  now in ms
 Returns: the group, or false when the message is not held (delayed, dispatched, unknown). ]]
 -- @include common
 local id = ARGV[1]
 local value = redis.call('HGET', K_MSG, id)
 local m = value and decode(value)
+local was_head = m and redis.call('LINDEX', k_list(m.cls, m.g), 0) == id
 if not m or redis.call('LREM', k_list(m.cls, m.g), 1, id) == 0 then return false end
 redis.call('LPUSH', k_list(m.cls, m.g), id)
+if not was_head then redis.call('HSET', k_group(m.g), 'h' .. m.cls, ARGV[2]) end
 local head = redis.call('ZRANGE', k_ready(m.cls), 0, 0, 'WITHSCORES')
 local lowest = finite(redis.call('HGET', k_group(m.g), 't' .. m.cls) or '0') or 0
 if head[2] and tonumber(head[2]) < lowest then lowest = tonumber(head[2]) end

@@ -13,6 +13,8 @@ ARGV[8]  front ('1': at the head of its group, a retry; '0': at its tail)
 ARGV[9]  max held ('': unlimited): backpressure (fair_group_max_held); refuse the hold
          when the group already holds this many messages (both classes' lists and its
          delayed ones). A resend of what is held under ARGV[1] is never refused.
+A message that becomes its list's head (to the front, or into an empty list) stamps the
+group's head time of its class (`h<class>` in `g:<group>`: ARGV[4]).
 Returns: the hold id used.
 Errors (before anything is written): FULL <count> <limit> <group> when the
 group is full; CORRUPT when the value's prefix is not envelope.py's
@@ -83,11 +85,14 @@ if due > now then
   if redis.call('ZRANGE', K_DELAYED, 0, 0)[1] == id then wake() end
   return id
 end
+local len
 if front then
-  redis.call('LPUSH', k_list(cls, g), id)
+  len = redis.call('LPUSH', k_list(cls, g), id)
 else
-  redis.call('RPUSH', k_list(cls, g), id)
+  len = redis.call('RPUSH', k_list(cls, g), id)
 end
+-- a new head (to the front, or into an empty list): its head time is now
+if front or len == 1 then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[4]) end
 redis.call('HSET', K_MSG, id, value)
 redis.call('SADD', K_GROUPS, g)
 count_held(cls, g, 1)
