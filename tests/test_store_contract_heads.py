@@ -2,15 +2,19 @@
 of a group's head stamps when the new head became the head, per class (a hold into an
 empty list or to the front, a pick, a cancel of the head, a delayed task promoted to the
 head, a reclaim, a boost to the front), and nothing else does; ``summarize`` reports
-them and ``head_wait`` counts from them (or from the due time, when later)."""
+them and ``head_wait`` counts from them (or from the due time, when later); Redis data
+written before head times passes ``fair check``."""
 
 from __future__ import annotations
 
 import pytest
+import redis
 
+from celery_fair.check import check
 from celery_fair.envelope import Envelope
 from celery_fair.store.base import GroupHeads, Placement, Policy, Store
 from celery_fair.store.heads import head_wait, waiting_since
+from celery_fair.store.redis import RedisStore
 
 Q = "q"
 T0 = 1_700_000_000_000
@@ -100,3 +104,17 @@ def test_the_wait_counts_from_the_later_of_head_time_and_due_time() -> None:
     assert waiting_since(both) == 1800.0  # the class whose head waited longest
     stale = GroupHeads("g", 0, 0, 1, 0, None, None, None, None)
     assert head_wait(stale, 2000.0) is None
+
+
+def test_check_accepts_heads_held_before_head_times_and_the_wait_falls_back(
+        redis_client: redis.Redis, namespace: str) -> None:
+    """Redis data an older version wrote has no head times: ``fair check`` finds nothing
+    to report, and the head's wait counts from its due time."""
+    store = RedisStore(redis_client, namespace)
+    hold(store, "t0", T0)
+    hold(store, "t1", T0)
+    redis_client.hdel(store.keys(Q).group("acme"), "hb")  # as an older version left it
+    assert check(store, queues=[Q]).ok
+    [heads] = store.summarize(Q, ["acme"])
+    assert (heads.due_background, heads.since_background) == (T0 / 1000, None)
+    assert head_wait(heads, T0 / 1000 + 5) == 5.0
