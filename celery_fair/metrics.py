@@ -10,9 +10,10 @@ Two kinds of figures:
   over the top groups only (below), like Flower's. The tip-of-queue waits
   (``celery_fair_oldest_head_wait_seconds{queue}``, alert on it, and
   ``celery_fair_group_head_wait_seconds`` for the ``fair_metrics_groups`` groups whose
-  heads waited longest, small tenants included) come from :meth:`Store.longest_heads
-  <celery_fair.store.heads.HeadWaits.longest_heads>`: a bounded scan, O(min(groups,
-  10,000)) reads per scrape.
+  heads waited longest, small tenants included; a head waits from when it became its
+  group's head, or due when later: :func:`~celery_fair.store.heads.head_wait`) come
+  from :meth:`Store.longest_heads <celery_fair.store.heads.HeadWaits.longest_heads>`: a
+  bounded scan, O(min(groups, 10,000)) reads per scrape.
 - **this dispatcher's own**, counted as it works: dispatches, lease reclaims, the wait from
   hold to dispatch, step durations and the loop's lag. Sum those across dispatchers.
 

@@ -4,9 +4,9 @@ below the lower of the set's head and its own (decisions.py `front_tag`), so it 
 next in its class. A group not in the ready set (capped,
 paused) keeps that tag until it enters again. The class's virtual time is lowered to the
 tag when above it (else a refresh of the group would take its tag back up to it).
-KEYS[1]  fair queue prefix
 A message that was not the head already stamps the group's head time of its class
-(`h<class>`: ARGV[2]).
+(`h<class>` in `g:<group>`: ARGV[2]).
+KEYS[1]  fair queue prefix
 ARGV[1]  hold id
 ARGV[2]  now in ms
 Returns: the group, or false when the message is not held (delayed, dispatched, unknown). ]]
