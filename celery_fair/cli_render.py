@@ -75,6 +75,7 @@ QUEUE_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("capacity", lambda q: str(q["capacity"])),
     ("ahead", lambda q: str(q["dispatch_ahead"])),
     ("oldest wait", lambda q: format_wait(q["oldest_wait"])),
+    ("head wait", lambda q: format_wait(q.get("head_wait"))),
     ("groups", lambda q: str(q["group_count"])),
     ("released", lambda q: str(q["released"])),
     ("policy", lambda q: str(q["policy"])),
@@ -181,12 +182,13 @@ def _group_table(rows: list[dict[str, Any]]) -> Any:
                   caption="\n".join(notes) or None, caption_justify="left")
     waits = any("oldest_wait" in g for g in rows)  # status reads them; groups does not
     names = ("group", "held", "interactive", "delayed", "in flight", "cap", "weight")
-    for name in names + (("oldest wait",) if waits else ()):
+    for name in names + (("oldest wait", "head wait") if waits else ()):
         table.add_column(name, justify="left" if name == "group" else "right")
     for g in rows:
         cap_mark = " *" if "cap" in g["limited"] else ""
         weight_mark = " *" if "weight" in g["limited"] else ""
-        wait = (format_wait(g["oldest_wait"]),) if waits else ()
+        wait = (format_wait(g["oldest_wait"]), format_wait(g.get("head_wait"))) \
+            if waits else ()
         table.add_row(g["group"] + (" (paused)" if g.get("paused") else "")
                       + (" (throttled)" if g.get("throttled_until_ms") else ""),
                       str(g["held_background"]), str(g["held_interactive"]),

@@ -10,9 +10,10 @@ Two kinds of figures:
   over the top groups only (below), like Flower's. The tip-of-queue waits
   (``celery_fair_oldest_head_wait_seconds{queue}``, alert on it, and
   ``celery_fair_group_head_wait_seconds`` for the ``fair_metrics_groups`` groups whose
-  heads waited longest, small tenants included) come from :meth:`Store.longest_heads
-  <celery_fair.store.heads.HeadWaits.longest_heads>`: a bounded scan, O(min(groups,
-  10,000)) reads per scrape.
+  heads waited longest, small tenants included; a head waits from when it became its
+  group's head, or due when later: :func:`~celery_fair.store.heads.head_wait`) come
+  from :meth:`Store.longest_heads <celery_fair.store.heads.HeadWaits.longest_heads>`: a
+  bounded scan, O(min(groups, 10,000)) reads per scrape.
 - **this dispatcher's own**, counted as it works: dispatches, lease reclaims, the wait from
   hold to dispatch, step durations and the loop's lag. Sum those across dispatchers.
 
@@ -36,7 +37,7 @@ from .envelope import INTERACTIVE
 from .errors import ConfigurationError, FairError
 from .liveness import serving_counts
 from .store.base import GroupHeads, as_json, now_ms
-from .store.heads import head_due
+from .store.heads import head_due, head_wait
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -330,11 +331,12 @@ def head_wait_families() -> dict[str, Metric]:
             "How long a top group's oldest held task has waited since due.", labels=_G),
         "head_queue": GaugeMetricFamily(
             "celery_fair_oldest_head_wait_seconds", "How long the longest-waiting group "
-            "head of the queue has waited since due, over every group (0: none held).",
-            labels=_Q),
+            "head of the queue has waited since it became the head (or due, when later), "
+            "over every group (0: none held).", labels=_Q),
         "head_group": GaugeMetricFamily(
             "celery_fair_group_head_wait_seconds", "How long a group's head has waited "
-            "since due, for the groups whose heads waited longest.", labels=_G),
+            "since it became the head (or due, when later), for the groups whose heads "
+            "waited longest.", labels=_G),
     }
 
 
@@ -355,10 +357,11 @@ def add_head_waits(families: dict[str, Any], queue: str, heads: Iterable[GroupHe
 def add_longest_heads(families: dict[str, Any], queue: str, heads: list[GroupHeads],
                       now: float | None = None) -> None:
     """Add ``queue``'s tip-of-queue waits (``heads``: :meth:`Store.longest_heads`, the
-    longest-waiting first): one series per listed group, and the longest per queue."""
+    longest-waiting first): one series per listed group, and the longest per queue. A
+    head waits from when it became the head (or due, when later): a group served
+    steadily from a long backlog shows a short wait, a stuck one a growing one."""
     now = time.time() if now is None else now
-    waits = [(h.group, max(now - due, 0.0)) for h in heads
-             if (due := head_due(h)) is not None]
+    waits = [(h.group, wait) for h in heads if (wait := head_wait(h, now)) is not None]
     for group, wait in waits:
         families["head_group"].add_metric([queue, group], wait)
-    families["head_queue"].add_metric([queue], waits[0][1] if waits else 0.0)
+    families["head_queue"].add_metric([queue], max((w for _, w in waits), default=0.0))

@@ -15,13 +15,16 @@ be in flight), as :func:`queue_capacity` defines them (None: not read yet), ``in
 ``held_interactive``, ``held_background``, ``delayed``, ``groups_total`` (exact, every
 group counted), ``oldest_wait`` (seconds the oldest held message **of the listed groups**
 has waited since it became due; None when they hold nothing: a group outside the list
-is not read), ``ready_interactive``, ``ready_background`` (groups eligible now),
+is not read), ``head_wait`` (seconds the longest-waiting head **of the listed groups**
+has waited since it became its group's head, or due when later: a group served steadily
+shows a short one, a stuck one a growing one; None when they hold nothing),
+``ready_interactive``, ``ready_background`` (groups eligible now),
 ``released``, ``skipped`` (the store's counters), ``release_rate`` (releases a second,
 smoothed over about ``RATE_WINDOW`` seconds from the previous summary's ``released`` and
 ``written_at``, whichever dispatcher wrote it; None until two summaries a short while
 apart exist: :func:`celery_fair.position` estimates waits from it) and ``groups``: a
 list of ``{group, held_interactive, held_background, inflight, delayed, cap, weight, oldest_wait,
-limited}`` sorted by held tasks, most first (``limited``: what a runtime limit sets,
+head_wait, limited}`` sorted by held tasks, most first (``limited``: what a runtime limit sets,
 ``cap`` and/or ``weight``).
 
 The module also holds the one definition of a fair queue's capacity (:class:`Capacity`,
@@ -43,6 +46,7 @@ from .config import FairConfig
 from .errors import FairError
 from .outage import Outage
 from .store.base import GroupHeads, Store, as_json, now_ms
+from .store.heads import head_wait
 
 logger = logging.getLogger(__name__)
 
@@ -104,9 +108,9 @@ def read_capacity(store: Store, config: FairConfig, queue: str) -> Capacity:
 
 def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict[str, Any]:
     """``fair status``'s figures of ``queue``: the store's totals, its policy (the
-    settings', as its dispatchers configure it), its :class:`Capacity`,
-    the oldest wait (over the same ``GROUP_LIMIT`` busiest groups as the summary, so it
-    matches Flower's) and the ``top`` busiest groups with their own oldest wait."""
+    settings', as its dispatchers configure it), its :class:`Capacity`, the oldest wait
+    and the longest head wait (over the same ``GROUP_LIMIT`` busiest groups as the
+    summary, so they match Flower's) and the ``top`` busiest groups with their own."""
     now = time.time()
     figures = store.queue_figures(queue)
     rows = store.busiest_groups(queue, max(top, GROUP_LIMIT))
@@ -115,8 +119,9 @@ def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict
     return {**as_json(figures), "policy": config.policy_for(queue).name,
             **read_capacity(store, config, queue).as_json(),
             "oldest_wait": _wait(heads.values(), now),
-            "groups": [{**as_json(r), "oldest_wait": _wait([heads[r.group]], now)}
-                       for r in shown],
+            "head_wait": _head_wait(heads.values(), now),
+            "groups": [{**as_json(r), "oldest_wait": _wait([heads[r.group]], now),
+                        "head_wait": _head_wait([heads[r.group]], now)} for r in shown],
             "more_groups": max(figures.group_count - len(shown), 0)}
 
 
@@ -145,13 +150,15 @@ def build_summary(store: Store, queue: str, capacity: Capacity | None, *,
         "held_background": totals.held_background,
         "delayed": totals.delayed,
         "oldest_wait": _wait(dues.values(), now),
+        "head_wait": _head_wait(dues.values(), now),
         "groups_total": totals.group_count,
         **{key: getattr(totals, key) for key in EXTRA_TOTALS},
         "groups": [{
             "group": r.group, "held_interactive": r.held_interactive,
             "held_background": r.held_background, "inflight": r.inflight,
             "delayed": r.delayed, "cap": r.cap, "weight": r.weight,
-            "oldest_wait": _wait([dues[r.group]], now), "limited": list(r.limited),
+            "oldest_wait": _wait([dues[r.group]], now),
+            "head_wait": _head_wait([dues[r.group]], now), "limited": list(r.limited),
         } for r in rows],
     }
 
@@ -166,6 +173,12 @@ def _wait(figures: Iterable[GroupHeads], now: float) -> float | None:
     dues = [due for f in figures for due in (f.due_interactive, f.due_background)
             if due is not None]
     return max(0.0, round(now - min(dues), 3)) if dues else None
+
+
+def _head_wait(figures: Iterable[GroupHeads], now: float) -> float | None:
+    """The longest head wait of ``figures`` (:func:`~celery_fair.store.heads.head_wait`)."""
+    waits = [w for f in figures if (w := head_wait(f, now)) is not None]
+    return round(max(waits), 3) if waits else None
 
 
 class SummaryWriter:

@@ -73,7 +73,8 @@ def test_status_shows_totals_and_busiest_groups(app, cli) -> None:
     [q] = data["queues"]
     assert (q["queue"], q["held_background"], q["held_interactive"]) == (queue, 5, 1)
     assert [g["group"] for g in q["groups"]] == ["acme", "globex", "initech"]
-    assert [{k: v for k, v in g.items() if k != "oldest_wait"} for g in q["groups"]] == \
+    assert [{k: v for k, v in g.items() if k not in ("oldest_wait", "head_wait")}
+            for g in q["groups"]] == \
         [as_json(r) for r in store_for(app).group_figures(queue, ["acme", "globex", "initech"])]
 
 
@@ -518,7 +519,7 @@ def test_status_capacity_is_the_flower_pages_and_the_dispatchers(app, cli, caplo
     rows = [line.split() for line in cli("status").output.splitlines()]
     header = next(r for r in rows if r[:1] == ["queue"])
     assert " ".join(header) == "queue held interactive delayed in flight capacity ahead " \
-                               "oldest wait groups released policy"
+                               "oldest wait head wait groups released policy"
     row = next(r for r in rows if r[:1] == [queue])
     assert row[1:7] == ["1", "0", "0", "6", "4", "2"]  # held, inter., delayed, in flight, ...
 
@@ -534,8 +535,9 @@ def test_status_shows_the_oldest_wait(app, cli) -> None:
     app.tasks["proj.work"].apply_async(("late", "x"), countdown=60)  # not due: no wait
     [q] = json.loads(cli("status", "--json").output)["queues"]
     assert {g["group"]: g["oldest_wait"] for g in q["groups"]}["late"] is None
+    assert q["head_wait"] == max(g["head_wait"] for g in q["groups"] if g["head_wait"])
     text = cli("status").output
-    assert "oldest wait" in text and " ms " in text, text
+    assert "oldest wait" in text and "head wait" in text and " ms " in text, text
 
 
 def test_dispatch_refuses_queues_its_shard_does_not_serve(cli: Callable[..., Result]) -> None:

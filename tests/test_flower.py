@@ -294,8 +294,10 @@ def _read_page(page: Any, queue: str) -> dict[str, Any]:
     for row in section.locator("tbody tr[data-group]").all():
         cells = {field: row.locator(f'[data-field="{field}"]').inner_text().strip()
                  for field in ("held_interactive", "held_background", "delayed",
-                               "inflight", "weight", "oldest_wait")}
+                               "inflight", "weight", "oldest_wait", "head_wait")}
         cells["seconds"] = row.locator('[data-field="oldest_wait"]').get_attribute(
+            "data-seconds")
+        cells["head_seconds"] = row.locator('[data-field="head_wait"]').get_attribute(
             "data-seconds")
         rows[row.get_attribute("data-group")] = cells
     written_at = float(section.locator(".fair-totals").get_attribute("data-written-at"))
@@ -326,6 +328,9 @@ def _check_against_store(site: FlowerSite, shown: dict[str, Any]) -> None:
         written = shown["written_at"]
         assert written - after - 0.0015 <= seconds <= written - before + 0.0015, name
         assert cells["oldest_wait"] == format_wait(seconds), name
+        # the head wait: since its head became the head, never longer than the oldest's
+        head = float(cells["head_seconds"])
+        assert 0 <= head <= seconds and cells["head_wait"] == format_wait(head), name
 
 
 def test_an_unreachable_store_is_reported_not_raised(make_app) -> None:

@@ -212,3 +212,50 @@ def test_head_waits_keep_the_longest_waiting_groups_not_the_biggest(
     oldest = series(s, "celery_fair_oldest_head_wait_seconds", queue=queue)[""]
     assert oldest == heads["group=small"] >= series(
         s, "celery_fair_group_oldest_wait_seconds", queue=queue)["group=big"] + 0.04
+
+
+def test_a_served_backlog_shows_a_short_head_wait_and_a_paused_tenant_a_growing_one(
+        make_app, worker, dispatcher) -> None:
+    """The tip-of-queue wait counts from when a task became its group's head: three
+    big backlogs served steadily by a real worker show short head waits (their oldest
+    tasks have waited far longer), while a paused one-task tenant shows a head wait
+    that grows; with ``fair_metrics_groups`` = 1 its series is the one kept."""
+    app = make_app()
+    queue = queue_of(app)
+    work = app.tasks["proj.work"]
+    work.delay("small", "s")
+    store_for(app).pause(queue, "small", None)  # fair pause: until resumed
+    for tenant in ("big1", "big2", "big3"):
+        for i in range(40):
+            work.delay(tenant, f"{tenant}-{i}", 0.05)
+    thread = dispatcher(app)
+    wide = DispatcherMetrics(thread.dispatcher, 10)  # every group's series
+    wide_port = wide.serve(0, "127.0.0.1")
+    try:
+        with worker(concurrency=2), served(thread, groups=1) as (_, port):
+            def steady() -> dict[str, float] | None:
+                s = scrape(wide_port)
+                heads = series(s, "celery_fair_group_head_wait_seconds", queue=queue)
+                oldest = series(s, "celery_fair_group_oldest_wait_seconds", queue=queue)
+                big = {g: w for g, w in heads.items() if g.startswith("group=big")}
+                served_long = [g for g in big if oldest.get(g, 0) >= 1.5]
+                return big if served_long and all(big[g] <= 1.0 for g in served_long) \
+                    else None
+            big = wait_for(steady, what="served backlogs with short head waits")
+            assert all(wait <= 1.0 for wait in big.values()), big
+
+            def small_head() -> float:
+                s = scrape(port)
+                heads = series(s, "celery_fair_group_head_wait_seconds", queue=queue)
+                assert list(heads) == ["group=small"], heads  # the bound keeps the tenant
+                assert s[("celery_fair_oldest_head_wait_seconds", (("queue", queue),))] \
+                    == heads["group=small"]
+                return heads["group=small"]
+            first = small_head()
+            assert first >= 1.5  # held before the backlogs, never picked
+            wait_for(lambda: small_head() >= first + 0.5, what="the paused head to age")
+            held = series(scrape(port), "celery_fair_held_tasks", queue=queue,
+                          **{"class": "background"})
+            assert "group=small" not in held  # not one of the biggest backlogs
+    finally:
+        wide.close()

@@ -16,13 +16,14 @@ from alembic.runtime.migration import MigrationContext
 from celery import Celery
 from celery.bin.base import CLIContext
 from click.testing import CliRunner, Result
-from sqlalchemy import Column, Engine, Integer, text
+from sqlalchemy import Column, Engine, Integer, column, table, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 
 from celery_fair.cli import fair
 from celery_fair.config import get_config
 from celery_fair.errors import ConfigurationError, SchemaOutOfDate
+from celery_fair.store.base import Placement
 from celery_fair.store.sql import (
     SCHEMA_VERSION,
     Bounds,
@@ -196,6 +197,39 @@ def test_a_0004_queue_upgraded_has_no_throttles_and_no_default_rate(
     with engine.connect() as conn:
         assert conn.execute(Tables(prefix).queues.select().with_only_columns(
             q.picks, q.throttles, q.default_rate)).all() == [(7, 0, None)]
+
+
+def test_a_0005_group_upgraded_has_no_head_time_and_waits_from_its_due_time(
+        database: str, engine: Engine, prefix: str) -> None:
+    """Revision 0006 (head times) leaves a group held before it without one: its head's
+    wait counts from the head's due time until its head next changes."""
+    from alembic import command
+
+    from celery_fair.envelope import Envelope
+    from celery_fair.store.heads import head_wait
+    from celery_fair.store.sql.migrate import alembic_config
+    from celery_fair.store.sql.store import SqlStore
+
+    value = Envelope(body=b"{}", content_type="application/json", content_encoding="utf-8",
+                     headers={"id": "t1", "task": "t"}, exchange="", routing_key="q",
+                     queue="q", due_at=1000.0).encode("acme", "b", 1.0, False)
+    with engine.connect() as conn:
+        command.upgrade(alembic_config(prefix, connection=conn), "0005")
+        rows = {"groups": dict(ns="n", queue="q", grp="acme", inflight=0, delayed=0,
+                               held_i=0, held_b=1, head=0, tail=2),  # the 0005 columns
+                "messages": dict(ns="n", queue="q", hold_id="t1", task_id="t1", grp="acme",
+                                 klass="b", cost=1.0, front=False, seq=1, value=value)}
+        for name, row in rows.items():
+            conn.execute(table(prefix + name, *map(column, row)).insert().values(row))
+        conn.commit()
+    assert migrate(database, prefix) == ("0005", SCHEMA_VERSION)
+    store = SqlStore(engine, "n", prefix)
+    [heads] = store.summarize("q", ["acme"])
+    assert (heads.due_background, heads.since_background) == (1000.0, None)
+    assert head_wait(heads, 1060.0) == 60.0
+    store.hold("q", "t2", value, Placement("acme", "b", 1.0, True), 0, 1_050_000)  # front
+    [heads] = store.summarize("q", ["acme"])
+    assert heads.since_background == 1050.0 and head_wait(heads, 1060.0) == 10.0
 
 
 def test_two_processes_migrating_at_once_both_succeed(database: str, engine: Engine,

@@ -21,12 +21,12 @@ DEFAULTS = {s.name: s.default for s in SETTINGS}
 
 
 def hold(store: Store, task_id: str, group: str, due_at: float | None = None,
-         body: bytes = b"{}") -> str:
+         body: bytes = b"{}", now_ms: int = NOW) -> str:
     envelope = Envelope(body=body, content_type="application/json",
                         content_encoding="utf-8", headers={"id": task_id, "task": "t"},
                         exchange="", routing_key=Q, queue=Q, due_at=due_at)
     return store.hold(Q, task_id, envelope.encode(group, "b", 1.0, False),
-                      Placement(group, "b", 1.0, False), 0, NOW)
+                      Placement(group, "b", 1.0, False), 0, now_ms)
 
 
 @pytest.fixture
@@ -64,11 +64,13 @@ def test_a_position_tells_each_state_and_estimates_from_the_release_rate(
 def test_longest_heads_rank_groups_by_head_wait_not_by_backlog(store: Store) -> None:
     now = NOW / 1000
     for i in range(5):
-        hold(store, f"big{i}", "big", due_at=now - 10)
-    hold(store, "s0", "small", due_at=now - 60)  # one task, waiting longest
-    hold(store, "n0", "new", due_at=now - 1)
-    hold(store, "old0", "undated")  # held without a due time: not ranked
-    assert [h.group for h in store.longest_heads(Q, 10)] == ["small", "big", "new"]
+        hold(store, f"big{i}", "big", due_at=now - 10, now_ms=NOW - 10_000)
+    # one task, waiting longest
+    hold(store, "s0", "small", due_at=now - 60, now_ms=NOW - 60_000)
+    hold(store, "n0", "new", due_at=now - 1, now_ms=NOW - 1000)
+    hold(store, "old0", "undated")  # no due time: its wait counts from its head time
+    assert [h.group for h in store.longest_heads(Q, 10)] == ["small", "big", "new",
+                                                              "undated"]
     [small] = store.longest_heads(Q, 1)
     assert (small.group, small.due_background) == ("small", now - 60)
     assert store.longest_heads(Q, 0) == []

@@ -11,7 +11,8 @@ token).
 After every step both must agree: what each operation returned (the dispatch ids and
 messages a pick took, in order), and, through the common inspection
 (:class:`~celery_fair.policy.QueueState`), every ready set with its tags, the groups'
-tags, virtual time, in-flight and delayed counts, the held lists in order, the queue's
+tags, virtual time, in-flight and delayed counts, the held lists in order with when
+each list's head became the head, the queue's
 figures, each group's figures and each dispatch's state (Redis's state is read from its
 keys here, so the policy knows nothing of Redis; the SQL store answers ``inspect`` as the
 memory store does). At the end of each run the backend's invariant checker must find
@@ -85,7 +86,7 @@ def redis_state(store: RedisStore, queue: str, groups: list[str]) -> QueueState:
     replies = iter(pipe.execute())
     ready = {klass: {g.decode(): s for g, s in next(replies)} for klass in CLASSES}
     vt = {c.decode(): float(t) for c, t in next(replies).items()}
-    tags, inflight, delayed, held = {}, {}, {}, {}
+    tags, inflight, delayed, held, since = {}, {}, {}, {}, {}
     for g in groups:
         fields = {f.decode(): v for f, v in next(replies).items()}
         for name, counts in (("n", inflight), ("d", delayed)):
@@ -97,7 +98,9 @@ def redis_state(store: RedisStore, queue: str, groups: list[str]) -> QueueState:
             ids = [i.decode() for i in next(replies)]
             if ids:
                 held[(klass, g)] = ids
-    return QueueState(ready, vt, tags, inflight, delayed, held, int(next(replies) or 0))
+                since[(klass, g)] = int(fields["h" + klass])
+    return QueueState(ready, vt, tags, inflight, delayed, held, int(next(replies) or 0),
+                      since)
 
 
 class StoreMachine(RuleBasedStateMachine):
@@ -271,7 +274,8 @@ class StoreMachine(RuleBasedStateMachine):
     def boost_task(self, data: Any) -> None:
         """A task to the front: held (often), delayed, dispatched or unknown."""
         if self.ids:
-            self.both("boost_task", f"t{data.draw(st.integers(1, self.ids))}")
+            self.both("boost_task", f"t{data.draw(st.integers(1, self.ids))}",
+                      now_ms=self.now)
 
     @rule(cap=st.sampled_from([None, 1, 2, 4]), reserve=st.sampled_from([0, 1, 2]),
           weight=st.sampled_from([1.0, 1.0, 2.0]),
@@ -302,14 +306,15 @@ class StoreMachine(RuleBasedStateMachine):
         ids = data.draw(st.lists(st.sampled_from([f"t{i}" for i in range(1, self.ids + 1)]),
                                  min_size=1, max_size=3))
         token = f"c{self.tokens}"
-        assert sorted(self.other.cancel(Q, ids, token=token)) == \
-            sorted(self.memory.cancel(Q, ids, token=token))
+        assert sorted(self.other.cancel(Q, ids, token=token, now_ms=self.now)) == \
+            sorted(self.memory.cancel(Q, ids, token=token, now_ms=self.now))
 
     @invariant()
     def same_state(self) -> None:
         assert self.memory.inspect(Q) == self.state(Q)
         self.both_read("queue_figures")
         self.both_read("group_figures", GROUPS)
+        self.both_read("summarize", GROUPS)  # with the head times
         self.both_read("pauses")
         self.both_read("boosts")
         self.both_read("throttles")

@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from celery_fair.dispatcher import Dispatcher
 from celery_fair.envelope import Envelope
 from celery_fair.store.base import Placement
@@ -168,6 +170,25 @@ def test_a_message_held_without_due_time_has_no_wait(make_app):
     assert _by_group(summary)["legacy"]["held_background"] == 1
     assert _by_group(summary)["legacy"]["oldest_wait"] is None
     assert summary["capacity"] is None
+
+
+def test_the_head_wait_counts_from_when_the_head_became_the_head(make_app):
+    """A group served a minute after its tasks were held shows its oldest task's whole
+    wait, and a head wait from the pick that made its next task the head."""
+    app = make_app()
+    store, queue = store_for(app), queue_of(app)
+    now = time.time()
+    for i in range(3):
+        envelope = Envelope(body=b"[]", content_type="application/json",
+                            content_encoding="utf-8", headers={"id": f"a{i}", "task": "t"},
+                            exchange="", routing_key=queue, queue=queue, due_at=now - 60)
+        store.hold(queue, f"a{i}", envelope.encode("acme", "b", 1, False),
+                   Placement("acme", "b", 1.0, False), 0, int((now - 60) * 1000))
+    store.pick(queue, 1, None, int((now - 5) * 1000), 60_000)
+    summary = build_summary(store, queue, None, now=now)
+    acme = _by_group(summary)["acme"]
+    assert acme["oldest_wait"] == 60.0
+    assert acme["head_wait"] == summary["head_wait"] == pytest.approx(5.0, abs=0.002)
 
 
 def test_one_dispatcher_writes_per_interval(make_app):

@@ -45,6 +45,11 @@ class Group:
     #: rank ``boost_task`` set until its next pick
     served: int = 0
     jump: float | None = None
+    #: class -> when (ms) the head of its list became the head: set at every change of
+    #: the head (a hold into an empty list or to the front, a pick, a cancel of the
+    #: head, a promote or reclaim to the head, a boost to the front); stale while the
+    #: list is empty (the next message in stamps it again)
+    since: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,6 +86,8 @@ class QueueState:
     delayed: dict[str, int]  # group -> delayed messages
     held: dict[tuple[str, str], list[str]]  # (class, group) -> hold ids, head first
     total_inflight: int
+    #: (class, group) -> when its head became the head (ms), for the non-empty lists
+    since: dict[tuple[str, str], int] = field(default_factory=dict)
 
 @dataclass
 class QueueData:
@@ -219,8 +226,10 @@ class QueueData:
             if not self.copies[root]:
                 del self.copies[root]
 
-    def _enqueue(self, hold_id: str, p: Placement) -> bool:
+    def _enqueue(self, hold_id: str, p: Placement, now_ms: int) -> bool:
         queue = self._list(p.klass, p.group)
+        if p.front or not queue:  # a new head
+            self.groups[p.group].since[p.klass] = now_ms
         queue.appendleft(hold_id) if p.front else queue.append(hold_id)
         self._count("held:" + p.klass, 1)
         return self._refresh(p.group)
@@ -267,7 +276,9 @@ class QueueData:
             inflight={g: grp.inflight for g, grp in self.groups.items() if grp.inflight},
             delayed={g: grp.delayed for g, grp in self.groups.items() if grp.delayed},
             held={key: list(ids) for key, ids in self.lists.items() if ids},
-            total_inflight=self.stat.get("inflight", 0))
+            total_inflight=self.stat.get("inflight", 0),
+            since={(k, g): self.groups[g].since[k] for (k, g), ids in self.lists.items()
+                   if ids})
 
     def empty(self) -> bool:
         """Nothing held, delayed, in flight or quarantined (the queue may be forgotten)."""

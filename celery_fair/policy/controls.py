@@ -106,7 +106,7 @@ class QueueControls(QueueData):
         if self.policy == limits.HARMONY:
             self._refresh(g)
 
-    def boost_task(self, hold_id: str) -> str | None:
+    def boost_task(self, hold_id: str, now_ms: int) -> str | None:
         """Move a held message to the front of its group's list, and the group to the
         front of its class's ready set once; its group, or None when it is not held
         (delayed, dispatched, unknown). See ``boost_task.lua``."""
@@ -115,9 +115,11 @@ class QueueControls(QueueData):
         if not held or not queue or hold_id not in queue:
             return None
         klass, g = held.placement.klass, held.placement.group
+        ready, group = self.ready[klass], self.groups[g]
+        if queue[0] != hold_id:  # a new head
+            group.since[klass] = now_ms
         queue.remove(hold_id)
         queue.appendleft(hold_id)
-        ready, group = self.ready[klass], self.groups[g]
         if self.policy == limits.HARMONY:  # first in the queue, until its next pick
             heads = [s for k in CLASSES for s in self.ready[k].values()]
             group.jump = front_tag(min(heads, default=None), self._rank(g, group))

@@ -3,6 +3,8 @@ script of the same name (``store/lua/<operation>.lua``), making the same decisio
 
 from __future__ import annotations
 
+from collections import deque
+
 from ..errors import GroupFull
 from ..limits import HARMONY
 from ..store.base import BeginResult, Picked, check_hold
@@ -54,7 +56,7 @@ class FairQueue(QueueControls):
             self.delayed[hold_id] = due_ms
             group.delayed += 1
             self.woken = self.woken or min(self._delayed_order())[2] == hold_id
-        elif self._enqueue(hold_id, p):
+        elif self._enqueue(hold_id, p, now_ms):
             self.woken = True
         return hold_id
 
@@ -123,6 +125,7 @@ class FairQueue(QueueControls):
                 tag = group.tags[klass] = advance(tag, held.placement.cost,
                                                   self.pick_weight(g))
             group.inflight += 1
+            group.since[klass] = now_ms  # the next one is the head now (stale if none)
             did = dispatch_id(token, self.stat["picks"], len(out) + 1)
             self.records[did] = Record(PICKED, held.placement, hold_id, held.value)
             self.leases[did] = now_ms + lease_ms
@@ -214,7 +217,7 @@ class FairQueue(QueueControls):
             if rec is None or rec.state not in LIVE:
                 continue
             if requeues(rec.state, rec.kept, rec.value is not None):
-                self._hold_again(did, rec)
+                self._hold_again(did, rec, now_ms)
                 rec.state, rec.value, rec.kept = SUPERSEDED, None, False
                 requeued += 1
             else:
@@ -225,7 +228,7 @@ class FairQueue(QueueControls):
         self.woken = self.woken or requeued + lost > 0
         return requeued, lost
 
-    def _hold_again(self, did: str, rec: Record) -> None:
+    def _hold_again(self, did: str, rec: Record, now_ms: int) -> None:
         assert rec.value is not None
         hold_id = rec.hold_id
         if hold_id in self.msgs:
@@ -233,6 +236,7 @@ class FairQueue(QueueControls):
         self._index_copy(hold_id)
         self.msgs[hold_id] = Held(rec.value, rec.placement)
         self._list(rec.klass, rec.group).appendleft(hold_id)
+        self.groups[rec.group].since[rec.klass] = now_ms
         self._count("held:" + rec.klass, 1)
 
     def promote(self, now_ms: int, limit: int) -> tuple[int, int | None]:
@@ -244,14 +248,14 @@ class FairQueue(QueueControls):
             del self.delayed[hold_id]
             p = self.msgs[hold_id].placement
             self.groups[p.group].delayed -= 1
-            self._enqueue(hold_id, p)
+            self._enqueue(hold_id, p, now_ms)
         nxt = order[len(moved)][0] if len(order) > len(moved) else None
         lifted = self._lift_throttles(now_ms, limit)
         return len(moved), nxt if lifted is None or (nxt is not None and nxt < lifted) \
             else lifted
 
-    def cancel(self, task_ids: list[str], token: str,
-               keep_until_ms: int) -> list[tuple[str, bytes]]:
+    def cancel(self, task_ids: list[str], token: str, keep_until_ms: int,
+               now_ms: int) -> list[tuple[str, bytes]]:
         """Remove held or delayed messages of ``task_ids`` with their copies; the same
         ``token`` again gets the same answer. See ``cancel.lua``."""
         if token in self.cancelled:
@@ -260,7 +264,7 @@ class FairQueue(QueueControls):
         seen: set[str] = set()
         for task_id in task_ids:
             for hold_id in [task_id, *self._copies_of(task_id)]:
-                value = None if hold_id in seen else self._remove(hold_id)
+                value = None if hold_id in seen else self._remove(hold_id, now_ms)
                 seen.add(hold_id)
                 if value is not None:
                     out.append((hold_id, value))
@@ -273,7 +277,7 @@ class FairQueue(QueueControls):
         return sorted(c for c in self.copies.get(task_id.split("~", 1)[0], ())
                       if c.startswith(head))
 
-    def _remove(self, hold_id: str) -> bytes | None:
+    def _remove(self, hold_id: str, now_ms: int) -> bytes | None:
         held = self.msgs.pop(hold_id, None)
         self._unindex_copy(hold_id)
         if held is None:
@@ -281,8 +285,10 @@ class FairQueue(QueueControls):
         p = held.placement
         if self.delayed.pop(hold_id, None) is not None:
             self.groups[p.group].delayed -= 1
-        elif hold_id in self.lists.get((p.klass, p.group), ()):
-            self.lists[(p.klass, p.group)].remove(hold_id)
+        elif hold_id in (queue := self.lists.get((p.klass, p.group), deque())):
+            if queue[0] == hold_id:  # the head goes: the next one is the head now
+                self.groups[p.group].since[p.klass] = now_ms
+            queue.remove(hold_id)
             self._count("held:" + p.klass, -1)
             self._drop_empty(p.klass, p.group)
         self._refresh(p.group)

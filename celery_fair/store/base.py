@@ -230,15 +230,15 @@ class Store(BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Th
         is due or the next throttle is to be lifted, whichever comes first."""
 
     @abc.abstractmethod
-    def cancel(self, queue: str, task_ids: Iterable[str], *,
-               token: str | None = None) -> list[tuple[str, bytes]]:
+    def cancel(self, queue: str, task_ids: Iterable[str], *, token: str | None = None,
+               now_ms: int | None = None) -> list[tuple[str, bytes]]:
         """Remove the held or delayed messages of ``task_ids`` (their tasks were revoked
         before running), including copies held under a suffixed hold id
         (``<task id>~<n>``: the same id held twice). The removal is atomic; a message
         already picked, queued or running is left alone. ``token`` names the call: a
         resend within :data:`CANCELLED_SECONDS` gets the first answer again, so what it
-        removed is never lost with a reply. Returns ``(hold id, stored value)`` of every
-        message removed."""
+        removed is never lost with a reply. A head removed stamps its group's next head
+        ``now_ms`` (default: now). Returns ``(hold id, stored value)`` of each removed."""
 
     @abc.abstractmethod
     def quarantine(self, queue: str, dispatch_id: str, value: bytes, reason: str) -> None:

@@ -36,10 +36,11 @@ class Boosting(abc.ABC):
         its end stays listed until expired."""
 
     @abc.abstractmethod
-    def boost_task(self, queue: str, hold_id: str) -> str | None:
+    def boost_task(self, queue: str, hold_id: str, *, now_ms: int | None = None) -> str | None:
         """Move the message held under ``hold_id`` to the front of its group's list, and
         its group to the front of its class's ready set once (its tag just below the
-        lowest: picked next, unless the other class or a cap comes first). Atomic.
+        lowest: picked next, unless the other class or a cap comes first). Atomic. A new
+        head is stamped ``now_ms`` (default: the wall clock) as its head time.
         Returns its group, or None when it is not held (delayed, dispatched, unknown):
         nothing changed."""
 

@@ -209,4 +209,14 @@ def _seconds(value: Any) -> float | None:
     return float(text) if text else None
 
 
+def _stamp(value: Any) -> float | None:
+    """A time in ms stored by a script, in epoch seconds; None when absent or damaged (a
+    reader falls back to something else, and ``check`` has nothing to repair)."""
+    try:
+        ms = float(_text(value))
+    except ValueError:
+        return None
+    return ms / 1000 if math.isfinite(ms) else None
+
+
 now_ms = base_now_ms  # kept importable from here

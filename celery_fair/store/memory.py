@@ -148,15 +148,16 @@ class MemoryStore(MemoryReads, Store):
         with self._queue(queue) as fq:
             fq.configure(policy)
 
-    def cancel(self, queue: str, task_ids: Iterable[str], *,
-               token: str | None = None) -> list[tuple[str, bytes]]:
+    def cancel(self, queue: str, task_ids: Iterable[str], *, token: str | None = None,
+               now_ms: int | None = None) -> list[tuple[str, bytes]]:
         """See :meth:`RedisStore.cancel`: the same ``token`` again gets the same answer."""
         ids = list(dict.fromkeys(task_ids))
         if not ids:
             return []
         with self._queue(queue) as fq:
             return fq.cancel(ids, token or uuid.uuid4().hex,
-                             wall_ms() + CANCELLED_SECONDS * 1000)
+                             wall_ms() + CANCELLED_SECONDS * 1000,
+                             wall_ms() if now_ms is None else now_ms)
 
     def limit(self, queue: str, group: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int | None, float]:
@@ -279,9 +280,12 @@ class MemoryStore(MemoryReads, Store):
                 group = fq.groups.get(g)
                 heads = [fq.lists.get((k, g)) for k in CLASSES]
                 due = [due_of(fq.msgs[h[0]].value) if h else None for h in heads]
+                since = [group.since[k] / 1000 if h and group and k in group.since else None
+                         for k, h in zip(CLASSES, heads)]
                 out.append(GroupHeads(g, len(heads[0] or ()), len(heads[1] or ()),
                                       group.inflight if group else 0,
-                                      group.delayed if group else 0, due[0], due[1]))
+                                      group.delayed if group else 0, due[0], due[1],
+                                      since[0], since[1]))
         return out
 
     def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,

@@ -18,6 +18,7 @@ from ..policy import CLASSES, KEEP, RESET, FairQueue
 from . import audit
 from .audit import AuditEntry
 from .base import PRUNE_GRACE_MS, DispatcherBeat, Location, now_ms
+from .base import now_ms as _now
 from .held import HeldMessage
 from .locating import CLASS_NAMES, Locating, PlaceReads, place_of
 from .pausing import WHOLE_QUEUE
@@ -174,9 +175,9 @@ class MemoryReads(Locating):
         return {g: (w, None if math.isinf(until) else int(until))
                 for g, (w, until) in found.items()}
 
-    def boost_task(self, queue: str, hold_id: str) -> str | None:
+    def boost_task(self, queue: str, hold_id: str, *, now_ms: int | None = None) -> str | None:
         with self._queue(queue) as fq:
-            return fq.boost_task(hold_id)
+            return fq.boost_task(hold_id, now_ms if now_ms is not None else _now())
 
     def expire_boosts(self, queue: str, now_ms: int) -> list[str]:
         with self._queue(queue) as fq:

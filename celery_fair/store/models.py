@@ -236,8 +236,9 @@ class GroupFigures:
 @dataclass(frozen=True)
 class GroupHeads:
     """One group as ``summarize`` sees it: its counts and, per class, when its oldest held
-    message became due (epoch seconds; None when it holds none, or an old message
-    without the time)."""
+    message (the head of its list) became due and when it became the head (epoch seconds;
+    None when it holds none, an old message without the time, or a head stamped before
+    the store kept head times). :func:`~celery_fair.store.heads.head_wait` reads them."""
 
     group: str
     held_interactive: int
@@ -246,6 +247,8 @@ class GroupHeads:
     delayed: int
     due_interactive: float | None
     due_background: float | None
+    since_interactive: float | None = None
+    since_background: float | None = None
 
 
 def limited_by(cap: object, weight: object) -> tuple[str, ...]:

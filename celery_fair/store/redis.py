@@ -45,6 +45,7 @@ from .connection import (
     now_ms,
     wait_ms,
 )
+from .connection import now_ms as _wall_ms
 from .keys import QueueKeys, queues_key
 from .models import RESEND_SECONDS
 from .redis_bulk import RedisBulk
@@ -268,8 +269,8 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
             self._quarantined(queue, bad)
         return int(moved), (None if int(nxt) < 0 else int(nxt))
 
-    def cancel(self, queue: str, task_ids: Iterable[str], *,
-               token: str | None = None) -> list[tuple[str, bytes]]:
+    def cancel(self, queue: str, task_ids: Iterable[str], *, token: str | None = None,
+               now_ms: int | None = None) -> list[tuple[str, bytes]]:
         """See :meth:`Store.cancel`. The copies under suffixed ids come from their task
         id's index in the store (O(copies), no scan). ``token`` names the call (made
         unique when None): the same call reaching Redis again within
@@ -279,7 +280,7 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
         if not ids:
             return []
         flat = self._durably("cancel", queue, CANCELLED_SECONDS, token or uuid.uuid4().hex,
-                             *ids)
+                             _wall_ms() if now_ms is None else now_ms, *ids)
         return [(_text(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
 
     def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,

@@ -16,6 +16,7 @@ from .audit import AuditEntry
 from .connection import _text, _wrapped
 from .keys import QueueKeys, audit_key
 from .models import KEEP, RESET
+from .models import now_ms as _now
 from .pausing import WHOLE_QUEUE
 from .throttling import check_until
 
@@ -98,8 +99,8 @@ class RedisBoosting:
         ends = {_text(g): None if math.isinf(u) else int(u) for g, u in until}
         return {_text(g): (float(w), ends.get(_text(g))) for g, w in weights.items()}
 
-    def boost_task(self, queue: str, hold_id: str) -> str | None:
-        group = self._run("boost_task", queue, hold_id)
+    def boost_task(self, queue: str, hold_id: str, *, now_ms: int | None = None) -> str | None:
+        group = self._run("boost_task", queue, hold_id, _now() if now_ms is None else now_ms)
         return _text(group) if group else None
 
     def expire_boosts(self, queue: str, now_ms: int) -> list[str]:

@@ -25,7 +25,7 @@ from .base import (
     limited_by,
     snapshot_of,
 )
-from .connection import _first, _seconds, _text, _wrapped
+from .connection import _first, _seconds, _stamp, _text, _wrapped
 from .held import HeldMessage
 from .keys import QueueKeys, dispatchers_key, queues_key
 from .locating import CLASS_NAMES, Locating, place_of
@@ -257,13 +257,15 @@ class RedisReads(Locating):
         return out
 
     def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupHeads]:
-        """Counts and head due times of ``groups`` (one short script; reads only)."""
+        """Counts, head due times and head times of ``groups`` (one short script; reads
+        only)."""
         if not groups:
             return []
         flat = self._run("summarize", queue, *groups)
-        rows = (flat[i:i + 6] for i in range(0, len(flat), 6))
-        return [GroupHeads(g, int(hi), int(hb), int(n), int(d), _seconds(ti), _seconds(tb))
-                for g, (hi, hb, n, d, ti, tb) in zip(groups, rows)]
+        rows = (flat[i:i + 8] for i in range(0, len(flat), 8))
+        return [GroupHeads(g, int(hi), int(hb), int(n), int(d), _seconds(ti), _seconds(tb),
+                           _stamp(si), _stamp(sb))
+                for g, (hi, hb, n, d, ti, tb, si, sb) in zip(groups, rows)]
 
 
     # -- where a task stands (``fair inspect``) --------------------------------------

@@ -6,15 +6,20 @@ paused) keeps that tag until it enters again. The class's virtual time is lowere
 tag when above it (else a refresh of the group would take its tag back up to it).
 Under Harmony the group's rank goes below both ready sets' heads instead (group field `j`,
 spent by its next pick): first in the queue, once.
+A message that was not the head already stamps the group's head time of its class
+(`h<class>` in `g:<group>`: ARGV[2]).
 KEYS[1]  fair queue prefix
 ARGV[1]  hold id
+ARGV[2]  now in ms
 Returns: the group, or false when the message is not held (delayed, dispatched, unknown). ]]
 -- @include common
 local id = ARGV[1]
 local value = redis.call('HGET', K_MSG, id)
 local m = value and decode(value)
+local was_head = m and redis.call('LINDEX', k_list(m.cls, m.g), 0) == id
 if not m or redis.call('LREM', k_list(m.cls, m.g), 1, id) == 0 then return false end
 redis.call('LPUSH', k_list(m.cls, m.g), id)
+if not was_head then redis.call('HSET', k_group(m.g), 'h' .. m.cls, ARGV[2]) end
 if harmony() then
   -- Harmony: the group's rank (`j`, both classes) goes just below the lower of both
   -- ready sets' heads and its own, until its next pick

@@ -8,7 +8,8 @@ the caller still marks those tasks REVOKED; a new call (another token) finds the
 KEYS[1]  fair queue prefix
 ARGV[1]  seconds to keep what this call removed, for a resend
 ARGV[2]  this call's token (unique per call)
-ARGV[3..] task ids
+ARGV[3]  now in ms: a removed head stamps its group's head time of its class (`h<class>`)
+ARGV[4..] task ids
 Returns: flat array {hold id, stored value, ...} of the messages removed. ]]
 -- @include common
 local keep = tonumber(ARGV[1])
@@ -30,8 +31,14 @@ local function remove(id)
   unindex_copy(id)
   if redis.call('ZREM', K_DELAYED, id) == 1 then
     redis.call('HINCRBY', k_group(g), 'd', -1)
-  elseif redis.call('LREM', k_list(cls, g), 1, id) == 1 then
-    count_held(cls, g, -1)
+  else
+    local list = k_list(cls, g)
+    local was_head = redis.call('LINDEX', list, 0) == id
+    if redis.call('LREM', list, 1, id) == 1 then
+      count_held(cls, g, -1)
+      -- the next message is the head now (a stale time when none: the next in stamps it)
+      if was_head then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[3]) end
+    end
   end
   refresh(g)
   forget_if_idle(g)
@@ -50,7 +57,7 @@ end
 local kept = k_cancelled(ARGV[2])
 if redis.call('EXISTS', kept) == 1 then return redis.call('HGETALL', kept) end  -- a resend
 local out, seen = {}, {}
-for a = 3, #ARGV do
+for a = 4, #ARGV do
   for _, id in ipairs(held_under(ARGV[a])) do
     local value = not seen[id] and remove(id)
     seen[id] = true

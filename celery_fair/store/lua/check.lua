@@ -7,7 +7,9 @@ ARGV[1] = 1, also repair what it finds. RedisStore.check runs the steps in order
   delayed   ZSCAN of `delayed`: each id has its message; counted per group
   msg       HSCAN of `msg`: each message decodes; one not seen in a list or `delayed` is
             re-verified at once (ZSCORE, LPOS from the end its hold pushed it to) before
-            it is called an orphan
+            it is called an orphan (held again by a repair: a new head stamps its head
+            time, as hold.lua does; head times are never checked, so a head without one,
+            written before they were kept, is no finding)
   dispatch  ZSCAN of `leases`, then the dispatch ids the key SCAN found: each record;
             in-flight records counted per group
   group     up to `batch` groups: held count (exact), membership, ready sets, tags;
@@ -270,8 +272,10 @@ local function step_msg(cursor)
       finding('orphan_message', id, 'held for group ' .. m.g .. ' but in no list',
               'held again in ' .. k_list(m.cls, m.g))
       if repair then  -- the counters still count it: only its list entry was lost
-        if m.front then redis.call('LPUSH', k_list(m.cls, m.g), id)
-        else redis.call('RPUSH', k_list(m.cls, m.g), id) end
+        local len
+        if m.front then len = redis.call('LPUSH', k_list(m.cls, m.g), id)
+        else len = redis.call('RPUSH', k_list(m.cls, m.g), id) end
+        if m.front or len == 1 then redis.call('HSET', k_group(m.g), 'h' .. m.cls, now) end
         redis.call('SADD', K_GROUPS, m.g)
       else
         tally('orphan:' .. m.cls .. ':' .. m.g, 1)

@@ -18,6 +18,8 @@ ARGV[10] seconds to remember what was held under task id ARGV[1] (k_sent; '' or 
          a caller told HoldOutcomeUnknown or HoldNotReplicated sends it again) is not held
          again, whether the first is still held, dispatched or has run; its hold id is
          returned. Another message under that task id (a retry: its retries count) is held.
+A message that becomes its list's head (to the front, or into an empty list) stamps the
+group's head time of its class (`h<class>` in `g:<group>`: ARGV[4]).
 Returns: the hold id used.
 Errors (before anything is written): FULL <count> <limit> <group> when the
 group is full; CORRUPT when the value's prefix is not envelope.py's

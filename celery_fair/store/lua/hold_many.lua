@@ -17,7 +17,7 @@ Returns: the hold ids used, in order.
 Errors (nothing written): FULL <count> <limit> <group> (count: what the group holds plus the
 batch's messages of the group before the refused one); CORRUPT and ERR as hold.lua, each
 followed by ' (message <n> of the batch)', n counted from 0.
-Wakes dispatchers as hold.lua does. ]]
+Wakes dispatchers as hold.lua does, and stamps a new head's time as it does. ]]
 -- @include common
 -- @include holding
 local FIELDS, FIRST = 8, 2
@@ -81,10 +81,15 @@ for i, it in ipairs(items) do
       redis.call('HINCRBY', k_group(it.g), 'd', 1)
       delayed[id] = true
     else
+      local len
       if it.front then
-        redis.call('LPUSH', k_list(it.cls, it.g), id)
+        len = redis.call('LPUSH', k_list(it.cls, it.g), id)
       else
-        redis.call('RPUSH', k_list(it.cls, it.g), id)
+        len = redis.call('RPUSH', k_list(it.cls, it.g), id)
+      end
+      -- a new head (to the front, or into an empty list): its head time is now
+      if it.front or len == 1 then
+        redis.call('HSET', k_group(it.g), 'h' .. it.cls, ARGV[1])
       end
       local key = it.cls .. ':' .. it.g
       if not counts[key] then pushed[#pushed + 1] = {it.cls, it.g}; counts[key] = 0 end

@@ -31,6 +31,8 @@ every binding of that routing key leads to this queue alone, is pushed into the 
 list as kombu would publish it, and its dispatch is 'queued' at once: no publish round
 trip, no window between pick and publish. Anything else (another route, an `expires`
 header, a value stored before headers had a part of their own) is returned as usual.
+Each group taken from gets its head time (`h<class>` in `g:<group>`) stamped now, once
+per group and call: the next message of that list is the head since now.
 Returns: flat array {dispatch id, hold id, stored value, ...}; in direct mode preceded by
 the number of messages pushed and, for each of them, its class, due time (meta `t`, or ''),
 group, hold id and dispatch id. A held message that cannot be decoded moves to `quarantine`
@@ -122,6 +124,7 @@ end
 
 local out, taken, pushed, pushed_info = {}, 0, 0, {}
 local popped, popped_total = {}, {i = 0, b = 0}  -- ids taken off each group's lists
+local new_head = {}  -- group -> {class -> true}: a message taken off that list's head
 while taken < want do
   local cls, g, tag = head()
   if not cls then break end
@@ -140,6 +143,7 @@ while taken < want do
   end
   if not m then
     -- nothing taken (an id without a message, or quarantined): maybe nothing left
+    if id then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1]) end  -- before a forget
     redis.call('ZREM', k_ready(cls), g)
     refresh(g, default_cap)
     forget_if_idle(g)
@@ -157,6 +161,8 @@ while taken < want do
       redis.call('HSET', gk, 't' .. cls, tag)
     end
     redis.call('HINCRBY', gk, 'n', 1)
+    local heads = new_head[g] or {}
+    heads[cls], new_head[g] = true, heads
     taken = taken + 1
     local did = token .. taken
     if target and push(did, value) then
@@ -201,6 +207,16 @@ while taken < want do
   end
 end
 if taken > 0 then redis.call('HINCRBY', K_STAT, 'inflight', taken) end
+-- the head times of the lists taken from, one HSET per group (its `n` keeps the hash):
+-- the next message is the head since now (a stale time for an empty list, which the
+-- next message in stamps again)
+for g, heads in pairs(new_head) do
+  if heads.i and heads.b then
+    redis.call('HSET', k_group(g), 'hi', ARGV[1], 'hb', ARGV[1])
+  else
+    redis.call('HSET', k_group(g), heads.i and 'hi' or 'hb', ARGV[1])
+  end
+end
 -- the held counters, once per group and class rather than per message
 for g, n in pairs(popped) do rank_backlog(g, -n) end
 for cls, n in pairs(popped_total) do

@@ -2,7 +2,8 @@
 and lift the throttles (rate limits, a task's fair_throttle) that end by now +
 RATE_EARLY_MS: a dispatcher that wakes a little late still takes a token at its own time
 (the TAT moves on from it), so its lateness never adds up into a slower rate.
-A retry enters at the head of its group, anything else at the tail.
+A retry enters at the head of its group, anything else at the tail; one that becomes its
+list's head stamps the group's head time of its class (`h<class>`: now).
 KEYS[1]  fair queue prefix
 ARGV[1]  now in ms
 ARGV[2]  most messages to move, and most throttles to lift
@@ -21,11 +22,13 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT',
     bad[#bad + 1] = id
   elseif m then
     local cls, front, g = m.cls, m.front, m.g
+    local len
     if front then
-      redis.call('LPUSH', k_list(cls, g), id)
+      len = redis.call('LPUSH', k_list(cls, g), id)
     else
-      redis.call('RPUSH', k_list(cls, g), id)
+      len = redis.call('RPUSH', k_list(cls, g), id)
     end
+    if front or len == 1 then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1]) end
     redis.call('HINCRBY', k_group(g), 'd', -1)
     count_held(cls, g, 1)
     refresh(g)

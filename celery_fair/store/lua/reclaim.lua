@@ -1,8 +1,8 @@
 --[[ reclaim: take back the slots of dispatches whose lease ran out.
 A 'picked' dispatch (its dispatcher died before the broker took it) or a 'queued' one (the
 broker took it but no worker ever reported it: the broker may have lost it, e.g. a Redis
-broker restarting while a worker popped it) is held again at the head of its group and
-marked 'superseded', so a copy that does reach a worker is skipped.
+broker restarting while a worker popped it) is held again at the head of its group (its head time
+`h<class>` stamped now) and marked 'superseded', so a copy that does reach a worker is skipped.
 So is a 'running' one whose run kept the bytes (an acks_late task, see begin.lua): its
 worker died, and the copy the broker redelivers is skipped.
 Any other 'running' one becomes 'lost': the broker owns the message (acks_late without
@@ -30,6 +30,7 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT',
     index_copy(id)  -- a copy (this one, or one picked before) is found by cancel
     redis.call('HSET', K_MSG, id, value)
     redis.call('LPUSH', k_list(cls, g), id)
+    redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1])  -- the head since now
     count_held(cls, g, 1)
     redis.call('HSET', dk, 's', 'superseded')
     redis.call('HDEL', dk, 'v', 'a')

@@ -3,10 +3,11 @@ The caller passes the groups it lists (the busiest few, from the `backlog` ranki
 chunks, so one call stays short; the queue's totals come from `stat`, not from here.
 KEYS[1]  fair queue prefix
 ARGV     group names
-Returns: flat array, six entries per group in ARGV order: held interactive, held
-background, in flight, delayed, and the due time (epoch seconds, as a string; '' for an
+Returns: flat array, eight entries per group in ARGV order: held interactive, held
+background, in flight, delayed, the due time (epoch seconds, as a string; '' for an
 empty list or a message held before due times were recorded) of the head of each class's
-list, interactive first. The due time is meta field `t`, first in the meta JSON
+list, interactive first, and when each became the head (`h<class>` of `g:<group>`, ms,
+as a string; '' for an empty list or a head stamped before head times were kept). The due time is meta field `t`, first in the meta JSON
 (envelope.py), so it is read without decoding the message. ]]
 -- @include common
 local function head_due(cls, g)
@@ -22,12 +23,15 @@ end
 
 local out = {}
 for _, g in ipairs(ARGV) do
-  local counts = redis.call('HMGET', k_group(g), 'n', 'd')
-  out[#out + 1] = redis.call('LLEN', k_list('i', g))
-  out[#out + 1] = redis.call('LLEN', k_list('b', g))
+  local counts = redis.call('HMGET', k_group(g), 'n', 'd', 'hi', 'hb')
+  local held_i, held_b = redis.call('LLEN', k_list('i', g)), redis.call('LLEN', k_list('b', g))
+  out[#out + 1] = held_i
+  out[#out + 1] = held_b
   out[#out + 1] = tonumber(counts[1] or '0')
   out[#out + 1] = tonumber(counts[2] or '0')
   out[#out + 1] = head_due('i', g)
   out[#out + 1] = head_due('b', g)
+  out[#out + 1] = held_i > 0 and counts[3] or ''
+  out[#out + 1] = held_b > 0 and counts[4] or ''
 end
 return out

@@ -10,7 +10,8 @@ from sqlalchemy import Connection, and_, select, update
 from ... import limits
 from ...names import validate_group
 from ...policy.decisions import front_tag
-from .controls import drop_empty_limits
+from ..models import now_ms as wall_ms
+from .controls import drop_empty_limits, list_head
 from .mixin import SqlMixin
 from .unit import Unit, upsert
 
@@ -37,7 +38,7 @@ class SqlBoosting(SqlMixin):
                 lt.boost_weight.is_not(None))).all())
         return {g: (float(w), None if u is None else int(u)) for g, w, u in rows}
 
-    def boost_task(self, queue: str, hold_id: str) -> str | None:
+    def boost_task(self, queue: str, hold_id: str, *, now_ms: int | None = None) -> str | None:
         m = self.s.t.messages.c
 
         def work(c: Connection) -> str | None:
@@ -47,6 +48,8 @@ class SqlBoosting(SqlMixin):
             row = None if msg is None or msg.seq is None else u.group(msg.grp)
             if msg is None or row is None:
                 return None  # not held: delayed (no seq), dispatched or unknown
+            if msg.seq != list_head(u, msg.grp, msg.klass):  # a new head
+                row[f"since_{msg.klass}"] = wall_ms() if now_ms is None else now_ms
             row["head"] -= 1  # the front of its group's list (as a hold with front)
             c.execute(update(self.s.t.messages).where(
                 m.ns == self.namespace, m.queue == queue, m.hold_id == hold_id

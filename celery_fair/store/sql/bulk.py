@@ -16,7 +16,7 @@ from ...errors import GroupFull
 from ...policy import Placement
 from ...policy.decisions import batch_room, task_of
 from ..bulk import Hold
-from .lifecycle import Lifecycle
+from .lifecycle import Lifecycle, stamp_head
 from .unit import Unit
 
 
@@ -66,6 +66,7 @@ def _insert_all(life: Lifecycle, u: Unit, holds: Sequence[Hold], now_ms: int) ->
             delayed.add(h.hold_id)
             group["delayed"] += 1
         else:
+            stamp_head(u, p, now_ms)
             group[f"held_{p.klass}"] += 1
         rows.append({**u.key, "hold_id": h.hold_id, "task_id": task_of(h.hold_id),
                      "grp": p.group, "klass": p.klass, "cost": p.cost, "front": p.front,

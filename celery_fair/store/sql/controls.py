@@ -8,7 +8,7 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, select, update
+from sqlalchemy import Connection, and_, delete, func, select, update
 
 from ... import limits
 from ...errors import InvalidLimit
@@ -30,7 +30,7 @@ class Controls:
     # -- cancel ---------------------------------------------------------------------------
 
     def cancel(self, conn: Connection, queue: str, task_ids: list[str], token: str,
-               keep_until_ms: int, wall_ms: int) -> list[tuple[str, bytes]]:
+               keep_until_ms: int, wall_ms: int, now_ms: int) -> list[tuple[str, bytes]]:
         u = Unit(conn, self.s, self.ns, queue, True, self.notify)
         c = self.t.cancels.c
         known = conn.execute(select(c.answer).where(
@@ -42,7 +42,7 @@ class Controls:
         seen: set[str] = set()
         for task_id in task_ids:
             for hold_id in [task_id, *self._copies_of(conn, queue, task_id)]:
-                value = None if hold_id in seen else self._remove(u, hold_id)
+                value = None if hold_id in seen else self._remove(u, hold_id, now_ms)
                 seen.add(hold_id)
                 if value is not None:
                     out.append((hold_id, value))
@@ -59,10 +59,11 @@ class Controls:
             m.ns == self.ns, m.queue == queue, m.task_id == task_of(task_id))).scalars()
         return sorted(h for h in found if h.startswith(head))
 
-    def _remove(self, u: Unit, hold_id: str) -> bytes | None:
+    def _remove(self, u: Unit, hold_id: str, now_ms: int) -> bytes | None:
         m = self.t.messages.c
         mine = and_(m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id)
-        row = u.conn.execute(select(m.grp, m.klass, m.due_ms, m.value).where(mine)).first()
+        row = u.conn.execute(select(m.grp, m.klass, m.due_ms, m.seq, m.value).where(mine)
+                             ).first()
         if row is None:
             return None
         group = u.group(row.grp)
@@ -70,6 +71,8 @@ class Controls:
         if row.due_ms is not None:
             group["delayed"] -= 1
         else:
+            if row.seq == list_head(u, row.grp, row.klass):  # the next one is the head now
+                group[f"since_{row.klass}"] = now_ms
             group[f"held_{row.klass}"] -= 1
         u.conn.execute(delete(self.t.messages).where(mine))
         u.refresh(row.grp)
@@ -176,3 +179,10 @@ def _answer(data: bytes) -> list[tuple[str, bytes]]:
     return [(h, base64.b64decode(v)) for h, v in doc]
 
 
+def list_head(u: Unit, g: str, klass: str) -> int | None:
+    """The place (``seq``) of the head of group ``g``'s list of ``klass`` (an index range
+    of ``messages_list``); None when it is empty."""
+    m = u.t.messages.c
+    return u.conn.execute(select(func.min(m.seq)).where(
+        m.ns == u.ns, m.queue == u.queue, m.grp == g, m.klass == klass,
+        m.seq.is_not(None))).scalar()

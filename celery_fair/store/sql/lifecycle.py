@@ -67,8 +67,9 @@ class Lifecycle:
             "value": value})
         return (len(result.all()) if result.returns_rows else result.rowcount) == 1
 
-    def _enqueue(self, u: Unit, hold_id: str, p: Placement) -> bool:
+    def _enqueue(self, u: Unit, hold_id: str, p: Placement, now_ms: int) -> bool:
         """Move a delayed message into its group's list."""
+        stamp_head(u, p, now_ms)
         seq = self.place(u, p.group, p.front)
         m = self.t.messages.c
         u.conn.execute(update(self.t.messages).where(
@@ -103,6 +104,7 @@ class Lifecycle:
             row["delayed"] += 1
             u.woken = self.first_due(conn, queue) == hold_id
         else:
+            stamp_head(u, p, now_ms)
             row[f"held_{p.klass}"] += 1
             u.woken = u.refresh(p.group)
         u.flush()
@@ -285,7 +287,7 @@ class Lifecycle:
                 self._set(u, did, lease_ms=None)
                 continue
             if requeues(rec["state"], rec["kept"], rec["value"] is not None):
-                self._hold_again(u, rec)
+                self._hold_again(u, rec, now_ms)
                 self._set(u, did, state=SUPERSEDED, value=None, kept=False, lease_ms=None,
                           expires_ms=tombstone_until_ms)
                 requeued += 1
@@ -301,7 +303,7 @@ class Lifecycle:
         row = self.s.run(u.conn, "dispatch_lock", {**u.key, "did": did}).mappings().first()
         return None if row is None else dict(row)
 
-    def _hold_again(self, u: Unit, rec: dict[str, Any]) -> None:
+    def _hold_again(self, u: Unit, rec: dict[str, Any], now_ms: int) -> None:
         hold_id = rec["hold_id"]
         if self._message(u.conn, u.queue, hold_id) is not None:
             hold_id = copy_id(hold_id, rec["did"])
@@ -310,6 +312,7 @@ class Lifecycle:
         self._insert_message(u, hold_id, bytes(rec["value"]),
                              Placement(p.group, p.klass, p.cost, bool(rec["front"])), seq, None)
         u.groups[p.group][f"held_{p.klass}"] += 1  # type: ignore[index]
+        u.groups[p.group][f"since_{p.klass}"] = now_ms  # type: ignore[index]
 
     def promote(self, conn: Connection, queue: str, now_ms: int, limit: int
                 ) -> tuple[int, int | None]:
@@ -322,7 +325,8 @@ class Lifecycle:
         u.lock_groups(r.grp for r in due)
         for r in due:
             u.groups[r.grp]["delayed"] -= 1  # type: ignore[index]
-            self._enqueue(u, r.hold_id, Placement(r.grp, r.klass, r.cost, bool(r.front)))
+            self._enqueue(u, r.hold_id, Placement(r.grp, r.klass, r.cost, bool(r.front)),
+                          now_ms)
         nxt = conn.execute(select(func.min(m.due_ms)).where(
             m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None))).scalar()
         lift = lift_throttles(u, now_ms, limit)
@@ -330,3 +334,12 @@ class Lifecycle:
         if lift is not None and (nxt is None or lift <= nxt):
             return len(due), lift
         return len(due), None if nxt is None else int(nxt)
+
+
+def stamp_head(u: Unit, p: Placement, now_ms: int) -> None:
+    """A message about to enter ``p``'s list becomes its head (to the front, or into an
+    empty list): the group's head time of that class is ``now_ms`` (``hold.lua``)."""
+    row = u.groups[p.group]
+    assert row is not None
+    if p.front or not row[f"held_{p.klass}"]:
+        row[f"since_{p.klass}"] = now_ms

@@ -25,6 +25,7 @@ class Picking:
         self.s, self.u, self.want, self.deadline = s, u, want, deadline_ms
         self.token = token
         self.meter = Meter(u, now_ms)
+        self.now_ms = now_ms
         # Groups past the first `want` of a ready set cannot be reached by `want` picks:
         # each pick moves one group back, and an untouched group read stays ahead.
         self.heads = {k: dict(u.head_of_ready(k, want)) for k in ("i", "b")}
@@ -79,6 +80,7 @@ class Picking:
             row[f"tag_{klass}"] = advance(tag, msg.cost, u.pick_weight(g))
             row["inflight"] += 1
             row[f"held_{klass}"] -= 1
+            row[f"since_{klass}"] = self.now_ms  # the next one is the head now
             did = dispatch_id(self.token, u.q["picks"], len(out) + 1)
             taken.append(msg.hold_id)
             out.append(Picked(did, msg.hold_id, bytes(msg.value)))

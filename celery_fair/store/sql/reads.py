@@ -242,13 +242,19 @@ class SqlReads:
             return None if value is None else due_of(bytes(value))
 
         def work(c: Connection) -> list[GroupHeads]:
+            gc = self.t.groups.c
+            since = {r.grp: (r.since_i, r.since_b) for r in c.execute(
+                select(gc.grp, gc.since_i, gc.since_b).where(
+                    self._q(self.t.groups, queue), gc.grp.in_(list(groups))))}
             out = []
             for g in groups:
                 f = figures[g]
-                due = [head_due(c, k, g) if n else None
-                       for k, n in zip(CLASSES, (f.held_interactive, f.held_background))]
+                held = (f.held_interactive, f.held_background)
+                due = [head_due(c, k, g) if n else None for k, n in zip(CLASSES, held)]
+                head = [ms / 1000 if n and ms is not None else None
+                        for n, ms in zip(held, since.get(g, (None, None)))]
                 out.append(GroupHeads(g, f.held_interactive, f.held_background, f.inflight,
-                                      f.delayed, due[0], due[1]))
+                                      f.delayed, due[0], due[1], head[0], head[1]))
             return out
         return self._read("summarize", work)
 
@@ -335,7 +341,9 @@ class SqlReads:
                       if r[f"tag_{k}"] is not None},
                 inflight={r["grp"]: r["inflight"] for r in groups if r["inflight"]},
                 delayed={r["grp"]: r["delayed"] for r in groups if r["delayed"]},
-                held=held, total_inflight=sum(r["inflight"] for r in groups))
+                held=held, total_inflight=sum(r["inflight"] for r in groups),
+                since={(k, r["grp"]): r[f"since_{k}"] for r in groups for k in CLASSES
+                       if (k, r["grp"]) in held})
         return self._read("inspect", work)
 
 

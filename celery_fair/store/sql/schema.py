@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0005"
+SCHEMA_VERSION = "0006"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -108,6 +108,9 @@ class Tables:
                 Column("held_i", Integer, nullable=False, default=0),
                 Column("held_b", Integer, nullable=False, default=0),
                 Column("tag_i", Double), Column("tag_b", Double),
+                # when each class's head became the head (ms; 0006): stale while its
+                # list is empty, None for a head older than the column
+                Column("since_i", BigInteger), Column("since_b", BigInteger),
                 # the next place at the head (decreasing) and at the tail (increasing)
                 Column("head", BigInteger, nullable=False, default=0),
                 Column("tail", BigInteger, nullable=False, default=1)))

@@ -167,14 +167,15 @@ class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, 
         return self._do("promote", queue, lambda c: self.life.promote(c, queue, now_ms,
                                                                         limit))
 
-    def cancel(self, queue: str, task_ids: Iterable[str], *,
-               token: str | None = None) -> list[tuple[str, bytes]]:
+    def cancel(self, queue: str, task_ids: Iterable[str], *, token: str | None = None,
+               now_ms: int | None = None) -> list[tuple[str, bytes]]:
         ids = list(dict.fromkeys(task_ids))
         if not ids:
             return []
         tok, now = token or uuid.uuid4().hex, wall_ms()
         return self._do("cancel", queue, lambda c: self.controls.cancel(
-            c, queue, ids, tok, now + CANCELLED_SECONDS * 1000, now))
+            c, queue, ids, tok, now + CANCELLED_SECONDS * 1000, now,
+            now if now_ms is None else now_ms))
 
     def quarantine(self, queue: str, dispatch_id: str, value: bytes, reason: str) -> None:
         self._do("quarantine", queue, lambda c: self.controls.set_aside(
