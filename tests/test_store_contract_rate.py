@@ -1,7 +1,7 @@
 """The store contract on every backend (``any_store``; see tests/store_helpers.py): rate
 limits and throttles (``store/throttling.py``). A rate-limited group is metered by GCRA in
 the pick and leaves the ready sets until its next token is due; ``promote`` lifts the
-throttle (a little early) and says when the next one is due; a task's throttle holds a
+throttle and says when the next one is due; a task's throttle holds a
 group back in both classes; a runtime rate lays over the settings and starts afresh."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from celery_fair.check import check
 from celery_fair.errors import InvalidControl, InvalidGroup, InvalidLimit
 from celery_fair.limits import Rate
 from celery_fair.policy.decisions import INTERACTIVE
-from celery_fair.store.base import KEEP, RATE_EARLY_MS, RESET, Policy, Store
+from celery_fair.store.base import KEEP, RESET, Policy, Store
 
 from .store_helpers import (
     NOW,
@@ -44,15 +44,14 @@ def test_a_rate_limited_group_gets_one_token_per_interval(store: Store) -> None:
     assert picked(store) == ["acme", "globex", "globex", "globex"]
     assert store.throttles(Q) == {"acme": NOW + 100}
     assert check(store, queues=[Q]).ok  # a throttled group is rightly not ready
-    # promote names the step that lifts the throttle, RATE_EARLY_MS before it ends
-    assert store.promote(Q, NOW + 10, 1000) == (0, NOW + 100 - RATE_EARLY_MS)
+    # promote names the step that lifts the throttle, when it ends
+    assert store.promote(Q, NOW + 10, 1000) == (0, NOW + 100)
     assert picked(store, NOW + 10) == []
-    assert store.promote(Q, NOW + 99 - RATE_EARLY_MS, 1000) == (0, NOW + 100 - RATE_EARLY_MS)
+    assert store.promote(Q, NOW + 99, 1000) == (0, NOW + 100)
     assert store.throttles(Q) == {"acme": NOW + 100}  # not yet
-    assert store.promote(Q, NOW + 100 - RATE_EARLY_MS, 1000) == (0, None)
+    assert store.promote(Q, NOW + 100, 1000) == (0, None)
     assert store.throttles(Q) == {}
-    assert picked(store, NOW + 100 - RATE_EARLY_MS) == ["acme"]
-    # lifted early, the token still counts from its own time: no drift
+    assert picked(store, NOW + 100) == ["acme"]
     assert store.throttles(Q) == {"acme": NOW + 200}
 
 
@@ -74,7 +73,7 @@ def test_a_throttle_holds_a_group_back_in_both_classes(store: Store) -> None:
     assert store.throttle(Q, "acme", NOW + 30_000) == NOW + 30_000
     assert store.throttle(Q, "acme", NOW + 1_000) == NOW + 30_000  # never shortened
     assert picked(store) == ["globex"]
-    assert store.promote(Q, NOW + 1_000, 1000) == (0, NOW + 30_000 - RATE_EARLY_MS)
+    assert store.promote(Q, NOW + 1_000, 1000) == (0, NOW + 30_000)
     store.promote(Q, NOW + 30_000, 1000)
     assert store.throttles(Q) == {}
     assert picked(store, NOW + 30_000) == ["acme", "acme"]
@@ -86,7 +85,7 @@ def test_the_next_due_is_the_sooner_of_a_delayed_message_and_a_throttle(
     hold(store, "globex", due=NOW + 50)
     store.throttle(Q, "acme", NOW + 500)
     assert store.promote(Q, NOW, 1000) == (0, NOW + 50)
-    assert store.promote(Q, NOW + 50, 1000) == (1, NOW + 500 - RATE_EARLY_MS)
+    assert store.promote(Q, NOW + 50, 1000) == (1, NOW + 500)
 
 
 def test_settings_give_a_default_and_per_group_rates_under_runtime_ones(
@@ -127,6 +126,9 @@ def test_bad_rates_and_groups_are_refused_before_anything_is_written(store: Stor
         store.set_rate(Q, "acme", Rate(0.0))
     with pytest.raises(InvalidLimit, match="burst"):
         store.set_rate(Q, "acme", Rate(100.0, burst=0))
+    for bad in (Rate("100"), Rate(True), Rate(100.0, "2")):  # type: ignore[arg-type]
+        with pytest.raises(InvalidLimit, match=r"rate limit for group 'acme' .*got Rate\("):
+            store.set_rate(Q, "acme", bad)  # built by hand: named, not a TypeError
     with pytest.raises(InvalidGroup):
         store.set_rate(Q, "", Rate(100.0))
     with pytest.raises(InvalidGroup):
