@@ -54,6 +54,12 @@ class Meter:
 
     def write(self) -> None:
         key = self.u.key
+        if self.moved:  # buckets gone full (gcra reads them as now) go with a pick that
+            # meters, not with every promote: a queue without rates never touches ``tats``
+            tc = self.u.t.tats.c
+            self.u.conn.execute(delete(self.u.t.tats).where(
+                tc.ns == self.u.ns, tc.queue == self.u.queue,
+                tc.tat <= self.now - RATE_EARLY_MS))
         upsert(self.u.conn, self.u.t.tats,
                [{**key, "grp": g, "tat": tat} for g, tat in sorted(self.moved.items())],
                ["tat"])
@@ -99,9 +105,9 @@ def rerate(u: Unit, g: str, before: Rate | None) -> bool:
 
 
 def lift_throttles(u: Unit, now_ms: int, limit: int) -> int | None:
-    """Lift up to ``limit`` throttles ending by ``now_ms`` (ends first, then names) and
-    forget the arrival times more than RATE_EARLY_MS past; returns when the next
-    throttle is to be lifted (None: none is left). See ``promote.lua``."""
+    """Lift up to ``limit`` throttles ending by ``now_ms`` (ends first, then names);
+    returns when the next throttle is to be lifted (None: none is left). See
+    ``promote.lua``; the arrival times past are ``Meter.write``'s."""
     t, c = u.t.throttles, u.t.throttles.c
     mine = (c.ns == u.ns, c.queue == u.queue)
     if u.q.get("throttles"):
@@ -112,9 +118,6 @@ def lift_throttles(u: Unit, now_ms: int, limit: int) -> int | None:
             u.know_throttled(due, True)
             u.conn.execute(delete(t).where(*mine, c.grp.in_(due)))
             rethrottle(u, due, False)
-    tc = u.t.tats.c
-    u.conn.execute(delete(u.t.tats).where(tc.ns == u.ns, tc.queue == u.queue,
-                                          tc.tat <= now_ms - RATE_EARLY_MS))  # gcra: now
     if not u.q.get("throttles"):
         return None
     least = u.conn.execute(select(func.min(c.until_ms)).where(*mine)).scalar()
