@@ -12,7 +12,7 @@ from celery_fair.check import check
 from celery_fair.errors import InvalidControl, InvalidGroup, InvalidLimit
 from celery_fair.limits import Rate
 from celery_fair.policy.decisions import INTERACTIVE
-from celery_fair.store.base import KEEP, RESET, Policy, Store
+from celery_fair.store.base import KEEP, RATE_EARLY_MS, RESET, Policy, Store
 
 from .store_helpers import (
     NOW,
@@ -42,24 +42,26 @@ def test_a_rate_limited_group_gets_one_token_per_interval(store: Store) -> None:
     assert store.set_rate(Q, "acme", TEN_A_SECOND) == TEN_A_SECOND
     # one acme, then acme waits for its next token while globex goes on
     assert picked(store) == ["acme", "globex", "globex", "globex"]
-    assert store.throttles(Q) == {"acme": NOW + 100}
+    # a quiet group's token counts from RATE_EARLY_MS before now (gcra's late_ms)
+    first = NOW + 100 - RATE_EARLY_MS
+    assert store.throttles(Q) == {"acme": first}
     assert check(store, queues=[Q]).ok  # a throttled group is rightly not ready
     # promote names the step that lifts the throttle, when it ends
-    assert store.promote(Q, NOW + 10, 1000) == (0, NOW + 100)
+    assert store.promote(Q, NOW + 10, 1000) == (0, first)
     assert picked(store, NOW + 10) == []
-    assert store.promote(Q, NOW + 99, 1000) == (0, NOW + 100)
-    assert store.throttles(Q) == {"acme": NOW + 100}  # not yet
-    assert store.promote(Q, NOW + 100, 1000) == (0, None)
+    assert store.promote(Q, first - 1, 1000) == (0, first)
+    assert store.throttles(Q) == {"acme": first}  # not yet
+    assert store.promote(Q, first, 1000) == (0, None)
     assert store.throttles(Q) == {}
-    assert picked(store, NOW + 100) == ["acme"]
-    assert store.throttles(Q) == {"acme": NOW + 200}
+    assert picked(store, first) == ["acme"]
+    assert store.throttles(Q) == {"acme": first + 100}
 
 
 def test_a_burst_lets_that_many_go_at_once_after_a_quiet_spell(store: Store) -> None:
     backlog(store, "acme", 6)
     store.set_rate(Q, "acme", Rate(100.0, burst=3))
     assert picked(store) == ["acme"] * 3
-    assert store.throttles(Q) == {"acme": NOW + 100}
+    assert store.throttles(Q) == {"acme": NOW + 100 - RATE_EARLY_MS}
     store.promote(Q, NOW + 100, 1000)
     assert picked(store, NOW + 100) == ["acme"]  # one token back, not a new burst
     store.promote(Q, NOW + 1_000, 1000)  # quiet long enough to fill the bucket again
@@ -96,9 +98,10 @@ def test_settings_give_a_default_and_per_group_rates_under_runtime_ones(
     for g in ("acme", "globex", "free"):
         backlog(store, g, 3)
     assert sorted(picked(store)) == ["acme", "free", "free", "free", "globex"]
-    assert store.throttles(Q) == {"acme": NOW + 50, "globex": NOW + 1_000}
+    assert store.throttles(Q) == {"acme": NOW + 50 - RATE_EARLY_MS,
+                                  "globex": NOW + 1_000 - RATE_EARLY_MS}
     assert store.set_rate(Q, "globex", None) is None  # no rate, whatever the default
-    assert store.throttles(Q) == {"acme": NOW + 50}  # a change lifts its throttle
+    assert store.throttles(Q) == {"acme": NOW + 30}  # a change lifts its throttle
     assert picked(store) == ["globex", "globex"]
     assert store.set_rate(Q, "acme", Rate(20.0, 5)) == Rate(20.0, 5)
     assert store.set_rate(Q, "acme", KEEP) == Rate(20.0, 5)
@@ -117,7 +120,7 @@ def test_a_runtime_rate_starts_the_bucket_full(store: Store) -> None:
     assert picked(store) == ["acme"]
     store.set_rate(Q, "acme", Rate(60_000.0, burst=2))
     assert picked(store) == ["acme", "acme"]
-    assert store.throttles(Q) == {"acme": NOW + 60_000}
+    assert store.throttles(Q) == {"acme": NOW + 60_000 - RATE_EARLY_MS}
 
 
 def test_bad_rates_and_groups_are_refused_before_anything_is_written(store: Store) -> None:

@@ -21,6 +21,7 @@ from .store_helpers import (
 from .test_store_contract_rate import backlog, picked
 
 HOURLY = Rate(3_600_000.0)
+NEXT_HOUR = NOW + 3_600_000 - RATE_EARLY_MS  # a quiet group's next token (gcra)
 
 
 def settings(**rates: Rate | None) -> Policy:
@@ -32,7 +33,7 @@ def test_a_restart_with_another_rate_drops_the_old_rates_throttle(store: Store) 
     store.configure(Q, settings(acme=HOURLY))
     assert picked(store) == ["acme"]
     store.configure(Q, settings(acme=HOURLY))  # the same settings: nothing changes
-    assert store.throttles(Q) == {"acme": NOW + 3_600_000}
+    assert store.throttles(Q) == {"acme": NEXT_HOUR}
     store.configure(Q, settings())  # the rate removed: not an hour's wait more
     assert store.throttles(Q) == {}
     assert store.promote(Q, NOW + 1, 1000) == (0, None)
@@ -43,7 +44,7 @@ def test_a_restart_with_another_rate_drops_the_old_rates_throttle(store: Store) 
     store.configure(Q, settings(acme=Rate(100.0)))  # raised: its bucket starts full
     assert store.throttles(Q) == {}
     assert picked(store, NOW + 3) == ["acme"]
-    assert store.throttles(Q) == {"acme": NOW + 103}
+    assert store.throttles(Q) == {"acme": NOW + 103 - RATE_EARLY_MS}
 
 
 def test_a_restart_with_another_default_rate_drops_its_throttles(store: Store) -> None:
@@ -80,7 +81,7 @@ def test_the_rate_in_force_again_changes_nothing(store: Store) -> None:
     assert store.set_rate(Q, "acme", HOURLY) == HOURLY
     assert store.set_rate(Q, "acme", RESET) == HOURLY
     assert store.set_rate(Q, "acme", KEEP) == HOURLY
-    assert store.throttles(Q) == {"acme": NOW + 3_600_000}
+    assert store.throttles(Q) == {"acme": NEXT_HOUR}
     store.promote(Q, NOW + 1, 1000)
     assert picked(store, NOW + 1) == []
     # nor lifts a task's throttle
@@ -115,15 +116,16 @@ def test_a_token_taken_a_little_late_counts_from_its_own_time(store: Store) -> N
     backlog(store, "acme", 5)
     store.set_rate(Q, "acme", Rate(100.0))
     assert picked(store) == ["acme"]
+    first = NOW + 100 - RATE_EARLY_MS  # a quiet group's token counts from now - 20 ms
     # promote names the token's own time; a dispatcher that wakes 5 ms late loses nothing
-    assert store.promote(Q, NOW + 10, 1000) == (0, NOW + 100)
-    assert store.promote(Q, NOW + 99, 1000) == (0, NOW + 100)
-    assert picked(store, NOW + 99) == []
-    assert store.promote(Q, NOW + 105, 1000) == (0, None)
-    assert picked(store, NOW + 105) == ["acme"]
-    assert store.throttles(Q) == {"acme": NOW + 200}
-    # later than RATE_EARLY_MS: that token counts from when it was taken
-    late = NOW + 200 + RATE_EARLY_MS + 5
+    assert store.promote(Q, NOW + 10, 1000) == (0, first)
+    assert store.promote(Q, first - 1, 1000) == (0, first)
+    assert picked(store, first - 1) == []
+    assert store.promote(Q, first + 5, 1000) == (0, None)
+    assert picked(store, first + 5) == ["acme"]
+    assert store.throttles(Q) == {"acme": first + 100}
+    # later than RATE_EARLY_MS: only the excess is lost
+    late = first + 100 + RATE_EARLY_MS + 5
     store.promote(Q, late, 1000)
     assert picked(store, late) == ["acme"]
-    assert store.throttles(Q) == {"acme": late + 100}
+    assert store.throttles(Q) == {"acme": late - RATE_EARLY_MS + 100}

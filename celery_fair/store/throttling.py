@@ -10,9 +10,10 @@ can throttle its own group for a while (after an HTTP 429) the same way.
 
 Throttles end in ``promote`` (every dispatcher step already makes that call, and its
 "next due" answer covers the soonest throttle, so the dispatcher wakes when a token comes
-due); a token taken up to :data:`~celery_fair.store.models.RATE_EARLY_MS` late (at most
-half an interval) still counts from its own time, so a dispatcher's lateness never adds
-up into a slower rate, and never lets more than the burst go at once.
+due); a token counts from its own time or from
+:data:`~celery_fair.store.models.RATE_EARLY_MS` (at most half an interval) before the
+pick, whichever is later, so a dispatcher's lateness never adds up into a slower rate,
+and never lets more than the burst go at once.
 
 Rates come from the settings (``configure``: a default and per group) with runtime
 limits laid over them, as caps and weights are; they live in the store and survive

@@ -1,7 +1,8 @@
 --[[ promote: move delayed messages (ETA, countdown, retry) that are due into their group,
 and lift the throttles (rate limits, a task's fair_throttle) that end by now. A TAT up to
-RATE_EARLY_MS past is kept: a dispatcher that wakes a little late still takes the token
-at its time (pick.lua `meter`), so its lateness never adds up into a slower rate.
+RATE_EARLY_MS past is kept: a token counts from its time or RATE_EARLY_MS before the
+pick, the later (pick.lua `meter`), so a dispatcher's lateness never adds up into a
+slower rate.
 A retry enters at the head of its group, anything else at the tail.
 KEYS[1]  fair queue prefix
 ARGV[1]  now in ms

@@ -69,7 +69,7 @@ end
 -- scripts refuse to write one and read a damaged one as absent; `check` reports it.
 local MAX_CAP, MIN_WEIGHT, MAX_WEIGHT, MAX_COST = 1000000, 1e-6, 1e6, 1e9
 -- Rates (limits.py): an interval from 1000 / MAX_RATE to a day, a burst from 1 to MAX_BURST;
--- the meter (pick.lua) counts a token up to RATE_EARLY_MS late from its TAT (models.py).
+-- the meter (pick.lua) counts a token from its TAT or RATE_EARLY_MS before now (models.py).
 local MIN_INTERVAL, MAX_INTERVAL, MAX_BURST, RATE_EARLY_MS = 1000 / 1e6, 86400000, 1000000, 20
 
 -- The number `s` when it is a cap: an integer from -1 to MAX_CAP; else nil.
