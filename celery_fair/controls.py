@@ -99,7 +99,8 @@ def limit(app: Any, group: Any, *, queue: str | Sequence[str] | None = None,
     Runtime limits take precedence over ``fair_group_concurrency``,
     ``fair_group_weights`` and the rate limit settings, and survive dispatcher
     restarts. With no number and no ``reset``, nothing changes and the limits in force
-    are returned. A new rate starts the group's bucket full and lifts its throttle.
+    are returned. A change of the rate in force starts the group's bucket full and lifts
+    the throttle its old rate gave it, not a task's.
 
     Parameters:
         app: the Celery app whose fair queues are changed.

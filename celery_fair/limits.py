@@ -102,7 +102,10 @@ def rate(value: Any, what: str, burst: Any = 1) -> Rate:
     """
     if isinstance(value, Rate):  # its own burst, unless another is given
         burst = value.burst if burst == 1 else burst
-        found = Rate(value.interval_ms, burst) if isinstance(burst, int) else None
+        interval = value.interval_ms  # a Rate built by hand: '100' fails here, named
+        found = (Rate(interval, burst) if isinstance(burst, int)
+                 and isinstance(interval, (int, float)) and not isinstance(interval, bool)
+                 else None)
     else:
         found = _parse_rate(value, burst)
     if found is None or isinstance(burst, bool) or not _rate_in_range(found):

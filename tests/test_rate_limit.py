@@ -119,8 +119,8 @@ def test_a_rate_measured_from_inside_the_tasks_leaves_others_unhindered(
     assert 0.4 <= span <= 0.8, f"acme's 12 tasks spread over {span:.3f}s, not ~0.5s"
     # after the burst, one token every 50 ms: the median gap between starts. A start is
     # its token's time plus the wait for a slot (globex keeps all 4 busy), so single
-    # gaps swing both ways; and promote lifts a throttle up to RATE_EARLY_MS (20 ms)
-    # before its token (the 60-second accuracy is `python -m bench rate`)
+    # gaps swing both ways; and a token taken up to RATE_EARLY_MS (20 ms) late counts
+    # from its own time (the 60-second accuracy is `python -m bench rate`)
     mean = statistics.median(b - a for a, b in zip(acme[2:], acme[3:]))
     assert 0.040 <= mean <= 0.065, f"one acme task every {mean * 1000:.1f} ms: {acme}"
     # globex, unlimited, is done before acme's tokens run out

@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
-from sqlalchemy import text, update
+from sqlalchemy import event, select, text, update
 
 from celery_fair.envelope import Envelope
+from celery_fair.limits import Rate
 from celery_fair.store import store_for_url
-from celery_fair.store.base import Placement, Store
+from celery_fair.store.base import RATE_EARLY_MS, Placement, Store
 from celery_fair.store.connection import Bounds
 from celery_fair.store.sql.engine import make_engine
 from celery_fair.store.sql.store import SqlStore
@@ -185,3 +186,38 @@ def test_only_a_store_that_waits_listens_for_wake_ups(sql_url: Callable[[str], s
     finally:
         store.flush()
         store.close()
+
+
+def test_promote_leaves_the_buckets_to_the_picks_that_meter(sql: SqlStore) -> None:
+    """promote runs every step for every queue: it never touches ``tats`` (a queue
+    without rates has none); a pick that meters drops the buckets gone full."""
+    tats = sql.s.t.tats
+    seen: list[str] = []
+
+    def statement(conn: Any, cursor: Any, text: str, *args: Any) -> None:
+        seen.append(text)
+
+    hold(sql, "acme1", "acme")
+    hold(sql, "acme2", "acme")
+    hold(sql, "globex1", "globex")
+    event.listen(sql.engine, "before_cursor_execute", statement)
+    try:
+        sql.promote(Q, NOW, 1000)
+        sql.set_rate(Q, "acme", Rate(100.0))
+        sql.set_rate(Q, "globex", Rate(100.0))
+        assert len(sql.pick(Q, 10, None, NOW, LEASE_MS)) == 2
+        seen.clear()
+        sql.promote(Q, NOW + 10_000, 1000)
+        assert not [s for s in seen if tats.name in s]
+    finally:
+        event.remove(sql.engine, "before_cursor_execute", statement)
+
+    def buckets() -> list[float]:
+        with sql.engine.connect() as conn:
+            return sorted(conn.execute(select(tats.c.tat).where(
+                tats.c.ns == sql.namespace, tats.c.queue == Q)).scalars())
+
+    early = RATE_EARLY_MS  # a quiet group's token counts from now - 20 ms
+    assert buckets() == [NOW + 100 - early] * 2  # full since: a metering pick drops them
+    assert len(sql.pick(Q, 10, None, NOW + 10_000, LEASE_MS)) == 1  # acme's last
+    assert buckets() == [NOW + 10_100 - early]  # globex's went with it

@@ -9,6 +9,7 @@ from typing import TypeVar
 from .. import limits
 from ..limits import Rate
 from ..store.base import RATE_EARLY_MS, Policy
+from ..store.throttling import check_rate_arg
 from .common import KEEP, RESET, QueueData
 from .decisions import CLASSES, front_tag, gcra, throttle_due
 
@@ -31,6 +32,7 @@ class QueueControls(QueueData):
         """
         limits.check_policy(policy)
         self.policy = policy.name
+        before = {g: self.rate_of(g) for g in self.tats}  # rerated below
         self.default_cap = -1 if policy.default_cap is None else policy.default_cap
         self.reserve, self.default_weight = policy.interactive_reserve, policy.default_weight
         self.conf_caps, self.conf_weights = dict(policy.caps), dict(policy.weights)
@@ -38,6 +40,8 @@ class QueueControls(QueueData):
         self.weights = {**self.conf_weights, **self.limit_weights}
         self.default_rate, self.conf_rates = policy.default_rate, dict(policy.rates)
         self.rates = {**self.conf_rates, **self.limit_rates}
+        for g, rate in before.items():
+            self._rerate(g, rate)
         for g in list(self.groups):
             self._refresh(g)
         self.woken = True
@@ -142,27 +146,41 @@ class QueueControls(QueueData):
 
     def set_rate(self, g: str, rate: Rate | str | None) -> Rate | None:
         """Set (a Rate; None: none), keep (:data:`KEEP`) or clear (:data:`RESET`) g's
-        runtime rate limit; a change starts its bucket full and lifts its throttle.
-        Returns the rate in force. See ``rate.lua``.
+        runtime rate limit; a change of the rate in force starts its bucket full and
+        lifts its old rate's throttle (``_rerate``). Returns the rate in force. See
+        ``rate.lua``.
 
         Raises:
             InvalidLimit: naming the group, when the rate is out of range; nothing was
                 changed.
         """
+        rate = check_rate_arg(rate, g)
         if rate == KEEP:
             return self.rate_of(g)
-        if rate != RESET:
-            rate = None if rate is None else limits.rate(rate, f"rate limit for group {g!r}")
+        before = self.rate_of(g)
+        if not isinstance(rate, str):  # else RESET
             self.limit_rates[g] = self.rates[g] = rate
         else:
             self.limit_rates.pop(g, None)
             self.rates.pop(g, None)
             if g in self.conf_rates:
                 self.rates[g] = self.conf_rates[g]
-        self.tats.pop(g, None)
-        if self.throttled.pop(g, None) is not None and self._refresh(g):
+        if self._rerate(g, before) and self._refresh(g):
             self.woken = True
         return self.rate_of(g)
+
+    def _rerate(self, g: str, before: Rate | None) -> bool:
+        """g's rate in force was ``before``: when it changed, its bucket starts full and
+        the throttle its old rate gave it goes, not a task's (ending later). True when a
+        throttle was lifted (the caller refreshes g). See ``common.lua`` ``rerate``."""
+        if self.rate_of(g) == before:
+            return False
+        tat, until = self.tats.pop(g, None), self.throttled.get(g)
+        if until is None or tat is None or before is None \
+                or until > tat - (before.burst - 1) * before.interval_ms:
+            return False  # none, or a task's
+        del self.throttled[g]
+        return True
 
     def throttle(self, g: str, until_ms: float) -> float:
         """Pick nothing of g before ``until_ms`` (a later end is kept); returns the end
@@ -177,26 +195,27 @@ class QueueControls(QueueData):
         rate = self.rate_of(g)
         if rate is None:
             return
-        self.tats[g], free_at = gcra(self.tats.get(g), now_ms, rate.interval_ms, rate.burst)
+        self.tats[g], free_at = gcra(self.tats.get(g), now_ms, rate.interval_ms, rate.burst,
+                                     RATE_EARLY_MS)
         if free_at > now_ms:
             self.throttled[g] = free_at
             for klass in CLASSES:
                 self.ready[klass].pop(g, None)
 
     def _lift_throttles(self, now_ms: int, limit: int) -> int | None:
-        """Lift up to ``limit`` throttles ending by ``now_ms`` + RATE_EARLY_MS and forget
-        the arrival times past; returns when the next throttle is to be lifted (None:
-        none is left). See ``promote.lua``."""
+        """Lift up to ``limit`` throttles ending by ``now_ms`` and forget the arrival
+        times more than RATE_EARLY_MS past; returns when the next throttle is to be
+        lifted (None: none is left). See ``promote.lua``."""
         order = sorted((until, g.encode(), g) for g, until in self.throttled.items())
         for until, _, g in order[:limit]:
-            if until > now_ms + RATE_EARLY_MS:
+            if until > now_ms:
                 break
             del self.throttled[g]
             self._refresh(g)
-        self.tats = {g: tat for g, tat in self.tats.items() if tat > now_ms}
+        self.tats = {g: tat for g, tat in self.tats.items() if tat > now_ms - RATE_EARLY_MS}
         if not self.throttled:
             return None
-        return throttle_due(min(self.throttled.values()), RATE_EARLY_MS)
+        return throttle_due(min(self.throttled.values()))
 
 
 def _lay(g: str, value: N | None, limits: dict[str, N], in_force: dict[str, N],

@@ -81,19 +81,23 @@ def advance(tag: float, cost: float, weight: float) -> float:
 
 
 def gcra(tat: float | None, now_ms: float, interval_ms: float,
-         burst: int) -> tuple[float, float]:
+         burst: int, late_ms: float = 0.0) -> tuple[float, float]:
     """One dispatch of a rate-limited group (GCRA): its new theoretical arrival time, and
-    when it may be picked again (a throttle when that is after ``now_ms``). A TAT in the
-    past counts as now: a quiet group's bucket is full, never fuller. ``pick.lua`` does
-    the same arithmetic, in the same order."""
-    tat = (now_ms if tat is None or tat < now_ms else tat) + interval_ms
+    when it may be picked again (a throttle when that is after ``now_ms``). A token counts
+    from its TAT or from ``late_ms`` (at most half an interval) before now, whichever is
+    later: a dispatcher that woke that late loses nothing of the rate, lateness beyond
+    loses only the excess, and the burst is never exceeded at once. A quiet group's
+    bucket is full, never fuller. ``pick.lua`` does the same arithmetic, in the same
+    order."""
+    floor = now_ms - min(late_ms, interval_ms / 2)
+    tat = (floor if tat is None or tat < floor else tat) + interval_ms
     return tat, tat - (burst - 1) * interval_ms
 
 
-def throttle_due(until_ms: float, early_ms: float) -> int:
-    """When a dispatcher should step to lift a throttle ending at ``until_ms`` (``promote``
-    lifts it from ``early_ms`` before): rounded up, so that the step does lift it."""
-    return math.ceil(until_ms - early_ms)
+def throttle_due(until_ms: float) -> int:
+    """When a dispatcher should step to lift a throttle ending at ``until_ms``: rounded
+    up, so that the step does lift it."""
+    return math.ceil(until_ms)
 
 
 def dispatch_id(token: str, picks: int, n: int) -> str:

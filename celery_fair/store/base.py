@@ -225,9 +225,9 @@ class Store(BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Th
     @abc.abstractmethod
     def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int | None]:
         """Move up to ``limit`` due delayed messages into their groups, and lift up to
-        ``limit`` throttles that end by ``now_ms`` + :data:`RATE_EARLY_MS` (atomic;
-        idempotent). Returns (moved, next due ms or None): when the next delayed message
-        is due or the next throttle is to be lifted, whichever comes first."""
+        ``limit`` throttles that end by ``now_ms`` (atomic; idempotent). Returns (moved,
+        next due ms or None): when the next delayed message is due or the next throttle
+        is to be lifted, whichever comes first."""
 
     @abc.abstractmethod
     def cancel(self, queue: str, task_ids: Iterable[str], *, token: str | None = None,

@@ -14,7 +14,7 @@ from typing import cast
 
 from .. import limits
 from ..names import validate_group
-from ..policy import CLASSES, KEEP, RESET, FairQueue
+from ..policy import CLASSES, FairQueue
 from . import audit
 from .audit import AuditEntry
 from .base import PRUNE_GRACE_MS, DispatcherBeat, Location, now_ms
@@ -22,7 +22,7 @@ from .base import now_ms as _now
 from .held import HeldMessage
 from .locating import CLASS_NAMES, Locating, PlaceReads, place_of
 from .pausing import WHOLE_QUEUE
-from .throttling import check_until
+from .throttling import check_rate_arg, check_until
 
 
 class MemoryReads(Locating):
@@ -186,8 +186,7 @@ class MemoryReads(Locating):
     def set_rate(self, queue: str, group: str, rate: limits.Rate | str | None) -> \
             limits.Rate | None:
         group = validate_group(group)
-        if rate not in (KEEP, RESET) and rate is not None:
-            rate = limits.rate(rate, f"rate limit for group {group!r}")
+        rate = check_rate_arg(rate, group)
         with self._queue(queue) as fq:
             return fq.set_rate(group, rate)
 

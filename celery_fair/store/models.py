@@ -165,9 +165,11 @@ class Policy:
 
 #: Most entries one step of :meth:`Store.check` reads (a few ms of the store's time).
 CHECK_BATCH = 500
-#: How early ``promote`` lifts a throttle (ms): a dispatcher that wakes a little late
+#: How late a token may be taken and still count from its own time (ms; at most half
+#: the rate's interval; ``gcra``'s ``late_ms``): a dispatcher that wakes a little late
 #: (Redis fires a blocking command's timeout about 5 ms late, more on a busy machine)
-#: still takes a group's next token at its own time (``store/throttling.py``).
+#: loses nothing of the rate, one later only the excess, and never lets more than the
+#: burst go at once (``store/throttling.py``).
 RATE_EARLY_MS = 20
 #: How long the record of a superseded or lost dispatch is kept (seconds). A stale copy
 #: delivered later than this runs as an unknown dispatch.

@@ -15,10 +15,9 @@ from . import audit
 from .audit import AuditEntry
 from .connection import _text, _wrapped
 from .keys import QueueKeys, audit_key
-from .models import KEEP, RESET
 from .models import now_ms as _now
 from .pausing import WHOLE_QUEUE
-from .throttling import check_until
+from .throttling import check_rate_arg, check_until
 
 
 class RedisAudit:
@@ -118,9 +117,9 @@ class RedisThrottling:
     def set_rate(self, queue: str, group: str, rate: limits.Rate | str | None
                  ) -> limits.Rate | None:
         group = validate_group(group)
-        if rate not in (KEEP, RESET):
-            rate = limits.encode_rate(None if rate is None else limits.rate(
-                rate, f"rate limit for group {group!r}"))
+        rate = check_rate_arg(rate, group)
+        if not isinstance(rate, str):  # else KEEP or RESET
+            rate = limits.encode_rate(rate)
         return limits.decode_rate(self._run("rate", queue, "set", group, rate))
 
     def throttle(self, queue: str, group: str, until_ms: float) -> float:

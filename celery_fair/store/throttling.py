@@ -10,14 +10,16 @@ can throttle its own group for a while (after an HTTP 429) the same way.
 
 Throttles end in ``promote`` (every dispatcher step already makes that call, and its
 "next due" answer covers the soonest throttle, so the dispatcher wakes when a token comes
-due) up to :data:`~celery_fair.store.models.RATE_EARLY_MS` early: a dispatcher that wakes
-a little late then still takes the token at its own time, so its lateness never adds up
-into a slower rate.
+due); a token counts from its own time or from
+:data:`~celery_fair.store.models.RATE_EARLY_MS` (at most half an interval) before the
+pick, whichever is later, so a dispatcher's lateness never adds up into a slower rate,
+and never lets more than the burst go at once.
 
 Rates come from the settings (``configure``: a default and per group) with runtime
 limits laid over them, as caps and weights are; they live in the store and survive
-dispatcher and store restarts. Setting a group's rate at runtime starts its bucket full
-and lifts its throttle: the operator's word wins over a task's.
+dispatcher and store restarts. A change of a group's rate in force (at runtime, or by a
+restart with other settings) starts its bucket full and lifts the throttle its old rate
+gave it; a task's throttle stays (a change never shortens it).
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ import abc
 import math
 from typing import Any
 
+from .. import limits
 from ..errors import InvalidControl
 from ..limits import Rate
+from .models import KEEP, RESET
 
-__all__ = ["Throttling", "check_until"]
+__all__ = ["Throttling", "check_rate_arg", "check_until"]
 
 
 def check_until(until_ms: Any) -> float:
@@ -44,6 +48,18 @@ def check_until(until_ms: Any) -> float:
     return float(until_ms)
 
 
+def check_rate_arg(rate: Any, group: str) -> Rate | str | None:
+    """A rate as given to :meth:`Throttling.set_rate`: :data:`KEEP` and :data:`RESET` as
+    they are, None (no rate limit) or a rate (:func:`celery_fair.limits.rate`).
+
+    Raises:
+        InvalidLimit: naming the group and what was given.
+    """
+    if rate is None or (isinstance(rate, str) and rate in (KEEP, RESET)):
+        return rate
+    return limits.rate(rate, f"rate limit for group {group!r}")
+
+
 class Throttling(abc.ABC):
     """Rate limits and throttles of the groups of each fair queue."""
 
@@ -51,9 +67,10 @@ class Throttling(abc.ABC):
     def set_rate(self, queue: str, group: str, rate: Rate | str | None) -> Rate | None:
         """Set ``group``'s runtime rate limit (a :class:`Rate`; None: none, whatever the
         default), clear it (``RESET``: the setting applies again) or read it (``KEEP``).
-        A change starts the group's bucket full and lifts its throttle. Returns the rate
-        in force (None: none). The group's name and the rate are checked before anything
-        is written (InvalidGroup, InvalidLimit)."""
+        A change of the rate in force starts the group's bucket full and lifts its old
+        rate's throttle, not a task's. Returns the rate in force (None: none). The group's
+        name and the rate are checked before anything is written (InvalidGroup,
+        InvalidLimit: :func:`check_rate_arg`)."""
 
     @abc.abstractmethod
     def throttle(self, queue: str, group: str, until_ms: float) -> float:

@@ -14,9 +14,10 @@ ARGV[7]  default rate limit ('<interval ms>:<burst>'; '' for none)
 ARGV[8]  the policy: 'wfq' or 'harmony' (common.lua POLICIES)
 Returns: number of groups re-ranked.
 Error (before anything is written): an unknown policy; a cap, reserve, weight or rate
-out of range (common.lua bounds; limits.py checks them first). Buckets and throttles are left as they
-are: a restart with the same settings changes nothing, a new rate counts from the next
-token. ]]
+out of range (common.lua bounds; limits.py checks them first). Buckets and throttles are
+left as they are (a restart with the same settings changes nothing) but for the groups
+whose rate in force changed: as rate.lua does, their buckets start full and their old
+rates' throttles go, not a task's (common.lua `rerate`). ]]
 -- @include common
 local caps, weights, rates = cjson.decode(ARGV[4]), cjson.decode(ARGV[5]), cjson.decode(ARGV[6])
 local function refuse(what, value, expected)
@@ -45,6 +46,8 @@ if ARGV[7] ~= '' and not parse_rate(ARGV[7]) then
   return refuse('default rate limit', ARGV[7], rate_form)
 end
 if not POLICIES[ARGV[8]] then return refuse('policy', ARGV[8], "'wfq' or 'harmony'") end
+local before = {}  -- the rates in force of the groups with a bucket (rerate below)
+for _, g in ipairs(redis.call('ZRANGE', K_TATS, 0, -1)) do before[g] = {rate_of(g)} end
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3],
            'policy', ARGV[8])
 policy_read = nil  -- the refreshes below rank under the new policy
@@ -65,6 +68,7 @@ for _, k in ipairs({{K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, caps, valid_cap},
     if valid(limited[i + 1]) then redis.call('HSET', in_force, limited[i], limited[i + 1]) end
   end
 end
+for g, r in pairs(before) do rerate(g, r[1], r[2]) end  -- refreshed below
 local groups = redis.call('SMEMBERS', K_GROUPS)
 -- The held counters are rebuilt while every group is visited anyway: they become exact
 -- again after anything that bypassed the scripts (a store written by an older version).

@@ -55,14 +55,16 @@ local default_rate = redis.call('HGET', K_CONF, 'rate') or false
 local rated = default_rate or redis.call('HLEN', K_RATES) > 0
 
 -- g was just picked: count it against its rate (GCRA, policy `gcra`, the same arithmetic
--- in the same order) and, once its bucket is empty, throttle it until its next token is
--- due: it leaves the ready sets, and promote lifts it then.
+-- in the same order; a token counts from its TAT or from RATE_EARLY_MS, at most half an
+-- interval, before now, whichever is later) and, once its bucket is empty, throttle it until its next token is due:
+-- it leaves the ready sets, and promote lifts it then.
 local function meter(g)
   if not rated then return end
   local interval, burst = rate_of(g, default_rate)
   if not interval then return end
   local tat = tonumber(redis.call('ZSCORE', K_TATS, g))
-  if not tat or tat < now then tat = now end
+  local floor = now - math.min(RATE_EARLY_MS, interval / 2)
+  if not tat or tat < floor then tat = floor end
   tat = tat + interval
   redis.call('ZADD', K_TATS, tat, g)
   local free_at = tat - (burst - 1) * interval

@@ -1,7 +1,8 @@
 --[[ promote: move delayed messages (ETA, countdown, retry) that are due into their group,
-and lift the throttles (rate limits, a task's fair_throttle) that end by now +
-RATE_EARLY_MS: a dispatcher that wakes a little late still takes a token at its own time
-(the TAT moves on from it), so its lateness never adds up into a slower rate.
+and lift the throttles (rate limits, a task's fair_throttle) that end by now. A TAT up to
+RATE_EARLY_MS past is kept: a token counts from its time or RATE_EARLY_MS before the
+pick, the later (pick.lua `meter`), so a dispatcher's lateness never adds up into a
+slower rate.
 A retry enters at the head of its group, anything else at the tail; one that becomes its
 list's head stamps the group's head time of its class (`h<class>`: now).
 KEYS[1]  fair queue prefix
@@ -35,17 +36,17 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT',
     moved = moved + 1
   end
 end
-for _, g in ipairs(redis.call('ZRANGEBYSCORE', K_THROTTLED, '-inf', now + RATE_EARLY_MS,
+for _, g in ipairs(redis.call('ZRANGEBYSCORE', K_THROTTLED, '-inf', now,
                               'LIMIT', 0, limit)) do
   redis.call('ZREM', K_THROTTLED, g)
   refresh(g)
 end
-redis.call('ZREMRANGEBYSCORE', K_TATS, '-inf', now)  -- a TAT past is a full bucket
+redis.call('ZREMRANGEBYSCORE', K_TATS, '-inf', now - RATE_EARLY_MS)  -- meter: a full bucket
 local nxt = redis.call('ZRANGE', K_DELAYED, 0, 0, 'WITHSCORES')[2]
 nxt = nxt and tonumber(nxt)
 local throttled = redis.call('ZRANGE', K_THROTTLED, 0, 0, 'WITHSCORES')[2]
 if throttled then  -- policy `throttle_due`
-  local lift = math.ceil(tonumber(throttled) - RATE_EARLY_MS)
+  local lift = math.ceil(tonumber(throttled))
   if not nxt or lift < nxt then nxt = lift end
 end
 return {moved, nxt or -1, bad}

@@ -1,9 +1,10 @@
 --[[ rate: set, clear or read a group's runtime rate limit, or throttle a group
 (`fair limit --rate`, a task's `fair_throttle`). A runtime rate is kept in `limit:rates`
 (configure.lua never touches it) and written into `rates`, the values in force; reset
-puts the setting (`conf:rates`) back. A change starts the group's bucket full (its TAT
-goes) and lifts its throttle. A throttled group is not eligible (common.lua `eligible`)
-until promote.lua lifts it.
+puts the setting (`conf:rates`) back. A change of the rate in force starts the group's
+bucket full (its TAT goes) and lifts the throttle its old rate gave it, not a task's
+(common.lua `rerate`); the same rate again changes nothing. A throttled group is not
+eligible (common.lua `eligible`) until promote.lua lifts it.
 KEYS[1]  fair queue prefix
 ARGV[1]  'set' or 'throttle'
 ARGV[2]  the group
@@ -13,6 +14,7 @@ Returns: set: the rate in force ('none': none); throttle: when its throttle ends
 Error (before anything is written): a rate out of range (common.lua bounds). ]]
 -- @include common
 local g, value = ARGV[2], ARGV[3]
+local interval, burst = rate_of(g)  -- in force before
 if ARGV[1] == 'throttle' then
   local current = tonumber(redis.call('ZSCORE', K_THROTTLED, g))
   if not current or tonumber(value) > current then
@@ -38,8 +40,5 @@ elseif value ~= '' then
   redis.call('HSET', K_LIMIT_RATES, g, value)
   redis.call('HSET', K_RATES, g, value)
 end
-if value ~= '' then
-  redis.call('ZREM', K_TATS, g)
-  if redis.call('ZREM', K_THROTTLED, g) == 1 and refresh(g) then wake() end
-end
+if value ~= '' and rerate(g, interval, burst) and refresh(g) then wake() end
 return redis.call('HGET', K_RATES, g) or redis.call('HGET', K_CONF, 'rate') or 'none'

@@ -16,6 +16,7 @@ from ...policy.decisions import CLASSES, task_of
 from ..base import KEEP as KEEP_LIMIT
 from ..base import RESET as RESET_LIMIT
 from ..models import Policy
+from .metering import rerate
 from .schema import Tables
 from .statements import Statements
 from .unit import Unit, upsert
@@ -108,6 +109,11 @@ class Controls:
         u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))
                       .scalars())
         u.load_ready([(k, name) for name in u.groups for k in CLASSES])  # before the change
+        tc = self.t.tats.c  # the rates in force of the groups with a bucket (rerate below)
+        rated = sorted(conn.execute(select(tc.grp).where(tc.ns == self.ns, tc.queue == queue))
+                       .scalars())
+        u.load_limits(rated)
+        before = {name: u.rate(name) for name in rated}
         q = self.t.queues.c
         settings = {"default_cap": -1 if policy.default_cap is None else policy.default_cap,
                     "reserve": policy.interactive_reserve,
@@ -117,8 +123,8 @@ class Controls:
         conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue)
                      .values(settings))
         u.q.update(settings)
-        # Buckets and throttles are left as they are (configure.lua): a restart with the
-        # same settings changes nothing, a new rate counts from the next token.
+        # Buckets and throttles are left as they are (configure.lua), a restart with the
+        # same settings changes nothing, but for the groups whose rate in force changed.
         lt = self.t.limits.c
         conn.execute(update(self.t.limits).where(lt.ns == self.ns, lt.queue == queue)
                      .values(conf_cap=None, conf_weight=None, conf_rate=None))
@@ -129,6 +135,9 @@ class Controls:
             "conf_rate": limits.encode_rate(policy.rates[g]) if g in policy.rates else None}
             for g in names], ["conf_cap", "conf_weight", "conf_rate"])
         drop_empty_limits(conn, self.t, self.ns, queue)
+        for name, rate in before.items():
+            u.forget_limits(name)
+            rerate(u, name, rate)
         for name in list(u.groups):
             u.refresh(name)
         u.woken = True

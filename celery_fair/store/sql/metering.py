@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import delete, func, select
 
+from ...limits import Rate
 from ...policy.decisions import CLASSES, gcra, throttle_due
 from ..models import RATE_EARLY_MS
 from .unit import Unit, upsert
@@ -43,7 +44,8 @@ class Meter:
         if rate is None:
             return
         self.load([g])
-        tat, free_at = gcra(self.tats[g], self.now, rate.interval_ms, rate.burst)
+        tat, free_at = gcra(self.tats[g], self.now, rate.interval_ms, rate.burst,
+                            RATE_EARLY_MS)
         self.tats[g] = self.moved[g] = tat
         if free_at > self.now:
             self.u.leave_ready(g)
@@ -52,6 +54,12 @@ class Meter:
 
     def write(self) -> None:
         key = self.u.key
+        if self.moved:  # buckets gone full (gcra reads them as now) go with a pick that
+            # meters, not with every promote: a queue without rates never touches ``tats``
+            tc = self.u.t.tats.c
+            self.u.conn.execute(delete(self.u.t.tats).where(
+                tc.ns == self.u.ns, tc.queue == self.u.queue,
+                tc.tat <= self.now - RATE_EARLY_MS))
         upsert(self.u.conn, self.u.t.tats,
                [{**key, "grp": g, "tat": tat} for g, tat in sorted(self.moved.items())],
                ["tat"])
@@ -74,24 +82,43 @@ def rethrottle(u: Unit, groups: list[str], throttled: bool) -> bool:
     return entered
 
 
+def rerate(u: Unit, g: str, before: Rate | None) -> bool:
+    """g's rate in force was ``before`` (its limits forgotten since): when it changed, its
+    bucket starts full and the throttle its old rate gave it goes, not a task's (ending
+    later); True when g then entered a ready set. See ``common.lua`` ``rerate``."""
+    if u.rate(g) == before:
+        return False
+    t, th = u.t.tats.c, u.t.throttles.c
+    tat = u.conn.execute(select(t.tat).where(t.ns == u.ns, t.queue == u.queue,
+                                             t.grp == g)).scalar()
+    if tat is None:
+        return False
+    u.conn.execute(delete(u.t.tats).where(t.ns == u.ns, t.queue == u.queue, t.grp == g))
+    ends = u.conn.execute(select(th.until_ms).where(
+        th.ns == u.ns, th.queue == u.queue, th.grp == g)).scalar() if u.throttled(g) else None
+    if ends is None or before is None \
+            or float(ends) > float(tat) - (before.burst - 1) * before.interval_ms:
+        return False  # none, or a task's
+    u.conn.execute(delete(u.t.throttles).where(th.ns == u.ns, th.queue == u.queue,
+                                               th.grp == g))
+    return rethrottle(u, [g], False)
+
+
 def lift_throttles(u: Unit, now_ms: int, limit: int) -> int | None:
-    """Lift up to ``limit`` throttles ending by ``now_ms`` + RATE_EARLY_MS (ends first,
-    then names) and forget the arrival times past; returns when the next throttle is to
-    be lifted (None: none is left). See ``promote.lua``."""
+    """Lift up to ``limit`` throttles ending by ``now_ms`` (ends first, then names);
+    returns when the next throttle is to be lifted (None: none is left). See
+    ``promote.lua``; the arrival times past are ``Meter.write``'s."""
     t, c = u.t.throttles, u.t.throttles.c
     mine = (c.ns == u.ns, c.queue == u.queue)
     if u.q.get("throttles"):
         due = list(u.conn.execute(select(c.grp).where(
-            *mine, c.until_ms <= now_ms + RATE_EARLY_MS).order_by(c.until_ms, c.grp)
+            *mine, c.until_ms <= now_ms).order_by(c.until_ms, c.grp)
             .limit(limit)).scalars())
         if due:
             u.know_throttled(due, True)
             u.conn.execute(delete(t).where(*mine, c.grp.in_(due)))
             rethrottle(u, due, False)
-    tc = u.t.tats.c
-    u.conn.execute(delete(u.t.tats).where(tc.ns == u.ns, tc.queue == u.queue,
-                                          tc.tat <= now_ms))  # a TAT past: a full bucket
     if not u.q.get("throttles"):
         return None
     least = u.conn.execute(select(func.min(c.until_ms)).where(*mine)).scalar()
-    return None if least is None else throttle_due(float(least), RATE_EARLY_MS)
+    return None if least is None else throttle_due(float(least))

@@ -7,15 +7,15 @@ the pick's metering and promote's lifting are ``metering.py``'s."""
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, select, update
 
 from ... import limits
 from ...limits import Rate
 from ...names import validate_group
-from ..models import KEEP, RESET
-from ..throttling import check_until
+from ..models import KEEP
+from ..throttling import check_rate_arg, check_until
 from .controls import drop_empty_limits
-from .metering import rethrottle
+from .metering import rerate, rethrottle
 from .mixin import SqlMixin
 from .unit import Unit, upsert
 
@@ -29,12 +29,13 @@ class SqlThrottling(SqlMixin):
         if rate == KEEP:
             return self._do("rate", queue, lambda c: Unit(  # type: ignore[no-any-return]
                 c, self.s, self.namespace, queue).rate(group))
-        stored = None if rate == RESET else limits.encode_rate(
-            None if rate is None else limits.rate(rate, f"rate limit for group {group!r}"))
+        checked = check_rate_arg(rate, group)  # a str: RESET
+        stored = None if isinstance(checked, str) else limits.encode_rate(checked)
 
         def work(c: Connection) -> tuple[Rate | None, bool]:
             u = Unit(c, self.s, self.namespace, queue, True, self.wakes.notice)
             lt = self.s.t.limits.c
+            before = u.rate(group)
             if stored is None:  # the setting, or the default, again
                 c.execute(update(self.s.t.limits).where(
                     lt.ns == u.ns, lt.queue == queue, lt.grp == group).values(limit_rate=None))
@@ -43,15 +44,7 @@ class SqlThrottling(SqlMixin):
                 upsert(c, self.s.t.limits, [{**u.key, "grp": group, "limit_rate": stored}],
                        ["limit_rate"])
             u.forget_limits(group)
-            # A change starts the bucket full and lifts the throttle (rate.lua).
-            t, th = self.s.t.tats.c, self.s.t.throttles.c
-            c.execute(delete(self.s.t.tats).where(t.ns == u.ns, t.queue == queue,
-                                                  t.grp == group))
-            gone = c.execute(delete(self.s.t.throttles).where(
-                th.ns == u.ns, th.queue == queue, th.grp == group)).rowcount
-            if gone:
-                u.know_throttled([group], True)
-                u.woken = rethrottle(u, [group], False)
+            u.woken = rerate(u, group, before)  # a change of the rate in force (rate.lua)
             u.flush()
             return u.rate(group), u.woken
         now, woken = self._do("rate", queue, work)

@@ -74,7 +74,7 @@ end
 -- scripts refuse to write one and read a damaged one as absent; `check` reports it.
 local MAX_CAP, MIN_WEIGHT, MAX_WEIGHT, MAX_COST = 1000000, 1e-6, 1e6, 1e9
 -- Rates (limits.py): an interval from 1000 / MAX_RATE to a day, a burst from 1 to MAX_BURST;
--- promote lifts a throttle RATE_EARLY_MS before its end (models.py).
+-- the meter (pick.lua) counts a token from its TAT or RATE_EARLY_MS before now (models.py).
 local MIN_INTERVAL, MAX_INTERVAL, MAX_BURST, RATE_EARLY_MS = 1000 / 1e6, 86400000, 1000000, 20
 
 -- The number `s` when it is a cap: an integer from -1 to MAX_CAP; else nil.
@@ -120,6 +120,23 @@ local function rate_of(g, default_rate)
     s = default_rate
   end
   return parse_rate(s)
+end
+
+-- g's rate in force was `interval`/`burst` (nil: none) before a change of rates
+-- (rate.lua, configure.lua). When the rate in force changed, g's bucket starts full (its
+-- TAT goes) and the throttle its old rate gave it goes; a task's (fair_throttle) that ends
+-- later stays. True when a throttle was lifted: the caller refreshes g. Policy `_rerate`.
+local function rerate(g, interval, burst)
+  local now_interval, now_burst = rate_of(g)
+  if now_interval == interval and now_burst == burst then return false end
+  local tat = tonumber(redis.call('ZSCORE', K_TATS, g))
+  redis.call('ZREM', K_TATS, g)
+  local ends = tonumber(redis.call('ZSCORE', K_THROTTLED, g))
+  if not (ends and tat and interval) or ends > tat - (burst - 1) * interval then
+    return false  -- none, or a task's
+  end
+  redis.call('ZREM', K_THROTTLED, g)
+  return true
 end
 
 -- A group's cap (-1: none) and weight in force. `caps`/`weights` hold the settings with
