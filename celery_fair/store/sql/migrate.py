@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import sqlalchemy.orm  # noqa: F401 - imported here, once: the schema check reaches it
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext

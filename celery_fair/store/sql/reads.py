@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, TypeVar
@@ -39,6 +40,10 @@ def _now() -> int:
     return int(time.time() * 1000)
 
 
+
+#: Serializes the first schema check of every SQL store in the process (require_schema).
+_SCHEMA_CHECK = threading.Lock()
+
 class SqlReads:
     """A mixin of :class:`~celery_fair.store.sql.store.SqlStore` (it gives the engine,
     tables, namespace and wake-ups)."""
@@ -65,9 +70,15 @@ class SqlReads:
         Raises:
             SchemaOutOfDate: naming the database and ``celery -A proj fair migrate``.
         """
-        if not self._schema_ok:
-            check_schema(self.engine, self.t.prefix, "store")
-            self._schema_ok = True
+        if self._schema_ok:
+            return
+        # Once, by one thread: threads of a web server each making their first read at
+        # once raced through SQLAlchemy's lazy imports inside the check (a partially
+        # initialized sqlalchemy.orm.exc, seen as a 500 from the example's page).
+        with _SCHEMA_CHECK:
+            if not self._schema_ok:
+                check_schema(self.engine, self.t.prefix, "store")
+                self._schema_ok = True
 
     def _q(self, table: Any, queue: str) -> Any:
         return and_(table.c.ns == self.namespace, table.c.queue == queue)
