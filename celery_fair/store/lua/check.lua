@@ -272,10 +272,7 @@ local function step_msg(cursor)
       finding('orphan_message', id, 'held for group ' .. m.g .. ' but in no list',
               'held again in ' .. k_list(m.cls, m.g))
       if repair then  -- the counters still count it: only its list entry was lost
-        local len
-        if m.front then len = redis.call('LPUSH', k_list(m.cls, m.g), id)
-        else len = redis.call('RPUSH', k_list(m.cls, m.g), id) end
-        if m.front or len == 1 then redis.call('HSET', k_group(m.g), 'h' .. m.cls, now) end
+        push_held(m.cls, m.g, id, m.front, now)
         redis.call('SADD', K_GROUPS, m.g)
       else
         tally('orphan:' .. m.cls .. ':' .. m.g, 1)

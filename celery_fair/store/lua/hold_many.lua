@@ -81,16 +81,7 @@ for i, it in ipairs(items) do
       redis.call('HINCRBY', k_group(it.g), 'd', 1)
       delayed[id] = true
     else
-      local len
-      if it.front then
-        len = redis.call('LPUSH', k_list(it.cls, it.g), id)
-      else
-        len = redis.call('RPUSH', k_list(it.cls, it.g), id)
-      end
-      -- a new head (to the front, or into an empty list): its head time is now
-      if it.front or len == 1 then
-        redis.call('HSET', k_group(it.g), 'h' .. it.cls, ARGV[1])
-      end
+      push_held(it.cls, it.g, id, it.front, ARGV[1])
       local key = it.cls .. ':' .. it.g
       if not counts[key] then pushed[#pushed + 1] = {it.cls, it.g}; counts[key] = 0 end
       counts[key] = counts[key] + 1

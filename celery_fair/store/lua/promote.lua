@@ -23,13 +23,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT',
     bad[#bad + 1] = id
   elseif m then
     local cls, front, g = m.cls, m.front, m.g
-    local len
-    if front then
-      len = redis.call('LPUSH', k_list(cls, g), id)
-    else
-      len = redis.call('RPUSH', k_list(cls, g), id)
-    end
-    if front or len == 1 then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1]) end
+    push_held(cls, g, id, front, ARGV[1])
     redis.call('HINCRBY', k_group(g), 'd', -1)
     count_held(cls, g, 1)
     refresh(g)

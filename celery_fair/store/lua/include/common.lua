@@ -187,6 +187,19 @@ local function rank_backlog(g, delta)
   if redis.call('ZINCRBY', K_BACKLOG, delta, g) + 0 <= 0 then redis.call('ZREM', K_BACKLOG, g) end
 end
 
+-- Put hold id `id` in group g's list of class cls (at its head when `front`, a retry);
+-- a message that becomes the head (to the front, or into an empty list) stamps the
+-- group's head time of that class (`h<class>`) with `now`, the time its wait counts from.
+local function push_held(cls, g, id, front, now)
+  local len
+  if front then
+    len = redis.call('LPUSH', k_list(cls, g), id)
+  else
+    len = redis.call('RPUSH', k_list(cls, g), id)
+  end
+  if front or len == 1 then redis.call('HSET', k_group(g), 'h' .. cls, now) end
+end
+
 local function count_held(cls, g, delta)
   redis.call('HINCRBY', K_STAT, 'held:' .. cls, delta)
   rank_backlog(g, delta)

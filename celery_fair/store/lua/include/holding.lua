@@ -63,14 +63,7 @@ local function hold_write(id, value, held, due, now, g, cls, front)
     if redis.call('ZRANGE', K_DELAYED, 0, 0)[1] == id then wake() end
     return id
   end
-  local len
-  if front then
-    len = redis.call('LPUSH', k_list(cls, g), id)
-  else
-    len = redis.call('RPUSH', k_list(cls, g), id)
-  end
-  -- a new head (to the front, or into an empty list): its head time is now
-  if front or len == 1 then redis.call('HSET', k_group(g), 'h' .. cls, now) end
+  push_held(cls, g, id, front, now)
   count_held(cls, g, 1)
   if refresh(g) then wake() end
   return id
