@@ -24,7 +24,8 @@ WHAT = {
     "share": "10 backlogged groups of equal weight (Jain index); weights 1:2:4 (largest "
              "share error, percentage points)",
     "groups": "store pick rate with 10, 1,000 and 100,000 backlogged groups, picks/s",
-    "pick_groups": "store pick rate with 10 and 10,000 backlogged groups, picks/s",
+    "pick_groups": "store pick rate with 10 and 10,000 backlogged groups under each policy "
+                   "(wfq; harmony_: Harmony), picks/s",
     "held": "Redis memory per held task vs the stored message itself, bytes",
 }
 
