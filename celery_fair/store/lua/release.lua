@@ -15,10 +15,9 @@ Returns: 1 slot freed, 0 nothing to do. ]]
 -- @include common
 local did, done_ttl = ARGV[1], tonumber(ARGV[2] or '0')
 local dk = k_dispatch(did)
-local state, runner = unpack(redis.call('HMGET', dk, 's', 'x'))
+local state, runner, g = unpack(redis.call('HMGET', dk, 's', 'x', 'g'))
 if not state or state == 'superseded' or state == 'released' then return 0 end
 if ARGV[3] and ARGV[3] ~= '' and runner and runner ~= ARGV[3] then return 0 end
-local g = redis.call('HGET', dk, 'g')
 redis.call('DEL', dk)
 if done_ttl > 0 then
   local done = k_done(did)
@@ -30,6 +29,6 @@ end
 redis.call('ZREM', K_LEASES, did)
 redis.call('HINCRBY', K_STAT, 'released', 1)
 if state == 'lost' then return 0 end
-free_slot(g)
+free_slot(g, true)
 wake()
 return 1

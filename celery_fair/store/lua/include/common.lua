@@ -190,6 +190,7 @@ end
 -- Put hold id `id` in group g's list of class cls (at its head when `front`, a retry);
 -- a message that becomes the head (to the front, or into an empty list) stamps the
 -- group's head time of that class (`h<class>`) with `now`, the time its wait counts from.
+-- Returns the list's length.
 local function push_held(cls, g, id, front, now)
   local len
   if front then
@@ -198,6 +199,7 @@ local function push_held(cls, g, id, front, now)
     len = redis.call('RPUSH', k_list(cls, g), id)
   end
   if front or len == 1 then redis.call('HSET', k_group(g), 'h' .. cls, now) end
+  return len
 end
 
 local function count_held(cls, g, delta)
@@ -259,33 +261,64 @@ end
 -- set starts at the class's virtual time: no credit for having been idle. Under Harmony
 -- its score is its rank, in both classes.
 -- Returns true when g entered a ready set it was not in. `default_cap`: see cap_of.
-local function refresh(g, default_cap)
+-- `known` (optional): what the caller read in this call already and has not changed
+-- since, so it is not read again: `n` (in flight), `cap` (cap_of), `len_<class>` (the
+-- list's length), `vt_<class>` (the virtual time, as stored), `in_<class>` (g's score
+-- in that ready set, as stored; false: not in it). The decisions are eligible's, each
+-- class's once, the group's pause, throttle and cap read once for both classes.
+local function refresh(g, default_cap, known)
+  known = known or {}
   local gk = k_group(g)
-  local n = inflight_of(g)
-  local entered, rank = false, nil
+  local n = known.n or inflight_of(g)
+  local entered, rank, blocked, cap, reserve = false, nil, nil, known.cap, nil
+  local function may_go(cls)  -- eligible(cls, g, n, default_cap)
+    if (known['len_' .. cls] or redis.call('LLEN', k_list(cls, g))) == 0 then return false end
+    if blocked == nil then  -- paused (pause.lua), or its rate's or a task's throttle
+      blocked = (redis.call('ZSCORE', K_PAUSES, g) or redis.call('ZSCORE', K_THROTTLED, g))
+                and true or false
+    end
+    if blocked then return false end
+    if cap == nil then cap = cap_of(g, default_cap) end
+    if cap < 0 then return true end
+    if cap == 0 then return false end
+    if cls ~= 'i' then return n < cap end
+    if reserve == nil then reserve = valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0 end
+    return n < cap + reserve
+  end
   for _, cls in ipairs(CLASSES) do
-    if eligible(cls, g, n, default_cap) and harmony() then
-      rank = rank or string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
-      if redis.call('ZADD', k_ready(cls), rank, g) == 1 then entered = true end
-    elseif eligible(cls, g, n, default_cap) then
-      local tag = finite(redis.call('HGET', gk, 't' .. cls) or '0')
-      local vt = finite(redis.call('HGET', K_VT, cls) or '0') or 0
-      if not tag or vt > tag then  -- a damaged tag restarts at the virtual time
-        tag = vt
-        redis.call('HSET', gk, 't' .. cls, tag)
+    local member = known['in_' .. cls]
+    if member then member = tonumber(member) end
+    if may_go(cls) then
+      local score
+      if harmony() then
+        rank = rank or string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
+        score = rank
+      else
+        score = finite(redis.call('HGET', gk, 't' .. cls) or '0')
+        local vt = known['vt_' .. cls]
+        if vt == nil then vt = redis.call('HGET', K_VT, cls) end
+        vt = finite(vt or '0') or 0
+        if not score or vt > score then  -- a damaged tag restarts at the virtual time
+          score = vt
+          redis.call('HSET', gk, 't' .. cls, score)
+        end
       end
-      if redis.call('ZADD', k_ready(cls), tag, g) == 1 then entered = true end
-    else
+      -- known to be there at this very score: ZADD would change nothing
+      if member ~= tonumber(score) and redis.call('ZADD', k_ready(cls), score, g) == 1 then
+        entered = true
+      end
+    elseif member ~= false then
       redis.call('ZREM', k_ready(cls), g)
     end
   end
   return entered
 end
 
--- Forget a group that holds nothing, waits for nothing and runs nothing.
-local function forget_if_idle(g)
+-- Forget a group that holds nothing, waits for nothing and runs nothing. `n`: its
+-- in-flight count when the caller has it.
+local function forget_if_idle(g, n)
   local gk = k_group(g)
-  if inflight_of(g) > 0 or tonumber(redis.call('HGET', gk, 'd') or '0') > 0 then return end
+  if (n or inflight_of(g)) > 0 or tonumber(redis.call('HGET', gk, 'd') or '0') > 0 then return end
   for _, cls in ipairs(CLASSES) do
     if redis.call('LLEN', k_list(cls, g)) > 0 then return end
   end
@@ -293,12 +326,23 @@ local function forget_if_idle(g)
   redis.call('SREM', K_GROUPS, g)
 end
 
--- One slot of g comes back (release, reclaim).
-local function free_slot(g)
-  redis.call('HINCRBY', k_group(g), 'n', -1)
+-- One slot of g comes back (release, reclaim). `only`: nothing else of g changed in
+-- this call (release): then under wfq the slot changes g's eligibility only when it brings
+-- g back under its cap (interactive: cap and reserve), and otherwise its ready sets are
+-- left as they are (a refresh would find them right); under Harmony its rank moved, so
+-- it is refreshed. Only a group with nothing left in flight may be idle.
+local function free_slot(g, only)
+  local n = redis.call('HINCRBY', k_group(g), 'n', -1)
   redis.call('HINCRBY', K_STAT, 'inflight', -1)
-  refresh(g)
-  forget_if_idle(g)
+  local cap = nil
+  if only and not harmony() then
+    cap = cap_of(g)
+    if cap <= 0 or (n + 1 ~= cap
+                    and n + 1 ~= cap + (valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0))
+    then cap = false end
+  end
+  if cap ~= false then refresh(g, nil, {n = n, cap = cap}) end
+  if n <= 0 then forget_if_idle(g, n) end
 end
 
 -- A worker holds dispatch `did` (received it, or runs it): extend its lease. A dispatch
