@@ -129,14 +129,19 @@ def test_other_charges_ignore_a_reported_runtime(store: Store, how: str) -> None
     assert tag(store, "a") == before
 
 
-def test_a_release_without_a_runtime_leaves_the_estimate(store: Store) -> None:
-    """An older worker (no runtime) or a release retried later: no correction."""
+@pytest.mark.parametrize("runtime", [None, float("nan"), -1.0, 1e12])
+def test_a_release_without_a_runtime_leaves_the_estimate(store: Store,
+                                                         runtime: float | None) -> None:
+    """An older worker (no runtime), a release retried later, or a runtime that is not a
+    number of seconds from 0 to a year: no correction, no mean."""
     charge(store, RUNTIME)
     backlog(store, {"a": 1.5})
     first, second = pick(store, 2)
     assert store.release(Q, first.dispatch_id)
-    assert ran(store, second, None)
+    assert ran(store, second, runtime)
     assert tag(store, "a") == 3.0
+    pick(store)
+    assert tag(store, "a") == 4.5  # still charged its cost: no mean
 
 
 def test_the_estimate_charged_at_pick_is_corrected_under_a_later_charge(
