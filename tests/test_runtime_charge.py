@@ -4,7 +4,8 @@ by ``fair_queue_policies``.
 
 Two groups, both backlogged, on 4 slots: one of 10 ms tasks, one of 100 ms tasks, the
 same declared cost. Under 'runtime' each group's share of the worker time is within 5 %
-of equal; under 'count' (one per task) the long tasks take ten times the short ones'.
+of equal; under 'count' (one per task) the long tasks take ten times the short ones'. On
+the Redis store (the scripts) and the SQL store (the shared policy, on PostgreSQL).
 Worker time is measured by the tasks themselves (the ledger's starts and ends), over the
 time both groups still had work to start.
 """
@@ -48,7 +49,8 @@ def contended_shares(starts: list[dict[str, Any]], ends: list[dict[str, Any]]
 
 @pytest.mark.parametrize("charge", ["runtime", "count"])
 def test_runtime_shares_worker_time_equally_between_short_and_long_tasks(
-        make_app: Any, worker: Any, dispatcher: Any, charge: str) -> None:
+        make_app: Any, worker: Any, dispatcher: Any, charge: str,
+        store_backend: str) -> None:
     # about 1.2 s of work each on 2 slots: both groups run dry together when shared evenly
     app = two_groups_backlogged(make_app, worker, dispatcher,
                                 {"fair_charge": charge}, (24, SLOW), (240, QUICK))
