@@ -78,8 +78,16 @@ QUEUE_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("head wait", lambda q: format_wait(q.get("head_wait"))),
     ("groups", lambda q: str(q["group_count"])),
     ("released", lambda q: str(q["released"])),
-    ("policy", lambda q: str(q["policy"])),
+    ("policy", lambda q: policy_cell(q)),
 )
+
+
+def policy_cell(q: dict[str, Any]) -> str:
+    """The policy, and a charge other than the default 'cost' (Harmony charges none)."""
+    charge = q.get("charge", "cost")
+    if q["policy"] == "harmony" or charge == "cost":
+        return str(q["policy"])
+    return f"{q['policy']}, charge {charge}"
 
 
 def queue_table(queues: list[dict[str, Any]]) -> Any:

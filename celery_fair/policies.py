@@ -17,10 +17,10 @@ from typing import Any, Callable
 
 from .config_keys import invalid_setting as _fail
 from .errors import ConfigurationError
-from .limits import HARMONY, POLICIES, WFQ
+from .limits import CHARGES, COST, HARMONY, POLICIES, WFQ
 from .urls import SQL_SCHEMES, scheme_of
 
-__all__ = ["COMPANIONS", "HARMONY", "POLICIES", "WFQ", "PolicyChoice", "read_policies"]
+__all__ = ["CHARGES", "COMPANIONS", "HARMONY", "POLICIES", "WFQ", "PolicyChoice", "read_policies"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,9 @@ class PolicyChoice:
     #: ``fair_policy``: 'wfq' (weighted start-time fair queueing) or 'harmony' (fewest
     #: tasks in flight first)
     name: str = WFQ
+    #: ``fair_charge``: what a dispatch charges a group's share under 'wfq': 'cost' (its
+    #: declared cost), 'count' (1 per task) or 'runtime' (the wall time it ran)
+    charge: str = COST
 
 
 def _policy_name(setting: str, value: Any) -> str:
@@ -38,9 +41,16 @@ def _policy_name(setting: str, value: Any) -> str:
     return str(value)
 
 
+def _charge(setting: str, value: Any) -> str:
+    if value not in CHARGES:
+        raise _fail(setting, value, "one of " + ", ".join(repr(c) for c in CHARGES))
+    return str(value)
+
+
 #: Companion setting -> (PolicyChoice field, validator(setting as written, value)).
 COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
     "fair_policy": ("name", _policy_name),
+    "fair_charge": ("charge", _charge),
 }
 
 

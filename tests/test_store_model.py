@@ -3,7 +3,8 @@ time (the Redis store's Lua scripts on the real redis-server; the SQL store on S
 PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
 with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
-configure (either policy, wfq or harmony, on Redis; wfq on SQL), limit, pause, boost (a
+configure (either policy, wfq or harmony, on Redis; wfq on SQL; any charge: cost, count
+or runtime, whose releases report runtimes that correct the tags), limit, pause, boost (a
 group's weight, with expiry; a task to the front), rate limits (GCRA tokens in the
 pick, throttles lifted by promote), a task's throttle and cancel (resent under its
 token).
@@ -45,7 +46,7 @@ from hypothesis.stateful import (
 from celery_fair.check import check
 from celery_fair.envelope import Envelope
 from celery_fair.errors import GroupFull
-from celery_fair.limits import Rate
+from celery_fair.limits import CHARGES, Rate
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
@@ -62,6 +63,8 @@ GROUPS = ["a", "b", "c", "dd"]
 RATES = [Rate(100.0), Rate(100.0, 3), Rate(1000.0, 2), None]
 PICK_LEASE, LEASE = 10_000, 30_000
 HOST = "r"  # the runs r1 and r2 are this host's
+#: What a release reports the task ran (seconds; None: nothing, an older worker)
+RUNTIMES = [None, 0.0, 0.1, 0.25, 1.0, 3.5]
 
 
 def stored(group: str, klass: str, cost: float, front: bool, hold_id: str) -> bytes:
@@ -139,7 +142,8 @@ class StoreMachine(RuleBasedStateMachine):
                 data=st.data())
     def start(self, cap: int | None, reserve: int, data: Any) -> None:
         policy = data.draw(st.sampled_from(self.policies))
-        self.both("configure", Policy(cap, reserve, 1.0, {}, {}, name=policy))
+        charge = data.draw(st.sampled_from(CHARGES))
+        self.both("configure", Policy(cap, reserve, 1.0, {}, {}, name=policy, charge=charge))
 
     @rule(group=st.sampled_from(GROUPS), klass=st.sampled_from(CLASSES),
           cost=st.sampled_from([1, 1, 2, 0.5, 3]), front=st.booleans(),
@@ -199,19 +203,21 @@ class StoreMachine(RuleBasedStateMachine):
     def renew(self, data: Any) -> None:
         self.both("renew", self._some(data), self.now + LEASE)
 
-    @rule(data=st.data(), run=st.sampled_from([None, "r1", "r2"]))
-    def release(self, data: Any, run: str | None) -> None:
+    @rule(data=st.data(), run=st.sampled_from([None, "r1", "r2"]),
+          runtime=st.sampled_from(RUNTIMES))
+    def release(self, data: Any, run: str | None, runtime: float | None) -> None:
         for did in self._some(data):
-            self.both("release", did, 3600 if data.draw(st.booleans()) else 0, run=run)
+            self.both("release", did, 3600 if data.draw(st.booleans()) else 0, run=run,
+                      runtime=runtime)
 
-    @rule(data=st.data(), acks_late=st.booleans())
-    def run_to_end(self, data: Any, acks_late: bool) -> None:
+    @rule(data=st.data(), acks_late=st.booleans(), runtime=st.sampled_from(RUNTIMES))
+    def run_to_end(self, data: Any, acks_late: bool, runtime: float | None) -> None:
         """The common lifecycle in one step: published, begun by a worker, finished."""
         for did in self._some(data):
             self.both("confirm", [did], self.now + LEASE)
             self.both("begin", did, self.now + LEASE, now_ms=self.now, run="r1",
                       acks_late=acks_late)
-            self.both("release", did, 3600, run="r1")
+            self.both("release", did, 3600, run="r1", runtime=runtime)
 
     @rule(data=st.data(), acks_late=st.booleans(), dies=st.booleans(),
           gone=st.sets(st.sampled_from(["r1"])))
@@ -289,8 +295,9 @@ class StoreMachine(RuleBasedStateMachine):
                   weights: dict[str, float], default_rate: Rate | None,
                   rates: dict[str, Rate | None], data: Any) -> None:
         policy = data.draw(st.sampled_from(self.policies))
+        charge = data.draw(st.sampled_from(CHARGES))
         self.both("configure", Policy(cap, reserve, weight, caps, weights, default_rate,
-                                      rates, policy))
+                                      rates, policy, charge))
 
     @rule(group=st.sampled_from(GROUPS), cap=st.sampled_from([KEEP, RESET, -1, 0, 1, 2]),
           weight=st.sampled_from([KEEP, RESET, 0.5, 3.0]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..limits import HARMONY, WFQ, Rate
+from ..limits import COST, HARMONY, WFQ, Rate
 from ..store.base import KEEP as KEEP  # values of the store contract
 from ..store.base import RESET as RESET
 from ..store.base import Placement as Placement
@@ -45,6 +45,9 @@ class Group:
     #: rank ``boost_task`` set until its next pick
     served: int = 0
     jump: float | None = None
+    #: fair_charge 'runtime': the mean of the runtimes its releases reported (seconds;
+    #: None: none yet), the estimate its next dispatches are charged
+    runtime: float | None = None
     #: class -> when (ms) the head of its list became the head: set at every change of
     #: the head (a hold into an empty list or to the front, a pick, a cancel of the
     #: head, a promote or reclaim to the head, a boost to the front); stale while the
@@ -64,6 +67,9 @@ class Record:
     kept: bool = False  # an acks_late run keeps the value with the record
     runner: str = ""  # the run that began it
     expires_ms: int | None = None  # when a superseded or lost record is forgotten
+    #: what the pick charged its group as the estimate under ``fair_charge`` 'runtime'
+    #: (None: another charge), corrected at release by the runtime the worker reports
+    estimate: float | None = None
 
     @property
     def group(self) -> str:
@@ -95,6 +101,7 @@ class QueueData:
     operations)."""
 
     policy: str = WFQ  # fair_policy
+    charge: str = COST  # fair_charge
     default_cap: int = -1  # -1: none
     reserve: int = 0
     default_weight: float = 1.0
@@ -182,8 +189,8 @@ class QueueData:
 
     def _refresh(self, g: str) -> bool:
         """Make g's ready-set membership match its eligibility; a group entering starts
-        at the class's virtual time (no credit for being idle); under Harmony its score
-        is its rank, both classes alike. True when it entered."""
+        at the class's virtual time (no credit for being idle), one in it keeps its tag;
+        under Harmony its score is its rank, both classes alike. True when it entered."""
         group = self.groups.get(g)
         n = group.inflight if group else 0
         entered = False
@@ -192,7 +199,8 @@ class QueueData:
                 entered = entered or g not in self.ready[klass]
                 self.ready[klass][g] = self._rank(g, group)
             elif group is not None and self._eligible(klass, g, n):
-                tag = entry_tag(group.tags.get(klass), self.vt.get(klass))
+                tag = entry_tag(group.tags.get(klass), self.vt.get(klass),
+                                g in self.ready[klass])
                 if tag is not None:
                     group.tags[klass] = tag
                 entered = entered or g not in self.ready[klass]

@@ -31,7 +31,9 @@ class QueueControls(QueueData):
                 nothing was changed.
         """
         limits.check_policy(policy)
-        self.policy = policy.name
+        if policy.name != self.policy:  # the sets' scores change meaning: all re-enter
+            self.ready = {klass: {} for klass in CLASSES}
+        self.policy, self.charge = policy.name, policy.charge
         before = {g: self.rate_of(g) for g in self.tats}  # rerated below
         self.default_cap = -1 if policy.default_cap is None else policy.default_cap
         self.reserve, self.default_weight = policy.interactive_reserve, policy.default_weight

@@ -142,6 +142,7 @@ class DirectPush:
 
 
 WFQ, HARMONY, POLICIES = limits.WFQ, limits.HARMONY, limits.POLICIES
+COST = limits.COST
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,8 @@ class Policy:
     rates: Mapping[str, limits.Rate | None] = dataclasses.field(default_factory=dict)
     #: the scheduling policy, one of :data:`POLICIES`
     name: str = WFQ
+    #: what a dispatch charges a group's share under wfq, one of ``limits.CHARGES``
+    charge: str = COST
 
 
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------

@@ -27,7 +27,7 @@ class RedisPolicy:
                   json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)),
                   json.dumps({g: limits.encode_rate(r) for g, r in policy.rates.items()}),
                   "" if policy.default_rate is None else policy.default_rate.encode(),
-                  policy.name)
+                  policy.name, policy.charge)
 
     def limit(self, queue: str, group: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int | None, float]:

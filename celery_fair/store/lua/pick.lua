@@ -1,6 +1,9 @@
 --[[ pick: take up to ARGV[2] held messages in fair order and mark each dispatch 'picked'.
 Policy wfq: interactive groups come first; within a class the group with the lowest
-virtual start tag wins (ZSET head: O(log G)), and its tag advances by cost / weight.
+virtual start tag wins (ZSET head: O(log G)), and its tag advances by its charge / weight
+(policy `charged`): the cost; 1 under `charge` 'count'; under 'runtime' an estimate, the
+group's mean runtime (`r`) or else the cost, kept in the dispatch record (`e`) for
+release.lua to correct.
 Policy harmony: the lower head of the two ready sets wins (its rank: fewest in flight per
 unit of weight, then served least recently; interactive first in a tie, so inside a
 group interactive goes before background); the group's last-served sequence becomes the
@@ -111,6 +114,7 @@ end
 -- The interactive ready set is skipped while empty; only a full refresh can fill it.
 local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0
 local harmonious = harmony()
+local charge = redis.call('HGET', K_CONF, 'charge') or 'cost'
 local function head()
   local best = nil
   for _, cls in ipairs(CLASSES) do
@@ -191,12 +195,20 @@ while taken < want do
     local gk = k_group(g)
     local p = pending[g] or {n = 0}
     pending[g], p.n = p, p.n + 1
+    local estimate = nil  -- what a 'runtime' charge corrects at release
     if harmonious then  -- served now; a jump (boost_task.lua) is spent
       redis.call('HSET', gk, 's', redis.call('HINCRBY', K_STAT, 'served', 1))
       redis.call('HDEL', gk, 'j')
     else
       vt_due[cls] = tag
-      tag = tag + m.cost / weight_in_call(g)
+      local spent = m.cost
+      if charge == 'count' then
+        spent = 1
+      elseif charge == 'runtime' then
+        spent = finite(redis.call('HGET', gk, 'r')) or m.cost
+        estimate = spent
+      end
+      tag = tag + spent / weight_in_call(g)
       p['t' .. cls] = tag
     end
     local heads = new_head[g] or {}
@@ -208,6 +220,7 @@ while taken < want do
       -- them): a copy the broker lost is held again when the lease runs out
       redis.call('HSET', k_dispatch(did), 's', 'queued', 'g', g, 'c', cls, 'id', id,
                  'v', value)
+      if estimate then redis.call('HSET', k_dispatch(did), 'e', estimate) end
       redis.call('ZADD', K_LEASES, tonumber(ARGV[9]), did)
       pushed = pushed + 1
       -- for the dispatcher's metrics and log: class, due time, group, hold id, dispatch id
@@ -219,6 +232,7 @@ while taken < want do
     else
       redis.call('HSET', k_dispatch(did), 's', 'picked', 'g', g, 'c', cls, 'id', id,
                  'v', value)
+      if estimate then redis.call('HSET', k_dispatch(did), 'e', estimate) end
       redis.call('ZADD', K_LEASES, deadline, did)
       out[#out + 1] = did
       out[#out + 1] = id

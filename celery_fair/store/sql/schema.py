@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0006"
+SCHEMA_VERSION = "0007"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -86,7 +86,9 @@ class Tables:
                 # the same for ``throttles``; and the rate limit of a group without one of
                 # its own (None: none)
                 Column("throttles", Integer, nullable=False, default=0, server_default="0"),
-                Column("default_rate", String(RATE))))
+                Column("default_rate", String(RATE)),
+                # fair_charge (0007): 'cost', 'count' or 'runtime'; None: 'cost'
+                Column("charge", String(8))))
         #: Caps, weights and rate limits (stored rates, ``RATE``) of groups, from the
         #: settings and at runtime (``fair limit``), and a boost (``fair boost``): its
         #: weight wins until ``boost_until_ms`` (None: no end), kept apart so that
@@ -113,7 +115,10 @@ class Tables:
                 Column("since_i", BigInteger), Column("since_b", BigInteger),
                 # the next place at the head (decreasing) and at the tail (increasing)
                 Column("head", BigInteger, nullable=False, default=0),
-                Column("tail", BigInteger, nullable=False, default=1)))
+                Column("tail", BigInteger, nullable=False, default=1),
+                # fair_charge 'runtime': the group's mean runtime (seconds; 0007; None:
+                # none reported yet), the estimate its next dispatches are charged
+                Column("runtime", Double)))
         #: A group that may be picked now, in its class, with its virtual start tag.
         self.ready = Table(
             f"{p}ready", md, *_keys(
@@ -155,7 +160,10 @@ class Tables:
                 Column("value", blob()),
                 Column("kept", Boolean, nullable=False, default=False),
                 Column("runner", name(HOLD), nullable=False, default=""),
-                Column("lease_ms", BigInteger), Column("expires_ms", BigInteger)))
+                Column("lease_ms", BigInteger), Column("expires_ms", BigInteger),
+                # the estimate the pick charged under fair_charge 'runtime' (0007; None:
+                # another charge), corrected at release by the runtime reported
+                Column("estimate", Double)))
         d = self.dispatches.c
         Index(f"{p}dispatches_lease", d.ns, d.queue, d.lease_ms)
         Index(f"{p}dispatches_state", d.ns, d.queue, d.state)

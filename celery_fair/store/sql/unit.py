@@ -305,20 +305,24 @@ class Unit:
             self._membership(klass, g)
             self.ready[(klass, g)] = None
 
+    def retag(self, g: str, klass: str, tag: float) -> None:
+        """Set g's tag (a release's correction), its ready-set entry known first."""
+        self._membership(klass, g)
+        self.groups[g][f"tag_{klass}"] = tag  # type: ignore[index]
+
     def refresh(self, g: str) -> bool:
-        """Make g's ready-set membership match its eligibility (``common._refresh``);
-        True when it entered a ready set."""
+        """Match g's ready sets to its eligibility (``common._refresh``); True: it entered."""
         row = self.groups.get(g)
         now = None if row is None else (row["held_i"], row["held_b"], row["inflight"])
-        seen = self._seen.get(g)
-        entered = False
+        seen, entered = self._seen.get(g), False
         for i, klass in enumerate(CLASSES):
             if (klass, g) not in self.ready and now is not None and seen is not None \
                     and (now[i] > 0) == (seen[i] > 0) and now[2] == seen[2]:
                 continue  # eligibility unchanged, so membership and tag are too
             self._membership(klass, g)
             if row is not None and self._eligible(klass, g, now):
-                tag = entry_tag(row[f"tag_{klass}"], self.vt(klass))
+                tag = entry_tag(row[f"tag_{klass}"], self.vt(klass),
+                                self.ready[(klass, g)] is not None)
                 row[f"tag_{klass}"] = tag
                 entered = entered or self.ready[(klass, g)] is None
                 self.ready[(klass, g)] = tag or 0.0

@@ -5,7 +5,7 @@ local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
 local K_STAT = prefix .. ':stat'        -- HASH inflight, held:i, held:b, released, dup, skipped, picks, served
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
-local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy
+local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy, charge
 local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
 local K_WEIGHTS = prefix .. ':weights'  -- HASH group -> weight in force
 local K_CONF_CAPS = prefix .. ':conf:caps'          -- HASH group -> cap from the settings
@@ -167,6 +167,12 @@ local function harmony()
   return policy_read == 'harmony'
 end
 
+-- What a dispatch charges a group under wfq (conf `charge`, limits.py CHARGES; absent:
+-- 'cost', as before the setting): its cost, 1 per task, or the wall time it ran ('runtime':
+-- its cost is the estimate, corrected at release). MAX_RUNTIME: limits.py's, in seconds.
+local CHARGES = {cost = true, count = true, runtime = true}
+local MAX_RUNTIME, RUNTIME_SMOOTHING = 31536000, 8
+
 -- A group's place in the ready sets under Harmony (decisions.py `harmony_rank`): its
 -- in-flight count per unit of weight in whole numbers, then the pick sequence when it
 -- was last served (group field `s`; 0: never) over SERVED_SPAN; a rank boost_task.lua
@@ -258,7 +264,8 @@ local function eligible(cls, g, n, default_cap)
 end
 
 -- Make g's membership of each ready set match its eligibility. A group entering a ready
--- set starts at the class's virtual time: no credit for having been idle. Under Harmony
+-- set starts at the class's virtual time: no credit for having been idle; one in it keeps
+-- its tag (only a release's correction takes it below: policy `entry_tag`). Under Harmony
 -- its score is its rank, in both classes.
 -- Returns true when g entered a ready set it was not in. `default_cap`: see cap_of.
 -- `known` (optional): what the caller read in this call already and has not changed
@@ -298,7 +305,10 @@ local function refresh(g, default_cap, known)
         local vt = known['vt_' .. cls]
         if vt == nil then vt = redis.call('HGET', K_VT, cls) end
         vt = finite(vt or '0') or 0
-        if not score or vt > score then  -- a damaged tag restarts at the virtual time
+        -- entering behind the virtual time, or a damaged tag: at the virtual time (a
+        -- member keeps its tag, below it after a release's correction: `entry_tag`)
+        if not score or (vt > score and not (member or (member == nil
+            and redis.call('ZSCORE', k_ready(cls), g)))) then
           score = vt
           redis.call('HSET', gk, 't' .. cls, score)
         end
