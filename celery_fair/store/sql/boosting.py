@@ -13,7 +13,8 @@ from ...policy.decisions import front_tag
 from ..models import now_ms as wall_ms
 from .controls import drop_empty_limits, list_head
 from .mixin import SqlMixin
-from .unit import Unit, upsert
+from .rows import upsert
+from .unit import Unit
 
 
 class SqlBoosting(SqlMixin):

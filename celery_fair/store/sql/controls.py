@@ -17,9 +17,10 @@ from ..base import KEEP as KEEP_LIMIT
 from ..base import RESET as RESET_LIMIT
 from ..models import Policy
 from .metering import rerate
+from .rows import upsert
 from .schema import Tables
 from .statements import Statements
-from .unit import Unit, upsert
+from .unit import Unit
 
 
 class Controls:

@@ -12,7 +12,8 @@ from sqlalchemy import delete, func, select
 from ...limits import Rate
 from ...policy.decisions import CLASSES, gcra, throttle_due
 from ..models import RATE_EARLY_MS
-from .unit import Unit, upsert
+from .rows import upsert
+from .unit import Unit
 
 
 class Meter:

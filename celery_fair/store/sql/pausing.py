@@ -12,8 +12,9 @@ from sqlalchemy import Connection, delete, func, select, update
 from ...names import validate_group
 from ..pausing import WHOLE_QUEUE
 from .mixin import SqlMixin
+from .rows import upsert
 from .statements import Statements
-from .unit import Unit, upsert
+from .unit import Unit
 
 T = TypeVar("T")
 _FOREVER = None  # until_ms of a pause without an end

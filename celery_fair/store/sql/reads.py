@@ -28,9 +28,9 @@ from ..base import (
 from ..held import HeldMessage
 from .engine import transaction
 from .migrate import check_schema
+from .rows import counter_totals, insert_ignore, upsert
 from .schema import Tables
 from .statements import Statements
-from .unit import counter_totals, insert_ignore, upsert
 
 T = TypeVar("T")
 _LIVE = list(LIVE)

@@ -17,7 +17,8 @@ from ..throttling import check_rate_arg, check_until
 from .controls import drop_empty_limits
 from .metering import rerate, rethrottle
 from .mixin import SqlMixin
-from .unit import Unit, upsert
+from .rows import upsert
+from .unit import Unit
 
 
 class SqlThrottling(SqlMixin):

@@ -16,34 +16,15 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete, func, select, update
+from sqlalchemy import Connection, delete, select, update
 
 from ...limits import Rate, decode_rate
 from ...policy.decisions import CLASSES, entry_tag, in_force
 from ...policy.decisions import eligible as _eligible
-from .schema import Tables
-from .statements import GROUP_COLUMNS, Statements, insert_ignoring, upserting
+from .rows import chunks
+from .statements import GROUP_COLUMNS, Statements
 
 COUNTER_SHARDS = 16
-
-
-def insert_ignore(conn: Connection, table: Table, rows: list[dict[str, Any]]) -> int:
-    """Insert ``rows``, leaving any whose key exists alone; returns how many were new."""
-    if not rows:
-        return 0
-    stmt = insert_ignoring(conn.dialect.name, table)
-    if conn.dialect.name == "postgresql" and len(rows) == 1:  # psycopg's rowcount: -1 here
-        return len(conn.execute(stmt.returning(table.c.ns), rows[0]).all())
-    return int(conn.execute(stmt, rows[0] if len(rows) == 1 else rows).rowcount)
-
-
-def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]],
-           columns: Iterable[str]) -> None:
-    """Insert ``rows``, or set ``columns`` of those whose key exists."""
-    if rows:
-        cols = list(columns)
-        conn.execute(upserting(conn.dialect.name, table,
-                               lambda new: {c: new[c] for c in cols}), rows)
 
 
 class Unit:
@@ -120,7 +101,7 @@ class Unit:
             self._loaded(wanted[0], None if row is None else dict(row))
             return
         t = self.t.groups
-        for chunk in _chunks(wanted, 500):
+        for chunk in chunks(wanted, 500):
             rows = self.conn.execute(select(t).where(
                 t.c.ns == self.ns, t.c.queue == self.queue, t.c.grp.in_(chunk)
             ).order_by(t.c.grp).with_for_update()).mappings()
@@ -173,7 +154,7 @@ class Unit:
             if row is not None:
                 self._q = {c.name: row[c.name] for c in self.t.queues.columns}
                 found[wanted[0]] = row
-        for chunk in _chunks(wanted, 500) if not found else ():
+        for chunk in chunks(wanted, 500) if not found else ():
             for found_row in self.conn.execute(select(t).where(
                     t.c.ns == self.ns, t.c.queue == self.queue, t.c.grp.in_(chunk))).mappings():
                 found[found_row["grp"]] = found_row
@@ -259,7 +240,7 @@ class Unit:
         t = self.t.ready
         for klass in CLASSES:
             names = sorted({g for c, g in wanted if c == klass})
-            for chunk in _chunks(names, 500):
+            for chunk in chunks(names, 500):
                 rows = self.conn.execute(select(t.c.grp, t.c.tag).where(
                     t.c.ns == self.ns, t.c.queue == self.queue, t.c.klass == klass,
                     t.c.grp.in_(chunk)))
@@ -381,20 +362,7 @@ class Unit:
                 put.append({**self.key, "klass": klass, "grp": g, "tag": tag})
         t = self.t.ready
         for klass, names in gone.items():
-            for chunk in _chunks(sorted(names), 500):
+            for chunk in chunks(sorted(names), 500):
                 self.conn.execute(delete(t).where(t.c.ns == self.ns, t.c.queue == self.queue,
                                                   t.c.klass == klass, t.c.grp.in_(chunk)))
         self.s.many(self.conn, "ready_put", put)
-
-
-def counter_totals(conn: Connection, t: Tables, ns: str, queue: str) -> dict[str, int]:
-    """The counters of ``queue``, summed over their shards."""
-    c = t.counters.c
-    rows = conn.execute(select(c.name, func.sum(c.n)).where(c.ns == ns, c.queue == queue)
-                        .group_by(c.name))
-    return {name: int(n or 0) for name, n in rows}
-
-
-def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
