@@ -177,7 +177,7 @@ def groups(bench: Bench) -> dict[str, Any]:
 
 def pick_groups(bench: Bench) -> dict[str, Any]:
     """Store pick rate (messages/s) with 10 and 10,000 backlogged groups: the SQL store's
-    target (issue 11), also run on Redis, under every policy the store runs (issue 12:
+    target (issue 11), also run on Redis, under every policy (issue 12:
     each policy's ratio >= 0.8). Fewer picks on a SQL store, whose holds (the fill) are
     ~20x slower than Redis's pipelined script; 1,000 groups in a smoke run. The figures
     of ``wfq`` keep their names (``picks_per_s_10``...); another policy's are prefixed
@@ -186,18 +186,13 @@ def pick_groups(bench: Bench) -> dict[str, Any]:
     picks = bench.size(5000, 1000, 500) if bench.sql else 20000
     figures: dict[str, Any] = {}
     ratios = []
-    for policy in _policies(bench):
+    for policy in POLICIES:
         rows = _pick_sizes(bench, sizes, picks, policy)
         ratios.append(rows["ratio_largest_vs_10"]["median"])
         prefix = "" if policy == WFQ else f"{policy}_"
         figures.update({prefix + key: value for key, value in rows.items()})
     return emit("pick_groups", figures, f"{sizes[-1]} / 10 groups ratio >= 0.8 under "
-                + ", ".join(_policies(bench)), min(ratios) >= 0.8, bench)
-
-
-def _policies(bench: Bench) -> list[str]:
-    """The policies the bench's store runs (the SQL store runs wfq only, for now)."""
-    return [WFQ] if bench.sql else list(POLICIES)
+                + ", ".join(POLICIES), min(ratios) >= 0.8, bench)
 
 
 def _pick_sizes(bench: Bench, sizes: list[int], picks: int, policy: str = WFQ

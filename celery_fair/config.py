@@ -99,7 +99,7 @@ class FairConfig:
         master_name, sentinel_kwargs = _transport_options(
             store_url, conf.get("fair_store_transport_options"),
             conf.get("broker_transport_options") if get("fair_store_url") is None else None)
-        policy, queue_policies = read_policies(get, store_url, lambda: declared_queues(app))
+        policy, queue_policies = read_policies(get, lambda: declared_queues(app))
         return cls(
             store_url=store_url, policy=policy, queue_policies=queue_policies,
             store_master_name=master_name, store_sentinel_kwargs=sentinel_kwargs,

@@ -18,7 +18,6 @@ from typing import Any, Callable
 from .config_keys import invalid_setting as _fail
 from .errors import ConfigurationError
 from .limits import CHARGES, COST, HARMONY, POLICIES, WFQ
-from .urls import SQL_SCHEMES, scheme_of
 
 __all__ = ["CHARGES", "COMPANIONS", "HARMONY", "POLICIES", "WFQ", "PolicyChoice", "read_policies"]
 
@@ -54,8 +53,7 @@ COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
 }
 
 
-def read_policies(get: Callable[[str], Any], store_url: str,
-                  declared: Callable[[], set[str]]
+def read_policies(get: Callable[[str], Any], declared: Callable[[], set[str]]
                   ) -> tuple[PolicyChoice, dict[str, PolicyChoice]]:
     """The app-wide choice (the companions' settings) and the per-queue ones
     (``fair_queue_policies``: each queue's entries laid over the app-wide choice).
@@ -64,7 +62,7 @@ def read_policies(get: Callable[[str], Any], store_url: str,
 
     Raises:
         ConfigurationError: an unknown policy, a queue the app does not declare, an
-            entry that is not a companion setting, or a policy the store cannot run.
+            entry that is not a companion setting.
     """
     base = PolicyChoice(**{field: check(name, get(name))
                            for name, (field, check) in COMPANIONS.items()})
@@ -82,9 +80,6 @@ def read_policies(get: Callable[[str], Any], store_url: str,
                 "queue the app declares (task_default_queue, task_queues or a task_routes "
                 f"mapping): {', '.join(map(repr, sorted(known)))}")
         queues[queue] = _laid_over(base, where, entries)
-    for name, choice in [("fair_policy", base), *(
-            (f"fair_queue_policies[{q!r}]['fair_policy']", c) for q, c in queues.items())]:
-        _check_store(name, choice, store_url)
     return base, queues
 
 
@@ -101,11 +96,3 @@ def _laid_over(base: PolicyChoice, where: str, entries: Any) -> PolicyChoice:
         field, check = COMPANIONS[key]
         changes[field] = check(f"{where}[{key!r}]", value)
     return replace(base, **changes)
-
-
-def _check_store(name: str, choice: PolicyChoice, store_url: str) -> None:
-    """The SQL store runs 'wfq' only (harmony is in the Redis scripts and the memory
-    store's policy so far)."""
-    if choice.name != WFQ and scheme_of(store_url) in SQL_SCHEMES:
-        raise _fail(name, choice.name, f"'{WFQ}': the SQL store runs only '{WFQ}' so far "
-                                       f"('{choice.name}' needs a Redis store)")

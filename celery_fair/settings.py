@@ -69,8 +69,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Scheduling policy of every fair queue: 'wfq' (weighted fair queueing: each "
             "group gets its weight's share of the dispatches) or 'harmony' (the group "
             "with the fewest tasks in flight per unit of weight goes first; ties go to "
-            "the group served least recently). Redis and memory stores; the SQL store "
-            "runs 'wfq' only. See docs/policies.md."),
+            "the group served least recently). Every store runs both. See "
+            "docs/policies.md."),
     Setting("fair_charge", "cost",
             "What a dispatch charges its group's share under 'wfq': 'cost' (the task's "
             "declared fair_cost), 'count' (1 per task, whatever its cost) or 'runtime' "

@@ -215,8 +215,6 @@ BAD_SETTINGS = [
      "fair_store_url", "amqp://"),
     ({"fair_store_url": "http://127.0.0.1:6379"}, "fair_store_url", "http://"),
     ({"fair_policy": "lottery"}, "fair_policy", "expected one of 'wfq', 'harmony'"),
-    ({"fair_policy": "harmony", "fair_store_url": "sqlite:///fair.db"}, "fair_policy",
-     "the SQL store runs only 'wfq'"),
     ({"fair_queue_policies": ["exports"]}, "fair_queue_policies", "['exports']"),
     ({"fair_queue_policies": {"exports": {"fair_policy": "harmony"}}},
      "fair_queue_policies", "unknown queue 'exports'"),

@@ -1,5 +1,6 @@
-"""Harmony end to end: a real in-thread Celery worker, a real dispatcher, a real Redis
-store, the policy chosen for the one fair queue by ``fair_queue_policies``.
+"""Harmony end to end: a real in-thread Celery worker, a real dispatcher, a real store
+(Redis, and the SQL store on PostgreSQL: ``store_backend``), the policy chosen for the
+one fair queue by ``fair_queue_policies``.
 
 What Harmony promises: the group with the fewest tasks in flight goes first. With two
 backlogged groups on 4 slots, one of long tasks and one of short ones, the long tasks
@@ -25,7 +26,7 @@ from .helpers import two_groups_backlogged
 @pytest.mark.parametrize("policy", ["harmony", "wfq"])
 def test_harmony_keeps_long_tasks_to_their_share_of_slots(
         make_app: Any, worker: Any, dispatcher: Any, policy: str,
-        caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture, store_backend: str) -> None:
     caplog.set_level(logging.INFO, logger="celery_fair.dispatcher")
     app = two_groups_backlogged(make_app, worker, dispatcher,
                                 {"fair_policy": policy}, (6, 0.3), (60, 0.02))

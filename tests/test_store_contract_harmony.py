@@ -1,8 +1,7 @@
 """The store contract on every backend (``any_store``): the Harmony policy
 (``fair_policy = "harmony"``). The group with the fewest tasks in flight per unit of
 weight goes first, ties to the group served least recently, interactive first inside a
-group; caps, the reserve, pauses and boosts keep working. The SQL store runs wfq only:
-it refuses the policy, writing nothing."""
+group; caps, the reserve, pauses and boosts keep working, on every backend."""
 
 from __future__ import annotations
 
@@ -14,11 +13,8 @@ from celery_fair.envelope import BACKGROUND, INTERACTIVE
 from celery_fair.errors import InvalidLimit
 from celery_fair.store.base import Picked, Policy, Store
 from celery_fair.store.models import HARMONY, WFQ
-from celery_fair.store.sql.store import SqlStore
 
-from .backends import SQL_BACKENDS
 from .store_helpers import (
-    NOW,
     Q,
     group_of,
     hold,
@@ -26,10 +22,6 @@ from .store_helpers import (
     pick,
     store_fixture,  # noqa: F401  (the fixture ``store``: any_store)
 )
-
-#: The backends that run Harmony (the SQL store's refusal is its own test, so that no
-#: test pays for a SQL store it skips).
-harmony_backends = pytest.mark.parametrize("any_store", ["memory", "redis"], indirect=True)
 
 
 def harmony(store: Store, cap: int | None = None, reserve: int = 0,
@@ -47,7 +39,6 @@ def release(store: Store, picked: Picked) -> None:
     assert store.release(Q, picked.dispatch_id)
 
 
-@harmony_backends
 def test_harmony_picks_the_group_with_fewest_in_flight(store: Store) -> None:
     harmony(store)
     backlog(store, {"a": 5, "b": 5})
@@ -61,7 +52,6 @@ def test_harmony_picks_the_group_with_fewest_in_flight(store: Store) -> None:
     assert group_of(pick(store, 1)[0]) == "a"  # two each: a was served longer ago
 
 
-@harmony_backends
 def test_harmony_ties_go_to_the_group_served_least_recently(store: Store) -> None:
     harmony(store)
     backlog(store, {"a": 4, "b": 4, "c": 4})
@@ -73,7 +63,6 @@ def test_harmony_ties_go_to_the_group_served_least_recently(store: Store) -> Non
     assert [group_of(p) for p in pick(store, 3)] == ["b", "c", "a"]
 
 
-@harmony_backends
 def test_harmony_interactive_before_background_inside_a_group(store: Store) -> None:
     harmony(store)
     backlog(store, {"a": 2}, BACKGROUND)
@@ -85,7 +74,6 @@ def test_harmony_interactive_before_background_inside_a_group(store: Store) -> N
         ("a", BACKGROUND)]
 
 
-@harmony_backends
 def test_harmony_counts_in_flight_per_unit_of_weight(store: Store) -> None:
     harmony(store, weights={"heavy": 3})
     backlog(store, {"heavy": 20, "light": 20})
@@ -94,7 +82,6 @@ def test_harmony_counts_in_flight_per_unit_of_weight(store: Store) -> None:
     assert Counter(order) == {"heavy": 6, "light": 2}, order
 
 
-@harmony_backends
 def test_harmony_keeps_caps_and_the_interactive_reserve(store: Store) -> None:
     harmony(store, cap=1, reserve=1)
     backlog(store, {"a": 3, "b": 3})
@@ -105,7 +92,6 @@ def test_harmony_keeps_caps_and_the_interactive_reserve(store: Store) -> None:
     assert pick(store, 10) == []
 
 
-@harmony_backends
 def test_harmony_skips_a_paused_group(store: Store) -> None:
     harmony(store)
     backlog(store, {"a": 2, "b": 2})
@@ -115,7 +101,6 @@ def test_harmony_skips_a_paused_group(store: Store) -> None:
     assert [group_of(p) for p in pick(store, 5)] == ["a", "a"]
 
 
-@harmony_backends
 def test_harmony_boost_weight_and_task(store: Store) -> None:
     harmony(store)
     backlog(store, {"a": 6, "b": 6})
@@ -131,7 +116,6 @@ def test_harmony_boost_weight_and_task(store: Store) -> None:
     assert group_of(pick(store, 1)[0]) == "a"  # once: a has 3 in flight, b 5
 
 
-@harmony_backends
 def test_configure_switches_the_policy_at_once(store: Store) -> None:
     harmony(store)
     backlog(store, {"a": 4, "b": 4})
@@ -145,7 +129,6 @@ def test_configure_switches_the_policy_at_once(store: Store) -> None:
     assert Counter(group_of(p) for p in pick(store, 2)) == {"a": 1, "b": 1}
 
 
-@harmony_backends
 def test_an_unknown_policy_is_refused_and_nothing_written(store: Store) -> None:
     harmony(store)
     backlog(store, {"a": 2})
@@ -153,15 +136,3 @@ def test_an_unknown_policy_is_refused_and_nothing_written(store: Store) -> None:
     with pytest.raises(InvalidLimit, match="policy must be one of 'wfq', 'harmony'"):
         store.configure(Q, Policy(None, 0, 1.0, {}, {}, name="lottery"))
     assert store.snapshot(Q) == before
-
-
-@pytest.mark.parametrize("any_store", SQL_BACKENDS, indirect=True)
-def test_sql_store_refuses_harmony(store: Store) -> None:
-    assert isinstance(store, SqlStore)
-    store.configure(Q, Policy(2, 0, 1.0, {}, {}))
-    hold(store, "a")
-    before = store.snapshot(Q)
-    with pytest.raises(InvalidLimit, match="policy 'harmony' is not available on the SQL"):
-        store.configure(Q, Policy(5, 0, 1.0, {}, {}, name=HARMONY))
-    assert store.snapshot(Q) == before
-    assert [group_of(p) for p in pick(store, 5, now=NOW)] == ["a"]

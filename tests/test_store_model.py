@@ -3,7 +3,7 @@ time (the Redis store's Lua scripts on the real redis-server; the SQL store on S
 PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
 with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
-configure (either policy, wfq or harmony, on Redis; wfq on SQL; any charge: cost, count
+configure (either policy, wfq or harmony, on every backend; any charge: cost, count
 or runtime, whose releases report runtimes that correct the tags), limit, pause, boost (a
 group's weight, with expiry; a task to the front), rate limits (GCRA tokens in the
 pick, throttles lifted by promote), a task's throttle and cancel (resent under its
@@ -50,7 +50,7 @@ from celery_fair.limits import CHARGES, Rate
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
-from celery_fair.store.models import POLICIES, WFQ
+from celery_fair.store.models import POLICIES
 from celery_fair.store.pausing import WHOLE_QUEUE
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore, RedisServer
@@ -109,10 +109,8 @@ def redis_state(store: RedisStore, queue: str, groups: list[str]) -> QueueState:
 class StoreMachine(RuleBasedStateMachine):
     """The backend ``other`` (a fresh namespace each run) against the memory store."""
 
-    def __init__(self, other: Store, state: Callable[[str], QueueState],
-                 policies: tuple[str, ...] = POLICIES) -> None:
+    def __init__(self, other: Store, state: Callable[[str], QueueState]) -> None:
         super().__init__()
-        self.policies = policies  # the ones the backend runs (SQL: wfq)
         self.other = other  # the backend under test
         self.state = state
         self.memory = MemoryStore()
@@ -141,7 +139,7 @@ class StoreMachine(RuleBasedStateMachine):
     @initialize(cap=st.sampled_from([None, 1, 2, 3]), reserve=st.sampled_from([0, 1]),
                 data=st.data())
     def start(self, cap: int | None, reserve: int, data: Any) -> None:
-        policy = data.draw(st.sampled_from(self.policies))
+        policy = data.draw(st.sampled_from(POLICIES))
         charge = data.draw(st.sampled_from(CHARGES))
         self.both("configure", Policy(cap, reserve, 1.0, {}, {}, name=policy, charge=charge))
 
@@ -294,7 +292,7 @@ class StoreMachine(RuleBasedStateMachine):
     def configure(self, cap: int | None, reserve: int, weight: float, caps: dict[str, int],
                   weights: dict[str, float], default_rate: Rate | None,
                   rates: dict[str, Rate | None], data: Any) -> None:
-        policy = data.draw(st.sampled_from(self.policies))
+        policy = data.draw(st.sampled_from(POLICIES))
         charge = data.draw(st.sampled_from(CHARGES))
         self.both("configure", Policy(cap, reserve, weight, caps, weights, default_rate,
                                       rates, policy, charge))
@@ -343,7 +341,7 @@ def redis_machine(server: RedisServer) -> StoreMachine:
 
 def sql_machine(url: str) -> StoreMachine:
     store: Any = store_for_url(url, "m" + uuid.uuid4().hex[:10])
-    return StoreMachine(store, store.inspect, (WFQ,))  # harmony: Redis and memory only
+    return StoreMachine(store, store.inspect)
 
 
 @pytest.mark.timeout(900)  # a failure's shrinking takes longer than a passing run

@@ -1,7 +1,8 @@
 """Boosts on SQL (:class:`~celery_fair.store.boosting.Boosting`): two columns of the
 group's ``limits`` row, apart from its settings and runtime limit (a row left with
 nothing else is dropped when the boost ends). A boost changes no eligibility, only the
-weight the next pick reads, so nothing is re-ranked and no queue row is locked."""
+weight the next pick reads, so under wfq nothing is re-ranked; under Harmony the group's
+rank (its weight in it) is, with its row locked. No queue row is locked."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from sqlalchemy import Connection, and_, select, update
 
 from ... import limits
 from ...names import validate_group
-from ...policy.decisions import front_tag
+from ...policy.decisions import CLASSES, front_tag
 from ..models import now_ms as wall_ms
 from .controls import drop_empty_limits, list_head
 from .mixin import SqlMixin
@@ -25,8 +26,11 @@ class SqlBoosting(SqlMixin):
         weight = limits.weight(weight, f"boost weight for group {group!r}")
         row = {"ns": self.namespace, "queue": queue, "grp": group, "boost_weight": weight,
                "boost_until_ms": until_ms}
-        self._do("boost", queue, lambda c: upsert(c, self.s.t.limits, [row],
-                                                  ["boost_weight", "boost_until_ms"]))
+
+        def work(c: Connection) -> None:
+            upsert(c, self.s.t.limits, [row], ["boost_weight", "boost_until_ms"])
+            self._rerank(c, queue, [group])
+        self._do("boost", queue, work)
 
     def unboost(self, queue: str, group: str) -> bool:
         return bool(self._do("unboost", queue, lambda c: self._end(c, queue, [group])))
@@ -56,6 +60,12 @@ class SqlBoosting(SqlMixin):
                 m.ns == self.namespace, m.queue == queue, m.hold_id == hold_id
             ).values(seq=row["head"]))
             klass, g = msg.klass, msg.grp
+            if u.harmony():  # first in the queue, until its next pick
+                heads = [t for k in CLASSES for _, t in u.head_of_ready(k, 1)]
+                row["jump"] = front_tag(min(heads, default=None), u.rank(g))
+                u.rerank(g)
+                u.flush()
+                return str(g)
             head = u.head_of_ready(klass, 1)
             u.load_ready([(klass, g)])
             tag = front_tag(head[0][1] if head else None, row[f"tag_{klass}"])
@@ -86,4 +96,14 @@ class SqlBoosting(SqlMixin):
         gone = c.execute(update(self.s.t.limits).where(mine, lt.boost_weight.is_not(None))
                          .values(boost_weight=None, boost_until_ms=None)).rowcount
         drop_empty_limits(c, self.s.t, self.namespace, queue, lt.grp.in_(groups))
+        if gone:
+            self._rerank(c, queue, groups)
         return int(gone)
+
+    def _rerank(self, c: Connection, queue: str, groups: list[str]) -> None:
+        """Under Harmony, re-rank ``groups`` after their boost changed (``_rerank``)."""
+        u = Unit(c, self.s, self.namespace, queue, False, self.wakes.notice)
+        if u.harmony():
+            for g in groups:
+                u.rerank(g)
+            u.flush()

@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, func, select, update
 
 from ... import limits
-from ...errors import InvalidLimit
 from ...policy.decisions import CLASSES, task_of
 from ..base import KEEP as KEEP_LIMIT
 from ..base import RESET as RESET_LIMIT
@@ -102,14 +101,13 @@ class Controls:
 
     def configure(self, conn: Connection, queue: str, policy: Policy) -> None:
         limits.check_policy(policy)
-        if policy.name != limits.WFQ:  # config.py refuses it at start already
-            raise InvalidLimit(f"policy {policy.name!r} is not available on the SQL store "
-                               f"yet: it runs {limits.WFQ!r} only")
         u = Unit(conn, self.s, self.ns, queue, True, self.notify)
         g = self.t.groups.c
         u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))
                       .scalars())
         u.load_ready([(k, name) for name in u.groups for k in CLASSES])  # before the change
+        if policy.name != (u.q["policy"] or limits.WFQ):  # the scores change meaning:
+            u.ready.update((key, None) for key in u.ready)  # every group enters anew
         tc = self.t.tats.c  # the rates in force of the groups with a bucket (rerate below)
         rated = sorted(conn.execute(select(tc.grp).where(tc.ns == self.ns, tc.queue == queue))
                        .scalars())
@@ -120,7 +118,8 @@ class Controls:
                     "reserve": policy.interactive_reserve,
                     "default_weight": policy.default_weight,
                     "default_rate": None if policy.default_rate is None
-                    else policy.default_rate.encode(), "charge": policy.charge}
+                    else policy.default_rate.encode(), "charge": policy.charge,
+                    "policy": policy.name}
         conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue)
                      .values(settings))
         u.q.update(settings)

@@ -62,18 +62,20 @@ class SqlInspecting(SqlReads, Locating):
         r, g, q = self.t.ready.c, self.t.groups.c, self.t.queues.c
 
         def work(c: Connection) -> tuple[int | None, float]:
-            tag = c.execute(select(r.tag).where(self._q(self.t.ready, queue), r.klass == klass,
-                                                r.grp == group)).scalar()
-            if tag is None:
-                own = c.execute(select(getattr(g, f"tag_{klass}")).where(
-                    self._q(self.t.groups, queue), g.grp == group)).scalar()
+            score = c.execute(select(r.tag).where(
+                self._q(self.t.ready, queue), r.klass == klass, r.grp == group)).scalar()
+            # the group's own tag, as Redis and memory answer (the score under wfq; under
+            # Harmony the score is its rank and the tag the one it had under wfq)
+            own = c.execute(select(getattr(g, f"tag_{klass}")).where(
+                self._q(self.t.groups, queue), g.grp == group)).scalar()
+            if score is None:
                 vt = c.execute(select(getattr(q, f"vt_{klass}")).where(
                     self._q(self.t.queues, queue))).scalar()
                 return None, max(own or 0.0, vt or 0.0)
             ahead = c.execute(select(func.count()).where(
                 self._q(self.t.ready, queue), r.klass == klass,
-                (r.tag < tag) | ((r.tag == tag) & (r.grp < group)))).scalar_one()
-            return int(ahead), float(tag)
+                (r.tag < score) | ((r.tag == score) & (r.grp < group)))).scalar_one()
+            return int(ahead), float(own or 0.0)
         return self._read("ready rank", work)
 
     def ready_before(self, queue: str, klass: str, start: float,

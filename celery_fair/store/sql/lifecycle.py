@@ -265,9 +265,8 @@ class Lifecycle:
 
     def _correct(self, u: Unit, rec: dict[str, Any], runtime: float | None) -> None:
         """``FairQueue._correct``: a dispatch charged an estimate corrects its group's
-        tag by the runtime it ran, which goes into the group's mean (the SQL store runs
-        wfq only)."""
-        if runtime is None or rec["estimate"] is None:
+        tag by the runtime it ran, which goes into the group's mean (not under Harmony)."""
+        if runtime is None or rec["estimate"] is None or u.harmony():
             return
         g, klass = rec["grp"], rec["klass"]
         row = u.group(g)

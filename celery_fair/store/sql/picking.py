@@ -39,19 +39,27 @@ class Picking:
         self.last: dict[tuple[str, str], int] = {}  # the place of the last message taken
         self.per = want + 1  # messages read at once from one group
         self.charge = u.q["charge"] or COST  # fair_charge (None: configured before it)
+        self.harmony = u.harmony()
 
     def _head(self) -> tuple[str, str, float] | None:
-        """The lowest (tag, name) of the ready groups read, interactive first: a heap per
-        class, whose stale entries (a group whose tag moved or that left) are dropped
-        when they come up."""
-        for klass in ("i", "b"):
+        """The lowest (tag, name) of the ready groups read, interactive first; under
+        Harmony the lower (rank, name) of both classes' heads, interactive on a tie
+        (``FairQueue._head``). A heap per class, whose stale entries (a group whose tag
+        moved or that left) are dropped when they come up."""
+        heads = []
+        for i, klass in enumerate(("i", "b")):
             heap = self.order[klass]
-            while heap:
-                tag, _, g = heap[0]
-                if self.u.ready.get((klass, g)) == tag:
-                    return klass, g, tag
+            while heap and self.u.ready.get((klass, heap[0][2])) != heap[0][0]:
                 heapq.heappop(heap)
-        return None
+            if heap:
+                tag, name, g = heap[0]
+                heads.append((tag, name, i, klass, g))
+                if not self.harmony:
+                    break
+        if not heads:
+            return None
+        tag, _, _, klass, g = min(heads)
+        return klass, g, tag
 
     def _requeue(self, g: str) -> None:
         """Put g back in the heaps at its tags now (after a pick moved it)."""
@@ -78,17 +86,24 @@ class Picking:
             msg = self._pop(klass, g)
             row = u.groups[g]
             assert row is not None
-            u.set_vt(klass, tag)
-            spent = charged(self.charge, msg.cost, row["runtime"])
-            row[f"tag_{klass}"] = advance(tag, spent, u.pick_weight(g))
+            estimate = None  # what a 'runtime' charge corrects at release
+            if self.harmony:  # served now; a jump (boost_task) is spent
+                u.q["served"] = (u.q["served"] or 0) + 1
+                u.queue_changed = True
+                row["served"], row["jump"] = u.q["served"], None
+            else:
+                u.set_vt(klass, tag)
+                spent = charged(self.charge, msg.cost, row["runtime"])
+                row[f"tag_{klass}"] = advance(tag, spent, u.pick_weight(g))
+                estimate = spent if self.charge == RUNTIME else None
             row["inflight"] += 1
             row[f"held_{klass}"] -= 1
             row[f"since_{klass}"] = self.now_ms  # the next one is the head now
             did = dispatch_id(self.token, u.q["picks"], len(out) + 1)
             taken.append(msg.hold_id)
             out.append(Picked(did, msg.hold_id, bytes(msg.value)))
-            self._record(did, msg, klass, g, spent if self.charge == RUNTIME else None)
-            u.refresh(g)
+            self._record(did, msg, klass, g, estimate)
+            u.refresh(g)  # under Harmony its rank moved, in both classes
             self.meter(g)  # after the re-ranking, as FairQueue.pick
             self._requeue(g)
         self._write(taken)

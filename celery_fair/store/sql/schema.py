@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0007"
+SCHEMA_VERSION = "0009"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -88,7 +88,10 @@ class Tables:
                 Column("throttles", Integer, nullable=False, default=0, server_default="0"),
                 Column("default_rate", String(RATE)),
                 # fair_charge (0007): 'cost', 'count' or 'runtime'; None: 'cost'
-                Column("charge", String(8))))
+                Column("charge", String(8)),
+                # fair_policy (0009): 'wfq' or 'harmony' (None: 'wfq'), and Harmony's pick
+                # sequence (None: 0), ``stat`` ``served`` in Redis
+                Column("policy", String(8)), Column("served", BigInteger)))
         #: Caps, weights and rate limits (stored rates, ``RATE``) of groups, from the
         #: settings and at runtime (``fair limit``), and a boost (``fair boost``): its
         #: weight wins until ``boost_until_ms`` (None: no end), kept apart so that
@@ -118,8 +121,12 @@ class Tables:
                 Column("tail", BigInteger, nullable=False, default=1),
                 # fair_charge 'runtime': the group's mean runtime (seconds; 0007; None:
                 # none reported yet), the estimate its next dispatches are charged
-                Column("runtime", Double)))
-        #: A group that may be picked now, in its class, with its virtual start tag.
+                Column("runtime", Double),
+                # Harmony (0009): the queue's pick sequence when the group was last served
+                # (None: never) and the rank ``fair boost --task`` set until its next pick
+                Column("served", BigInteger), Column("jump", Double)))
+        #: A group that may be picked now, in its class, with its virtual start tag (its
+        #: rank under Harmony).
         self.ready = Table(
             f"{p}ready", md, *_keys(
                 Column("klass", String(1), primary_key=True),

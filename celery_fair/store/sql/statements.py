@@ -32,7 +32,7 @@ from ...policy.decisions import LIVE
 from .schema import Tables
 
 GROUP_COLUMNS = ("inflight", "delayed", "held_i", "held_b", "tag_i", "tag_b", "since_i",
-                 "since_b", "head", "tail", "runtime")
+                 "since_b", "head", "tail", "runtime", "served", "jump")
 MESSAGE_COLUMNS = ("hold_id", "task_id", "grp", "klass", "cost", "front", "seq", "due_ms",
                    "value")
 DISPATCH_COLUMNS = ("did", "state", "hold_id", "task_id", "grp", "klass", "cost", "front",
@@ -125,7 +125,7 @@ class Statements:
 
     def _queue_save(self, _: str) -> Any:
         return update(self.t.queues).where(_mine(self.t.queues)).values(
-            _values(("vt_i", "vt_b", "picks", "dups")))
+            _values(("vt_i", "vt_b", "picks", "dups", "served")))
 
     def _queue_with_limits(self, _: str) -> Any:
         q, lt = self.t.queues, self.t.limits
@@ -144,7 +144,7 @@ class Statements:
         return insert_ignoring(d, self.t.groups).values(
             ns=bindparam("ns"), queue=bindparam("queue"), grp=bindparam("grp"), inflight=0,
             delayed=0, held_i=0, held_b=0, tag_i=None, tag_b=None, since_i=None,
-            since_b=None, head=0, tail=1, runtime=None)
+            since_b=None, head=0, tail=1, runtime=None, served=None, jump=None)
 
     def _group_save(self, _: str) -> Any:
         g = self.t.groups

@@ -12,14 +12,15 @@ is written by every release (the counters are sharded).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from ...limits import Rate, decode_rate
-from ...policy.decisions import CLASSES, entry_tag, in_force
+from ...limits import HARMONY, Rate, decode_rate
+from ...policy.decisions import CLASSES, entry_tag, harmony_rank, in_force
 from ...policy.decisions import eligible as _eligible
 from .rows import chunks
 from .statements import GROUP_COLUMNS, Statements
@@ -80,6 +81,17 @@ class Unit:
         if not self._q["registered"]:
             self._q["registered"] = True
             self.s.run(self.conn, "queue_register", self.key)
+
+    def harmony(self) -> bool:
+        """Whether the queue runs Harmony (its row's ``policy``; None: 'wfq')."""
+        return self.q.get("policy") == HARMONY
+
+    def rank(self, g: str) -> float:
+        """g's place in the ready sets under Harmony (``FairQueue._rank``)."""
+        row = self.groups[g]
+        assert row is not None
+        return harmony_rank(row["inflight"], self.pick_weight(g), row["served"] or 0,
+                            row["jump"])
 
     def vt(self, klass: str) -> float | None:
         return self.q[f"vt_{klass}"]  # type: ignore[no-any-return]
@@ -270,14 +282,17 @@ class Unit:
 
     def _membership(self, klass: str, g: str) -> None:
         """Know whether g is in the class's ready set, from the counts it had when its
-        row was locked (the invariant); its tag is the group's."""
-        seen = self._seen.get(g)
-        if (klass, g) not in self.ready and seen is not None:
-            row = self.groups[g] or {}
-            self._know((klass, g), (row.get(f"tag_{klass}") or 0.0)
-                       if self._eligible(klass, g, seen) else None)
-        elif (klass, g) not in self.ready:
+        row was locked (the invariant); its tag is the group's. Under Harmony its rank
+        then is not known here (its weight or sequence may have moved since): NaN, "in
+        the set at some score", so that it is always written again."""
+        if (klass, g) in self.ready:
+            return
+        if not self._eligible(klass, g, self._seen.get(g)):
             self._know((klass, g), None)
+        else:
+            row = self.groups[g] or {}
+            self._know((klass, g), math.nan if self.harmony()
+                       else (row.get(f"tag_{klass}") or 0.0))
 
     def leave_ready(self, g: str) -> None:
         """Take g out of both ready sets (a pick throttled it), knowing first where it
@@ -291,8 +306,18 @@ class Unit:
         self._membership(klass, g)
         self.groups[g][f"tag_{klass}"] = tag  # type: ignore[index]
 
+    def rerank(self, g: str) -> None:
+        """Under Harmony, re-rank g after its pick weight or jump changed (its counts did
+        not, so a refresh alone would keep its rank); its limits are read again."""
+        self.forget_limits(g)
+        if self.harmony() and self.group(g) is not None:
+            for klass in CLASSES:
+                self._membership(klass, g)
+            self.refresh(g)
+
     def refresh(self, g: str) -> bool:
-        """Match g's ready sets to its eligibility (``common._refresh``); True: it entered."""
+        """Match g's ready sets to its eligibility (``common._refresh``), scored by its tag,
+        or its rank under Harmony; True: it entered."""
         row = self.groups.get(g)
         now = None if row is None else (row["held_i"], row["held_b"], row["inflight"])
         seen, entered = self._seen.get(g), False
@@ -301,7 +326,10 @@ class Unit:
                     and (now[i] > 0) == (seen[i] > 0) and now[2] == seen[2]:
                 continue  # eligibility unchanged, so membership and tag are too
             self._membership(klass, g)
-            if row is not None and self._eligible(klass, g, now):
+            if row is not None and self._eligible(klass, g, now) and self.harmony():
+                entered = entered or self.ready[(klass, g)] is None
+                self.ready[(klass, g)] = self.rank(g)
+            elif row is not None and self._eligible(klass, g, now):
                 tag = entry_tag(row[f"tag_{klass}"], self.vt(klass),
                                 self.ready[(klass, g)] is not None)
                 row[f"tag_{klass}"] = tag
@@ -338,7 +366,7 @@ class Unit:
             q = self.q
             self.s.run(self.conn, "queue_save", {**self.key, "vt_i": q["vt_i"],
                                                  "vt_b": q["vt_b"], "picks": q["picks"],
-                                                 "dups": q["dups"]})
+                                                 "dups": q["dups"], "served": q["served"]})
         if self.woken and self.notify:
             self.s.run(self.conn, "notify", {"channel": self.notify, "payload": self.queue})
 
