@@ -78,7 +78,8 @@ QUEUE_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("head wait", lambda q: format_wait(q.get("head_wait"))),
     ("groups", lambda q: str(q["group_count"])),
     ("released", lambda q: str(q["released"])),
-    ("policy", lambda q: str(q["policy"])),
+    # the policy with its companions where not the default: 'wfq soft-cap i≤0.8'
+    ("policy", lambda q: str(q.get("policy_label", q["policy"]))),
 )
 
 

@@ -148,6 +148,7 @@ class QueueDirectory:
 def policy_of(c: FairConfig, queue: str | None = None) -> Policy:
     """The policy settings a dispatcher configures ``queue`` with (None: the app-wide
     ones, which the simulator replays a trace under)."""
+    choice = c.policy if queue is None else c.policy_for(queue)
     return Policy(c.default_concurrency, c.interactive_reserve, 1.0,
                   c.group_concurrency, c.group_weights, c.default_rate, c.group_rates,
-                  (c.policy if queue is None else c.policy_for(queue)).name)
+                  choice.name, choice.cap_mode, choice.interactive_share)

@@ -193,6 +193,21 @@ def max_held(value: Any, what: str) -> int | None:
 #: Harmony's fewest tasks in flight first (DESIGN.md, "Scheduling"); common.lua has them.
 WFQ, HARMONY = "wfq", "harmony"
 POLICIES = (WFQ, HARMONY)
+#: How a group's cap binds (``fair_cap_mode``): always ('hard'), or only while no other
+#: group has work waiting ('soft': an over-cap group is picked only as a fallback).
+HARD, SOFT = "hard", "soft"
+CAP_MODES = (HARD, SOFT)
+
+
+def interactive_share(value: Any, what: str) -> float | None:
+    """``fair_interactive_share``: None (strict priority) or a number in (0, 1]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value <= 1:
+        raise InvalidLimit(f"{what} must be None (strict priority) or a number greater "
+                           f"than 0 and at most 1, got {value!r}")
+    return float(value)
 
 
 def check_policy(policy: Policy) -> Policy:
@@ -204,6 +219,10 @@ def check_policy(policy: Policy) -> Policy:
     if policy.name not in POLICIES:
         raise InvalidLimit(f"policy must be one of {', '.join(map(repr, POLICIES))}, "
                            f"got {policy.name!r}")
+    if policy.cap_mode not in CAP_MODES:
+        raise InvalidLimit(f"cap mode must be one of {', '.join(map(repr, CAP_MODES))}, "
+                           f"got {policy.cap_mode!r}")
+    interactive_share(policy.interactive_share, "interactive share")
     if policy.default_cap is not None:
         cap(policy.default_cap, "default concurrency")
     cap(policy.interactive_reserve, "interactive reserve")

@@ -16,11 +16,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from .config_keys import invalid_setting as _fail
-from .errors import ConfigurationError
-from .limits import HARMONY, POLICIES, WFQ
+from .errors import ConfigurationError, InvalidLimit
+from .limits import CAP_MODES, HARD, HARMONY, POLICIES, SOFT, WFQ
+from .limits import interactive_share as _share_in_range
 from .urls import SQL_SCHEMES, scheme_of
 
-__all__ = ["COMPANIONS", "HARMONY", "POLICIES", "WFQ", "PolicyChoice", "read_policies"]
+__all__ = ["CAP_MODES", "COMPANIONS", "HARD", "HARMONY", "POLICIES", "SOFT", "WFQ",
+           "PolicyChoice", "read_policies"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,22 @@ class PolicyChoice:
     #: ``fair_policy``: 'wfq' (weighted start-time fair queueing) or 'harmony' (fewest
     #: tasks in flight first)
     name: str = WFQ
+    #: ``fair_cap_mode``: 'hard' (a group at its cap waits) or 'soft' (it may go on while
+    #: no other group has work waiting)
+    cap_mode: str = HARD
+    #: ``fair_interactive_share``: the most of the capacity interactive work may hold
+    #: while background work waits (None: strict priority)
+    interactive_share: float | None = None
+
+    def describe(self) -> str:
+        """The policy with its companions where they are not the default, as ``fair
+        status`` shows it: 'wfq', 'wfq soft-cap', 'harmony i≤0.8'."""
+        parts = [self.name]
+        if self.cap_mode != HARD:
+            parts.append(f"{self.cap_mode}-cap")
+        if self.interactive_share is not None:
+            parts.append(f"i≤{self.interactive_share:g}")
+        return " ".join(parts)
 
 
 def _policy_name(setting: str, value: Any) -> str:
@@ -38,9 +56,25 @@ def _policy_name(setting: str, value: Any) -> str:
     return str(value)
 
 
+def _cap_mode(setting: str, value: Any) -> str:
+    if value not in CAP_MODES:
+        raise _fail(setting, value, "one of " + ", ".join(repr(m) for m in CAP_MODES))
+    return str(value)
+
+
+def _interactive_share(setting: str, value: Any) -> float | None:
+    try:
+        return _share_in_range(value, setting)
+    except InvalidLimit:
+        raise _fail(setting, value, "None (strict priority) or a number greater than 0 "
+                                    "and at most 1, such as 0.8") from None
+
+
 #: Companion setting -> (PolicyChoice field, validator(setting as written, value)).
 COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
     "fair_policy": ("name", _policy_name),
+    "fair_cap_mode": ("cap_mode", _cap_mode),
+    "fair_interactive_share": ("interactive_share", _interactive_share),
 }
 
 
@@ -72,9 +106,9 @@ def read_policies(get: Callable[[str], Any], store_url: str,
                 "queue the app declares (task_default_queue, task_queues or a task_routes "
                 f"mapping): {', '.join(map(repr, sorted(known)))}")
         queues[queue] = _laid_over(base, where, entries)
-    for name, choice in [("fair_policy", base), *(
-            (f"fair_queue_policies[{q!r}]['fair_policy']", c) for q, c in queues.items())]:
-        _check_store(name, choice, store_url)
+    for where, choice in [("", base), *(
+            (f"fair_queue_policies[{q!r}]", c) for q, c in queues.items())]:
+        _check_store(where, choice, store_url)
     return base, queues
 
 
@@ -93,9 +127,16 @@ def _laid_over(base: PolicyChoice, where: str, entries: Any) -> PolicyChoice:
     return replace(base, **changes)
 
 
-def _check_store(name: str, choice: PolicyChoice, store_url: str) -> None:
-    """The SQL store runs 'wfq' only (harmony is in the Redis scripts and the memory
-    store's policy so far)."""
-    if choice.name != WFQ and scheme_of(store_url) in SQL_SCHEMES:
-        raise _fail(name, choice.name, f"'{WFQ}': the SQL store runs only '{WFQ}' so far "
-                                       f"('{choice.name}' needs a Redis store)")
+def _check_store(where: str, choice: PolicyChoice, store_url: str) -> None:
+    """The SQL store runs 'wfq' with hard caps and no interactive share only (Harmony,
+    soft caps and the share are in the Redis scripts and the memory store's policy so
+    far). ``where``: '' for the app-wide settings, else the queue's entry."""
+    if scheme_of(store_url) not in SQL_SCHEMES:
+        return
+    for key, value, default in (("fair_policy", choice.name, WFQ),
+                                ("fair_cap_mode", choice.cap_mode, HARD),
+                                ("fair_interactive_share", choice.interactive_share, None)):
+        if value != default:
+            name = f"{where}[{key!r}]" if where else key
+            raise _fail(name, value, f"{default!r}: the SQL store runs only {default!r} "
+                                     f"so far ({value!r} needs a Redis store)")

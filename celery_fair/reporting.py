@@ -59,11 +59,12 @@ def log_start(store: Store, config: FairConfig, fixed_queues: Sequence[str] | No
 
 
 def policy_words(config: FairConfig) -> str:
-    """The policies in words: the app-wide one, then each queue's own ("wfq (exports:
-    harmony)")."""
-    own = ", ".join(f"{queue}: {choice.name}" for queue, choice
+    """The policies in words, with their companions where not the default
+    (``PolicyChoice.describe``): the app-wide one, then each queue's own ("wfq
+    (exports: harmony soft-cap)")."""
+    own = ", ".join(f"{queue}: {choice.describe()}" for queue, choice
                     in sorted(config.queue_policies.items()))
-    return config.policy.name + (f" ({own})" if own else "")
+    return config.policy.describe() + (f" ({own})" if own else "")
 
 
 def capacity_source(store: Store, config: FairConfig, queues: Sequence[str]) -> str:

@@ -116,7 +116,10 @@ def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict
     rows = store.busiest_groups(queue, max(top, GROUP_LIMIT))
     heads = {f.group: f for f in _figures(store, queue, [r.group for r in rows])}
     shown = rows[:top]
-    return {**as_json(figures), "policy": config.policy_for(queue).name,
+    choice = config.policy_for(queue)
+    return {**as_json(figures), "policy": choice.name, "cap_mode": choice.cap_mode,
+            "interactive_share": choice.interactive_share,
+            "policy_label": choice.describe(),
             **read_capacity(store, config, queue).as_json(),
             "oldest_wait": _wait(heads.values(), now),
             "head_wait": _head_wait(heads.values(), now),

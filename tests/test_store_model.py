@@ -3,7 +3,8 @@ time (the Redis store's Lua scripts on the real redis-server; the SQL store on S
 PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
 with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
-configure (either policy, wfq or harmony, on Redis; wfq on SQL), limit, pause, boost (a
+configure (either policy, wfq or harmony, with hard or soft caps and with or without an
+interactive share, on Redis; wfq with hard caps and no share on SQL), limit, pause, boost (a
 group's weight, with expiry; a task to the front), rate limits (GCRA tokens in the
 pick, throttles lifted by promote), a task's throttle and cancel (resent under its
 token).
@@ -49,7 +50,7 @@ from celery_fair.limits import Rate
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
-from celery_fair.store.models import POLICIES, WFQ
+from celery_fair.store.models import CAP_MODES, HARD, POLICIES, WFQ
 from celery_fair.store.pausing import WHOLE_QUEUE
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore, RedisServer
@@ -61,6 +62,8 @@ GROUPS = ["a", "b", "c", "dd"]
 #: ten a second; 3 at once; one a second, 2 at once; none (whatever the default)
 RATES = [Rate(100.0), Rate(100.0, 3), Rate(1000.0, 2), None]
 PICK_LEASE, LEASE = 10_000, 30_000
+#: interactive shares: none (strict priority), most, half, a third of the capacity
+SHARES = (None, None, 0.8, 0.5, 1 / 3)
 HOST = "r"  # the runs r1 and r2 are this host's
 
 
@@ -77,14 +80,19 @@ def redis_state(store: RedisStore, queue: str, groups: list[str]) -> QueueState:
     pipe = store.client.pipeline(transaction=False)
     for klass in CLASSES:
         pipe.zrange(k.ready(klass), 0, -1, withscores=True)
+        pipe.zrange(k.over(klass), 0, -1, withscores=True)
     pipe.hgetall(k.vt)
     for g in groups:
         pipe.hgetall(k.group(g))
         for klass in CLASSES:
             pipe.lrange(k.held(klass, g), 0, -1)
     pipe.hget(k.stat, "inflight")
+    pipe.hget(k.stat, "inflight:i")
     replies = iter(pipe.execute())
-    ready = {klass: {g.decode(): s for g, s in next(replies)} for klass in CLASSES}
+    ready, over = {}, {}
+    for klass in CLASSES:
+        ready[klass] = {g.decode(): s for g, s in next(replies)}
+        over[klass] = {g.decode(): s for g, s in next(replies)}
     vt = {c.decode(): float(t) for c, t in next(replies).items()}
     tags, inflight, delayed, held, since = {}, {}, {}, {}, {}
     for g in groups:
@@ -100,16 +108,18 @@ def redis_state(store: RedisStore, queue: str, groups: list[str]) -> QueueState:
                 held[(klass, g)] = ids
                 since[(klass, g)] = int(fields["h" + klass])
     return QueueState(ready, vt, tags, inflight, delayed, held, int(next(replies) or 0),
-                      since)
+                      since, over, int(next(replies) or 0))
 
 
 class StoreMachine(RuleBasedStateMachine):
     """The backend ``other`` (a fresh namespace each run) against the memory store."""
 
     def __init__(self, other: Store, state: Callable[[str], QueueState],
-                 policies: tuple[str, ...] = POLICIES) -> None:
+                 policies: tuple[str, ...] = POLICIES, cap_modes: tuple[str, ...] = CAP_MODES,
+                 shares: tuple[float | None, ...] = SHARES) -> None:
         super().__init__()
         self.policies = policies  # the ones the backend runs (SQL: wfq)
+        self.cap_modes, self.shares = cap_modes, shares  # (SQL: hard, None)
         self.other = other  # the backend under test
         self.state = state
         self.memory = MemoryStore()
@@ -138,8 +148,13 @@ class StoreMachine(RuleBasedStateMachine):
     @initialize(cap=st.sampled_from([None, 1, 2, 3]), reserve=st.sampled_from([0, 1]),
                 data=st.data())
     def start(self, cap: int | None, reserve: int, data: Any) -> None:
-        policy = data.draw(st.sampled_from(self.policies))
-        self.both("configure", Policy(cap, reserve, 1.0, {}, {}, name=policy))
+        self.both("configure", Policy(cap, reserve, 1.0, {}, {}, **self._draw_policy(data)))
+
+    def _draw_policy(self, data: Any) -> dict[str, Any]:
+        """A policy, cap mode and interactive share the backend runs."""
+        return {"name": data.draw(st.sampled_from(self.policies)),
+                "cap_mode": data.draw(st.sampled_from(self.cap_modes)),
+                "interactive_share": data.draw(st.sampled_from(self.shares))}
 
     @rule(group=st.sampled_from(GROUPS), klass=st.sampled_from(CLASSES),
           cost=st.sampled_from([1, 1, 2, 0.5, 3]), front=st.booleans(),
@@ -288,9 +303,8 @@ class StoreMachine(RuleBasedStateMachine):
     def configure(self, cap: int | None, reserve: int, weight: float, caps: dict[str, int],
                   weights: dict[str, float], default_rate: Rate | None,
                   rates: dict[str, Rate | None], data: Any) -> None:
-        policy = data.draw(st.sampled_from(self.policies))
         self.both("configure", Policy(cap, reserve, weight, caps, weights, default_rate,
-                                      rates, policy))
+                                      rates, **self._draw_policy(data)))
 
     @rule(group=st.sampled_from(GROUPS), cap=st.sampled_from([KEEP, RESET, -1, 0, 1, 2]),
           weight=st.sampled_from([KEEP, RESET, 0.5, 3.0]))
@@ -336,7 +350,8 @@ def redis_machine(server: RedisServer) -> StoreMachine:
 
 def sql_machine(url: str) -> StoreMachine:
     store: Any = store_for_url(url, "m" + uuid.uuid4().hex[:10])
-    return StoreMachine(store, store.inspect, (WFQ,))  # harmony: Redis and memory only
+    # harmony, soft caps and the interactive share: Redis and memory only
+    return StoreMachine(store, store.inspect, (WFQ,), (HARD,), (None,))
 
 
 @pytest.mark.timeout(900)  # a failure's shrinking takes longer than a passing run

@@ -12,6 +12,9 @@ ARGV[5]  weight overrides as JSON {group: weight}
 ARGV[6]  rate limits as JSON {group: '<interval ms>:<burst>' or 'none'}
 ARGV[7]  default rate limit ('<interval ms>:<burst>'; '' for none)
 ARGV[8]  the policy: 'wfq' or 'harmony' (common.lua POLICIES)
+ARGV[9]  the cap mode: 'hard' or 'soft' (absent: 'hard'); under 'hard' the over sets are
+         emptied, as no group stands over its cap then
+ARGV[10] the interactive share: a number in (0, 1], or '' (absent) for none
 Returns: number of groups re-ranked.
 Error (before anything is written): an unknown policy; a cap, reserve, weight or rate
 out of range (common.lua bounds; limits.py checks them first). Buckets and throttles are
@@ -46,11 +49,23 @@ if ARGV[7] ~= '' and not parse_rate(ARGV[7]) then
   return refuse('default rate limit', ARGV[7], rate_form)
 end
 if not POLICIES[ARGV[8]] then return refuse('policy', ARGV[8], "'wfq' or 'harmony'") end
+local capmode, ishare = ARGV[9] or 'hard', ARGV[10] or ''
+if capmode ~= 'hard' and capmode ~= 'soft' then
+  return refuse('cap mode', capmode, "'hard' or 'soft'")
+end
+local share = tonumber(ishare)
+if ishare ~= '' and not (share and share > 0 and share <= 1) then
+  return refuse('interactive share', ishare, 'a number greater than 0 and at most 1')
+end
 local before = {}  -- the rates in force of the groups with a bucket (rerate below)
 for _, g in ipairs(redis.call('ZRANGE', K_TATS, 0, -1)) do before[g] = {rate_of(g)} end
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3],
-           'policy', ARGV[8])
-policy_read = nil  -- the refreshes below rank under the new policy
+           'policy', ARGV[8], 'capmode', capmode)
+if ishare == '' then redis.call('HDEL', K_CONF, 'ishare') else redis.call('HSET', K_CONF, 'ishare', ishare) end
+policy_read, soft_read = nil, nil  -- the refreshes below rank under the new policy
+if capmode == 'hard' then
+  for _, cls in ipairs(CLASSES) do redis.call('DEL', k_over(cls)) end
+end
 if ARGV[7] == '' then redis.call('HDEL', K_CONF, 'rate') else redis.call('HSET', K_CONF, 'rate', ARGV[7]) end
 -- The settings, kept apart (a limit's --reset restores them), then in force with the
 -- runtime limits laid over them.

@@ -7,6 +7,11 @@ group interactive goes before background); the group's last-served sequence beco
 queue's pick count `stat` `served` and it is re-ranked in both classes. A rate-limited
 group whose bucket runs empty is throttled: it leaves the ready sets until promote.lua
 lifts it, so the pick never scans a group that may not go.
+Soft caps (conf `capmode` 'soft'): only when both ready sets are empty, the pick falls
+back to the over sets (groups at or over their cap with work held), in the same order.
+Interactive share (conf `ishare`): while the queue's interactive dispatches in flight
+(`stat` `inflight:i`) are at least the share of the capacity and the background set (of
+the same kind) holds a group, the pick takes from it first.
 KEYS[1]  fair queue prefix
 ARGV[1]  now in ms
 ARGV[2]  most messages to take
@@ -70,18 +75,29 @@ local function meter(g)
   local free_at = tat - (burst - 1) * interval
   if free_at > now then
     redis.call('ZADD', K_THROTTLED, free_at, g)
-    for _, cls in ipairs(CLASSES) do redis.call('ZREM', k_ready(cls), g) end
+    for _, cls in ipairs(CLASSES) do
+      redis.call('ZREM', k_ready(cls), g)
+      redis.call('ZREM', k_over(cls), g)
+    end
   end
 end
 
 -- The interactive ready set is skipped while empty; only a full refresh can fill it.
 local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0
-local harmonious = harmony()
-local function head()
+local harmonious, soft = harmony(), soft_caps()
+-- the interactive share's bound, in dispatches (nil: none), and the interactive in flight
+local share = capacity >= 0 and tonumber(redis.call('HGET', K_CONF, 'ishare') or '')
+local share_bound = share and share * capacity
+local inflight_i = tonumber(redis.call('HGET', K_STAT, 'inflight:i') or '0')
+local function head_of(k_set, skip_i)
+  if share_bound and inflight_i >= share_bound then  -- background first, while it waits
+    local top = redis.call('ZRANGE', k_set('b'), 0, 0, 'WITHSCORES')
+    if top[1] then return 'b', top[1], tonumber(top[2]) end
+  end
   local best = nil
   for _, cls in ipairs(CLASSES) do
-    if cls ~= 'i' or not interactive_empty then
-      local top = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')
+    if cls ~= 'i' or not skip_i then
+      local top = redis.call('ZRANGE', k_set(cls), 0, 0, 'WITHSCORES')
       if top[1] and not harmonious then return cls, top[1], tonumber(top[2]) end
       local score = top[1] and tonumber(top[2])
       if score and (not best or score < best[3] or (score == best[3] and top[1] < best[2])) then
@@ -90,6 +106,11 @@ local function head()
     end
   end
   if best then return best[1], best[2], best[3] end
+end
+local function head()
+  local cls, g, tag = head_of(k_ready, interactive_empty)
+  if cls or not soft then return cls, g, tag end
+  return head_of(k_over, false)
 end
 
 -- Direct push: may a message with this exchange and routing key go to `target` directly?
@@ -147,6 +168,7 @@ while taken < want do
     -- nothing taken (an id without a message, or quarantined): maybe nothing left
     if id then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1]) end  -- before a forget
     redis.call('ZREM', k_ready(cls), g)
+    if soft then redis.call('ZREM', k_over(cls), g) end
     refresh(g, default_cap)
     forget_if_idle(g)
     interactive_empty = false
@@ -163,6 +185,7 @@ while taken < want do
       redis.call('HSET', gk, 't' .. cls, tag)
     end
     redis.call('HINCRBY', gk, 'n', 1)
+    if cls == 'i' then inflight_i = inflight_i + 1 end
     local heads = new_head[g] or {}
     heads[cls], new_head[g] = true, heads
     taken = taken + 1
@@ -208,7 +231,11 @@ while taken < want do
     meter(g)
   end
 end
-if taken > 0 then redis.call('HINCRBY', K_STAT, 'inflight', taken) end
+if taken > 0 then
+  redis.call('HINCRBY', K_STAT, 'inflight', taken)
+  local taken_i = inflight_i - tonumber(redis.call('HGET', K_STAT, 'inflight:i') or '0')
+  if taken_i > 0 then redis.call('HINCRBY', K_STAT, 'inflight:i', taken_i) end
+end
 -- the head times of the lists taken from, one HSET per group (its `n` keeps the hash):
 -- the next message is the head since now (a stale time for an empty list, which the
 -- next message in stamps again)

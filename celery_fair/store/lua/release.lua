@@ -18,7 +18,7 @@ local dk = k_dispatch(did)
 local state, runner = unpack(redis.call('HMGET', dk, 's', 'x'))
 if not state or state == 'superseded' or state == 'released' then return 0 end
 if ARGV[3] and ARGV[3] ~= '' and runner and runner ~= ARGV[3] then return 0 end
-local g = redis.call('HGET', dk, 'g')
+local g, cls = unpack(redis.call('HMGET', dk, 'g', 'c'))
 redis.call('DEL', dk)
 if done_ttl > 0 then
   local done = k_done(did)
@@ -30,6 +30,6 @@ end
 redis.call('ZREM', K_LEASES, did)
 redis.call('HINCRBY', K_STAT, 'released', 1)
 if state == 'lost' then return 0 end
-free_slot(g)
+free_slot(g, cls)
 wake()
 return 1

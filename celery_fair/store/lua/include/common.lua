@@ -3,9 +3,9 @@
 -- tag, so one script only ever touches one Redis Cluster slot. keys.py mirrors this layout.
 local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
-local K_STAT = prefix .. ':stat'        -- HASH inflight, held:i, held:b, released, dup, skipped, picks, served
+local K_STAT = prefix .. ':stat'        -- HASH inflight, inflight:i, held:i, held:b, released, dup, skipped, picks, served
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
-local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy
+local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy, capmode, ishare
 local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
 local K_WEIGHTS = prefix .. ':weights'  -- HASH group -> weight in force
 local K_CONF_CAPS = prefix .. ':conf:caps'          -- HASH group -> cap from the settings
@@ -33,6 +33,9 @@ local CLASSES = {'i', 'b'}               -- interactive first
 local function k_list(cls, g) return prefix .. ':q:' .. cls .. ':' .. g end
 local function k_group(g) return prefix .. ':g:' .. g end
 local function k_ready(cls) return prefix .. ':ready:' .. cls end
+-- soft caps: the groups at or over their cap with work held, picked only when no group
+-- is ready (scored as the ready sets are)
+local function k_over(cls) return prefix .. ':over:' .. cls end
 local function k_dispatch(did) return prefix .. ':d:' .. did end
 -- SET of the copies of task id <id> held under <id>~<suffix> (hold.lua; reclaim.lua adds
 -- ~<dispatch id>, to a copy too), so cancel finds them in O(copies), not O(held): the
@@ -167,6 +170,14 @@ local function harmony()
   return policy_read == 'harmony'
 end
 
+-- The cap mode (conf `capmode`, limits.py CAP_MODES), read once per script call as the
+-- policy is; configure.lua sets it and forgets what was read.
+local soft_read = nil
+local function soft_caps()
+  if soft_read == nil then soft_read = redis.call('HGET', K_CONF, 'capmode') == 'soft' end
+  return soft_read
+end
+
 -- A group's place in the ready sets under Harmony (decisions.py `harmony_rank`): its
 -- in-flight count per unit of weight in whole numbers, then the pick sequence when it
 -- was last served (group field `s`; 0: never) over SERVED_SPAN; a rank boost_task.lua
@@ -240,43 +251,62 @@ local function inflight_of(g)
   return tonumber(redis.call('HGET', k_group(g), 'n') or '0')
 end
 
--- A group may be picked in a class while it holds work there and is under its cap;
--- interactive work may also use the reserve above the cap. `default_cap`: see cap_of.
-local function eligible(cls, g, n, default_cap)
-  if redis.call('LLEN', k_list(cls, g)) == 0 then return false end
-  if redis.call('ZSCORE', K_PAUSES, g) then return false end  -- paused (pause.lua): any class
-  if redis.call('ZSCORE', K_THROTTLED, g) then return false end  -- its rate, or a task's throttle
+-- Where a group stands in a class: 'ready' while it holds work there and is under its
+-- cap (interactive work may also use the reserve above the cap); under soft caps 'over'
+-- while it holds work at or over its cap (not paused, throttled or capped at 0); else
+-- nil. `default_cap`: see cap_of. Policy `decisions.standing`.
+local function standing(cls, g, n, default_cap)
+  if redis.call('LLEN', k_list(cls, g)) == 0 then return nil end
+  if redis.call('ZSCORE', K_PAUSES, g) then return nil end  -- paused (pause.lua): any class
+  if redis.call('ZSCORE', K_THROTTLED, g) then return nil end  -- its rate, or a task's throttle
   local cap = cap_of(g, default_cap)
-  if cap < 0 then return true end
+  if cap < 0 then return 'ready' end
   -- cap 0 pauses the group (`fair limit`): the reserve is room above a cap for
-  -- interactive work, not a way past a pause
-  if cap == 0 then return false end
+  -- interactive work, not a way past a pause, and neither is a soft cap
+  if cap == 0 then return nil end
   if cls == 'i' then cap = cap + (valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0) end
-  return n < cap
+  if n < cap then return 'ready' end
+  if soft_caps() then return 'over' end
+  return nil
 end
 
--- Make g's membership of each ready set match its eligibility. A group entering a ready
--- set starts at the class's virtual time: no credit for having been idle. Under Harmony
--- its score is its rank, in both classes.
--- Returns true when g entered a ready set it was not in. `default_cap`: see cap_of.
+local function eligible(cls, g, n, default_cap)
+  return standing(cls, g, n, default_cap) == 'ready'
+end
+
+-- Make g's membership of each ready set (and under soft caps each over set) match where
+-- it stands. A group entering a set starts at the class's virtual time: no credit for
+-- having been idle. Under Harmony its score is its rank, in both classes.
+-- Returns true when g entered a set it was not in. `default_cap`: see cap_of.
 local function refresh(g, default_cap)
   local gk = k_group(g)
   local n = inflight_of(g)
   local entered, rank = false, nil
+  local soft = soft_caps()  -- else the over sets are empty (configure.lua empties them)
   for _, cls in ipairs(CLASSES) do
-    if eligible(cls, g, n, default_cap) and harmony() then
+    local where = standing(cls, g, n, default_cap)
+    local score = nil
+    if where and harmony() then
       rank = rank or string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
-      if redis.call('ZADD', k_ready(cls), rank, g) == 1 then entered = true end
-    elseif eligible(cls, g, n, default_cap) then
+      score = rank
+    elseif where then
       local tag = finite(redis.call('HGET', gk, 't' .. cls) or '0')
       local vt = finite(redis.call('HGET', K_VT, cls) or '0') or 0
       if not tag or vt > tag then  -- a damaged tag restarts at the virtual time
         tag = vt
         redis.call('HSET', gk, 't' .. cls, tag)
       end
-      if redis.call('ZADD', k_ready(cls), tag, g) == 1 then entered = true end
+      score = tag
+    end
+    if where == 'ready' then
+      if redis.call('ZADD', k_ready(cls), score, g) == 1 then entered = true end
+      if soft then redis.call('ZREM', k_over(cls), g) end
+    elseif where == 'over' then
+      redis.call('ZREM', k_ready(cls), g)
+      if redis.call('ZADD', k_over(cls), score, g) == 1 then entered = true end
     else
       redis.call('ZREM', k_ready(cls), g)
+      if soft then redis.call('ZREM', k_over(cls), g) end
     end
   end
   return entered
@@ -293,10 +323,11 @@ local function forget_if_idle(g)
   redis.call('SREM', K_GROUPS, g)
 end
 
--- One slot of g comes back (release, reclaim).
-local function free_slot(g)
+-- One slot of g comes back (release, reclaim) from a dispatch of class `cls`.
+local function free_slot(g, cls)
   redis.call('HINCRBY', k_group(g), 'n', -1)
   redis.call('HINCRBY', K_STAT, 'inflight', -1)
+  if cls == 'i' then redis.call('HINCRBY', K_STAT, 'inflight:i', -1) end
   refresh(g)
   forget_if_idle(g)
 end
@@ -310,9 +341,10 @@ local function hold_lease(did, deadline, state)
   if state == nil then state = redis.call('HGET', dk, 's') end
   if not state or state == 'superseded' or state == 'released' then return state or false end
   if state == 'lost' then
-    local g = redis.call('HGET', dk, 'g')
+    local g, cls = unpack(redis.call('HMGET', dk, 'g', 'c'))
     redis.call('HINCRBY', k_group(g), 'n', 1)
     redis.call('HINCRBY', K_STAT, 'inflight', 1)
+    if cls == 'i' then redis.call('HINCRBY', K_STAT, 'inflight:i', 1) end
     redis.call('SADD', K_GROUPS, g)
     redis.call('PERSIST', dk)
     redis.call('HSET', dk, 's', 'running')
