@@ -128,15 +128,10 @@ def _laid_over(base: PolicyChoice, where: str, entries: Any) -> PolicyChoice:
 
 
 def _check_store(where: str, choice: PolicyChoice, store_url: str) -> None:
-    """The SQL store runs 'wfq' with hard caps and no interactive share only (Harmony,
-    soft caps and the share are in the Redis scripts and the memory store's policy so
-    far). ``where``: '' for the app-wide settings, else the queue's entry."""
-    if scheme_of(store_url) not in SQL_SCHEMES:
-        return
-    for key, value, default in (("fair_policy", choice.name, WFQ),
-                                ("fair_cap_mode", choice.cap_mode, HARD),
-                                ("fair_interactive_share", choice.interactive_share, None)):
-        if value != default:
-            name = f"{where}[{key!r}]" if where else key
-            raise _fail(name, value, f"{default!r}: the SQL store runs only {default!r} "
-                                     f"so far ({value!r} needs a Redis store)")
+    """The SQL store runs 'wfq' only (Harmony is in the Redis scripts and the memory
+    store's policy so far). ``where``: '' for the app-wide settings, else the queue's
+    entry."""
+    if choice.name != WFQ and scheme_of(store_url) in SQL_SCHEMES:
+        name = f"{where}['fair_policy']" if where else "fair_policy"
+        raise _fail(name, choice.name, f"'{WFQ}': the SQL store runs only '{WFQ}' so far "
+                                       f"('{choice.name}' needs a Redis store)")

@@ -1,5 +1,6 @@
 """Soft caps and the interactive share end to end: a real in-thread Celery worker, a
-real dispatcher, a real Redis store, the companions set for the one fair queue by
+real dispatcher, a real store (Redis, then the SQL store on PostgreSQL: ``store_backend``),
+the companions set for the one fair queue by
 ``fair_queue_policies``. Measured by the tasks themselves (the ledger's counts of one
 group running at once and the order the tasks started in), never by timing.
 
@@ -29,21 +30,24 @@ def running(app: Any, group: str) -> int:
 
 @pytest.mark.parametrize("mode", ["soft", "hard"])
 def test_soft_caps_let_a_lone_group_use_the_pool_until_another_arrives(
-        make_app: Any, worker: Any, dispatcher: Any, mode: str) -> None:
+        make_app: Any, worker: Any, dispatcher: Any, mode: str, store_backend: str) -> None:
     queue = make_app().conf.task_default_queue
     app = make_app(fair_max_inflight=4, fair_group_concurrency={"a": 2, "b": 2},
                    fair_queue_policies={queue: {"fair_cap_mode": mode}})
     work = app.tasks["proj.work"]
-    first = [work.delay("a", f"a-{i}", 0.5) for i in range(12)]
+    # a's first four end one by one, half a second apart (a's slots free one at a time,
+    # a still at or over its cap for the first two), the rest are short
+    first = [work.delay("a", f"a-{i}", [1.0, 1.5, 2.0, 2.5][i] if i < 4 else 0.3)
+             for i in range(8)]
     with worker(concurrency=4, the_app=app), dispatcher(the_app=app):
         wait_for(lambda: running(app, "a") == (4 if mode == "soft" else 2),
                  timeout=TIMEOUT, what="a running at its height")
         before = len(app.ledger.starts())
-        late = [work.delay("b", f"b-{i}", 0.5) for i in range(4)]
+        late = [work.delay("b", f"b-{i}", 2.0) for i in range(4)]
         for r in first + late:
             r.get(timeout=TIMEOUT)
     ledger = app.ledger
-    assert wait_for(lambda: ledger.ends() == 16, timeout=TIMEOUT, what="every task ended")
+    assert wait_for(lambda: ledger.ends() == 12, timeout=TIMEOUT, what="every task ended")
     peaks = ledger.max_running()
     labels = [s["label"] for s in ledger.starts()]
     if mode == "hard":
@@ -51,13 +55,16 @@ def test_soft_caps_let_a_lone_group_use_the_pool_until_another_arrives(
         return
     assert peaks["a"] == 4, peaks  # alone: over its cap, the whole pool
     # b arrived with a holding all 4 slots: the next two slots that freed went to b
-    assert [label[0] for label in labels[before:before + 2]] == ["b", "b"], labels
+    # b arrived with a holding all 4 slots: the next two that freed (a at 3, then at its
+    # cap of 2) went to b; the third (a under its cap again) to a
+    assert [label[0] for label in labels[before:before + 3]] == ["b", "b", "a"], labels
     assert ledger.max_all() <= 4
 
 
 @pytest.mark.parametrize("share", [0.6, None])
 def test_interactive_share_leaves_background_the_rest(
-        make_app: Any, worker: Any, dispatcher: Any, share: float | None) -> None:
+        make_app: Any, worker: Any, dispatcher: Any, share: float | None,
+        store_backend: str) -> None:
     queue = make_app().conf.task_default_queue
     app = make_app(fair_max_inflight=5,
                    fair_queue_policies={queue: {"fair_interactive_share": share}})
@@ -74,7 +81,7 @@ def test_interactive_share_leaves_background_the_rest(
     last_interactive = max(i for i, label in enumerate(labels) if label.startswith("i-"))
     background_early = sum(label.startswith("b-") for label in labels[:last_interactive])
     if share is None:  # strict priority: interactive takes every slot, background waits
-        assert peaks["ui"] == 5, peaks
+        assert peaks["ui"] >= 4, peaks  # (5 but for a start later than a task's end)
         assert background_early <= 4, labels  # at most the starts racing the last ones
         return
     assert peaks["ui"] == 3, peaks  # 0.6 of 5, reached and never more

@@ -2,7 +2,7 @@
 (``fair_interactive_share``). While background work waits, interactive work holds at
 most its share of the capacity and background gets the rest; without background work
 waiting interactive may use all of it; without a share (the default) interactive goes
-first, strictly. The SQL store runs no share yet: it refuses one, writing nothing."""
+first, strictly."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from celery_fair.store.base import Picked, Policy, Store
 from celery_fair.store.models import HARMONY, WFQ
 from celery_fair.store.sql.store import SqlStore
 
-from .backends import SQL_BACKENDS
 from .store_helpers import (
     LEASE,
     NOW,
@@ -25,11 +24,12 @@ from .store_helpers import (
     store_fixture,  # noqa: F401  (the fixture ``store``: any_store)
 )
 
-share_backends = pytest.mark.parametrize("any_store", ["memory", "redis"], indirect=True)
 GROUPS = ["a", "b", "c"]
 
 
 def shared(store: Store, share: float | None, policy: str = WFQ) -> None:
+    if policy == HARMONY and isinstance(store, SqlStore):
+        pytest.skip("the SQL store runs wfq only (Harmony: Redis and memory)")
     store.configure(Q, Policy(None, 0, 1.0, {}, {}, name=policy, interactive_share=share))
 
 
@@ -42,7 +42,6 @@ def classes(picked: list[Picked]) -> list[str]:
     return [klass_of(p) for p in picked]
 
 
-@share_backends
 @pytest.mark.parametrize("policy", [WFQ, HARMONY])
 def test_interactive_holds_its_share_while_background_waits(store: Store,
                                                              policy: str) -> None:
@@ -63,7 +62,6 @@ def test_interactive_holds_its_share_while_background_waits(store: Store,
     assert classes(pick(store, 10, capacity=10)) == [BACKGROUND]
 
 
-@share_backends
 def test_interactive_may_use_all_without_background_waiting(store: Store) -> None:
     shared(store, 0.8)
     backlog(store, INTERACTIVE, 20)
@@ -72,7 +70,6 @@ def test_interactive_may_use_all_without_background_waiting(store: Store) -> Non
     assert pick(store, 10, capacity=10) == []  # full: nothing is preempted
 
 
-@share_backends
 def test_background_gets_slots_as_interactive_ones_free(store: Store) -> None:
     shared(store, 0.5)
     backlog(store, INTERACTIVE, 20)
@@ -88,7 +85,6 @@ def test_background_gets_slots_as_interactive_ones_free(store: Store) -> None:
     assert classes(pick(store, 1, capacity=4)) == [INTERACTIVE]  # 1 < 2: its share again
 
 
-@share_backends
 def test_without_a_share_interactive_goes_first_strictly(store: Store) -> None:
     shared(store, None)
     backlog(store, INTERACTIVE, 20)
@@ -96,7 +92,6 @@ def test_without_a_share_interactive_goes_first_strictly(store: Store) -> None:
     assert classes(pick(store, 10, capacity=10)) == [INTERACTIVE] * 10
 
 
-@share_backends
 def test_a_share_without_a_capacity_changes_nothing(store: Store) -> None:
     shared(store, 0.5)
     backlog(store, INTERACTIVE, 5)
@@ -104,7 +99,6 @@ def test_a_share_without_a_capacity_changes_nothing(store: Store) -> None:
     assert classes(pick(store, 6)) == [INTERACTIVE] * 5 + [BACKGROUND]
 
 
-@share_backends
 def test_a_reclaimed_interactive_slot_counts_no_more(store: Store) -> None:
     shared(store, 0.5)
     backlog(store, INTERACTIVE, 4)
@@ -117,7 +111,6 @@ def test_a_reclaimed_interactive_slot_counts_no_more(store: Store) -> None:
         [BACKGROUND, BACKGROUND, INTERACTIVE, INTERACTIVE]
 
 
-@share_backends
 def test_a_lost_interactive_slot_taken_again_counts_again(store: Store) -> None:
     shared(store, 0.5)
     backlog(store, INTERACTIVE, 6)
@@ -133,18 +126,7 @@ def test_a_lost_interactive_slot_taken_again_counts_again(store: Store) -> None:
     assert classes(pick(store, 2, capacity=4)) == [BACKGROUND, BACKGROUND]
 
 
-@pytest.mark.parametrize("any_store", SQL_BACKENDS, indirect=True)
-def test_sql_store_refuses_an_interactive_share(store: Store) -> None:
-    assert isinstance(store, SqlStore)
-    shared(store, None)
-    hold(store, "a")
-    before = store.snapshot(Q)
-    with pytest.raises(InvalidLimit, match="soft caps and the interactive share are not"):
-        shared(store, 0.8)
-    assert store.snapshot(Q) == before
 
-
-@share_backends
 @pytest.mark.parametrize("share", [0, 1.5, -0.2, float("nan")])
 def test_a_share_out_of_range_is_refused(store: Store, share: float) -> None:
     shared(store, None)

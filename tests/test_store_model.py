@@ -4,7 +4,7 @@ PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.p
 with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
 configure (either policy, wfq or harmony, with hard or soft caps and with or without an
-interactive share, on Redis; wfq with hard caps and no share on SQL), limit, pause, boost (a
+interactive share; Harmony on Redis only, not SQL), limit, pause, boost (a
 group's weight, with expiry; a task to the front), rate limits (GCRA tokens in the
 pick, throttles lifted by promote), a task's throttle and cancel (resent under its
 token).
@@ -50,7 +50,7 @@ from celery_fair.limits import Rate
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
-from celery_fair.store.models import CAP_MODES, HARD, POLICIES, WFQ
+from celery_fair.store.models import CAP_MODES, POLICIES, WFQ
 from celery_fair.store.pausing import WHOLE_QUEUE
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore, RedisServer
@@ -350,8 +350,7 @@ def redis_machine(server: RedisServer) -> StoreMachine:
 
 def sql_machine(url: str) -> StoreMachine:
     store: Any = store_for_url(url, "m" + uuid.uuid4().hex[:10])
-    # harmony, soft caps and the interactive share: Redis and memory only
-    return StoreMachine(store, store.inspect, (WFQ,), (HARD,), (None,))
+    return StoreMachine(store, store.inspect, (WFQ,))  # harmony: Redis and memory only
 
 
 @pytest.mark.timeout(900)  # a failure's shrinking takes longer than a passing run

@@ -320,6 +320,11 @@ class QueueData:
         if not counted == in_groups == live:
             out.append(("inflight", "queue",
                         f"counted {counted}, in groups {in_groups}, live dispatches {live}"))
+        interactive = sum(1 for r in self.records.values()
+                          if r.state in _LIVE and r.klass == "i")
+        if self.stat.get("inflight:i", 0) != interactive:
+            out.append(("inflight", "interactive", f"counted {self.stat.get('inflight:i', 0)}"
+                        f", live interactive dispatches {interactive}"))
         for klass in CLASSES:
             held = sum(len(ids) for (k, _), ids in self.lists.items() if k == klass)
             if held != self.stat.get("held:" + klass, 0):

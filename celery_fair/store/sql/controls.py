@@ -104,9 +104,6 @@ class Controls:
         if policy.name != limits.WFQ:  # config.py refuses it at start already
             raise InvalidLimit(f"policy {policy.name!r} is not available on the SQL store "
                                f"yet: it runs {limits.WFQ!r} only")
-        if policy.cap_mode != limits.HARD or policy.interactive_share is not None:
-            raise InvalidLimit("soft caps and the interactive share are not available on "
-                               "the SQL store yet: it runs cap mode 'hard' and no share only")
         u = Unit(conn, self.s, self.ns, queue, True, self.notify)
         g = self.t.groups.c
         u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))
@@ -122,7 +119,9 @@ class Controls:
                     "reserve": policy.interactive_reserve,
                     "default_weight": policy.default_weight,
                     "default_rate": None if policy.default_rate is None
-                    else policy.default_rate.encode()}
+                    else policy.default_rate.encode(),
+                    "cap_mode": policy.cap_mode,
+                    "interactive_share": policy.interactive_share}
         conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue)
                      .values(settings))
         u.q.update(settings)

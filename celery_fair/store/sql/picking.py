@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import delete, text
 
-from ...policy.decisions import PICKED, advance, dispatch_id, task_of
+from ...policy.decisions import PICKED, advance, background_first, dispatch_id, task_of
 from ..models import Picked
 from .metering import Meter
 from .statements import Statements
@@ -21,16 +21,22 @@ class Picking:
     """One pick's loop (``FairQueue.pick``) over the ready sets' heads it read."""
 
     def __init__(self, s: Statements, u: Unit, want: int, now_ms: int, deadline_ms: int,
-                 token: str) -> None:
+                 token: str, capacity: int | None = None, inflight_i: int = 0) -> None:
         self.s, self.u, self.want, self.deadline = s, u, want, deadline_ms
         self.token = token
         self.meter = Meter(u, now_ms)
         self.now_ms = now_ms
+        self.capacity, self.inflight_i = capacity, inflight_i  # the interactive share's
         # Groups past the first `want` of a ready set cannot be reached by `want` picks:
-        # each pick moves one group back, and an untouched group read stays ahead.
-        self.heads = {k: dict(u.head_of_ready(k, want)) for k in ("i", "b")}
-        self.order = {k: [(t, g.encode(), g) for g, t in self.heads[k].items()]
-                      for k in ("i", "b")}  # heaps of (tag, name bytes, name)
+        # each pick moves one group back, and an untouched group read stays ahead. The
+        # same holds for the over sets (soft caps), which a group may also enter during
+        # the pick (at its cap now): it is known then, and joins the heap.
+        kinds = ("ready", "over") if u.soft() else ("ready",)
+        self.heads = {(kind, k): dict(u.head_of_ready(k, want) if kind == "ready"
+                                      else u.head_of_over(k, want))
+                      for kind in kinds for k in ("i", "b")}
+        self.order = {key: [(t, g.encode(), g) for g, t in heads.items()]
+                      for key, heads in self.heads.items()}  # heaps of (tag, name bytes, name)
         for heap in self.order.values():
             heapq.heapify(heap)
         self.lists: dict[tuple[str, str], collections.deque[Any]] = {}
@@ -38,31 +44,51 @@ class Picking:
         self.last: dict[tuple[str, str], int] = {}  # the place of the last message taken
         self.per = want + 1  # messages read at once from one group
 
+    def _known(self, kind: str) -> dict[tuple[str, str], float | None]:
+        return self.u.ready if kind == "ready" else self.u.over
+
+    def _top(self, kind: str, klass: str) -> tuple[str, str, float] | None:
+        """The lowest (tag, name) of a set's groups read, its stale entries (a group
+        whose tag moved or that left) dropped when they come up."""
+        heap = self.order.get((kind, klass), [])
+        known = self._known(kind)
+        while heap:
+            tag, _, g = heap[0]
+            if known.get((klass, g)) == tag:
+                return klass, g, tag
+            heapq.heappop(heap)
+        return None
+
     def _head(self) -> tuple[str, str, float] | None:
-        """The lowest (tag, name) of the ready groups read, interactive first: a heap per
-        class, whose stale entries (a group whose tag moved or that left) are dropped
-        when they come up."""
-        for klass in ("i", "b"):
-            heap = self.order[klass]
-            while heap:
-                tag, _, g = heap[0]
-                if self.u.ready.get((klass, g)) == tag:
-                    return klass, g, tag
-                heapq.heappop(heap)
+        """The head of the ready sets read, interactive first (background first while
+        interactive holds its share, ``decisions.background_first``); under soft caps
+        the over sets' the same way when no group is ready."""
+        first_b = background_first(self.inflight_i, self.u.q.get("interactive_share"),
+                                   self.capacity)
+        for kind in ("ready", "over"):
+            if (kind, "i") not in self.order:
+                break
+            b = self._top(kind, "b")
+            if first_b and b is not None:
+                return b
+            head = self._top(kind, "i") or b
+            if head is not None:
+                return head
         return None
 
     def _requeue(self, g: str) -> None:
-        """Put g back in the heaps at its tags now (after a pick moved it)."""
-        for klass in ("i", "b"):
-            tag = self.u.ready.get((klass, g))
-            if g in self.heads[klass] and tag is not None:
-                heapq.heappush(self.order[klass], (tag, g.encode(), g))
+        """Put g back in the heaps at its tags now (after a pick moved it): in a ready
+        set it was read from, or in an over set (read from, or entered now)."""
+        for (kind, klass), heap in self.order.items():
+            tag = self._known(kind).get((klass, g))
+            if tag is not None and (kind == "over" or g in self.heads[(kind, klass)]):
+                heapq.heappush(heap, (tag, g.encode(), g))
 
     def run(self) -> list[Picked]:
         u = self.u
         out: list[Picked] = []
         taken: list[str] = []
-        reachable = sorted({g for k in self.heads for g in self.heads[k]})
+        reachable = sorted({g for heads in self.heads.values() for g in heads})
         u.lock_groups(reachable)
         u.load_limits(reachable)
         u.know_throttled(reachable, False)  # in a ready set: not throttled
@@ -70,7 +96,8 @@ class Picking:
         reached = sum(len(heads) for heads in self.heads.values())
         self.per = -(-self.want // max(reached, 1)) + 1  # an even share, and one more
         for klass in ("i", "b"):
-            self._prefetch(klass, sorted(self.heads[klass]))
+            self._prefetch(klass, sorted({g for (_, k), heads in self.heads.items()
+                                          if k == klass for g in heads}))
         while len(out) < self.want and (head := self._head()) is not None:
             klass, g, tag = head
             msg = self._pop(klass, g)
@@ -79,6 +106,7 @@ class Picking:
             u.set_vt(klass, tag)
             row[f"tag_{klass}"] = advance(tag, msg.cost, u.pick_weight(g))
             row["inflight"] += 1
+            self.inflight_i += klass == "i"
             row[f"held_{klass}"] -= 1
             row[f"since_{klass}"] = self.now_ms  # the next one is the head now
             did = dispatch_id(self.token, u.q["picks"], len(out) + 1)

@@ -339,6 +339,10 @@ class SqlReads:
             for klass, g, tag in c.execute(select(t.ready.c.klass, t.ready.c.grp, t.ready.c.tag)
                                            .where(self._q(t.ready, queue))):
                 ready[klass][g] = tag
+            over: dict[str, dict[str, float]] = {k: {} for k in CLASSES}
+            for klass, g, tag in c.execute(select(t.over.c.klass, t.over.c.grp, t.over.c.tag)
+                                           .where(self._q(t.over, queue))):
+                over[klass][g] = tag
             groups = list(c.execute(select(t.groups).where(self._q(t.groups, queue)))
                           .mappings())
             m = t.messages.c
@@ -358,7 +362,7 @@ class SqlReads:
                 held=held, total_inflight=sum(r["inflight"] for r in groups),
                 since={(k, r["grp"]): r[f"since_{k}"] for r in groups for k in CLASSES
                        if (k, r["grp"]) in held},
-                inflight_interactive=int(interactive or 0))
+                over=over, inflight_interactive=int(interactive or 0))
         return self._read("inspect", work)
 
 

@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0006"
+SCHEMA_VERSION = "0007"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -62,6 +62,16 @@ def _keys(*extra: Column) -> list[Column]:  # type: ignore[type-arg]
             Column("queue", name(QUEUE), primary_key=True), *extra]
 
 
+def _tag_set(md: MetaData, table: str) -> Table:
+    """A set of groups per class ordered by tag, then name (``ready``, ``over``)."""
+    t = Table(table, md, *_keys(
+        Column("klass", String(1), primary_key=True),
+        Column("grp", name(GROUP), primary_key=True),
+        Column("tag", Double, nullable=False)))
+    Index(f"{table}_order", t.c.ns, t.c.queue, t.c.klass, t.c.tag, t.c.grp)
+    return t
+
+
 class Tables:
     """The tables of one prefix (an attribute per table)."""
 
@@ -86,7 +96,11 @@ class Tables:
                 # the same for ``throttles``; and the rate limit of a group without one of
                 # its own (None: none)
                 Column("throttles", Integer, nullable=False, default=0, server_default="0"),
-                Column("default_rate", String(RATE))))
+                Column("default_rate", String(RATE)),
+                # fair_cap_mode ('hard', 'soft') and fair_interactive_share (None: none)
+                Column("cap_mode", String(8), nullable=False, default="hard",
+                       server_default="hard"),
+                Column("interactive_share", Double)))
         #: Caps, weights and rate limits (stored rates, ``RATE``) of groups, from the
         #: settings and at runtime (``fair limit``), and a boost (``fair boost``): its
         #: weight wins until ``boost_until_ms`` (None: no end), kept apart so that
@@ -115,13 +129,10 @@ class Tables:
                 Column("head", BigInteger, nullable=False, default=0),
                 Column("tail", BigInteger, nullable=False, default=1)))
         #: A group that may be picked now, in its class, with its virtual start tag.
-        self.ready = Table(
-            f"{p}ready", md, *_keys(
-                Column("klass", String(1), primary_key=True),
-                Column("grp", name(GROUP), primary_key=True),
-                Column("tag", Double, nullable=False)))
-        Index(f"{p}ready_order", self.ready.c.ns, self.ready.c.queue, self.ready.c.klass,
-              self.ready.c.tag, self.ready.c.grp)
+        self.ready = _tag_set(md, f"{p}ready")
+        #: Soft caps (0007): a group at or over its cap with work held, in its class, with
+        #: its tag: the pick's fallback when no group is ready. Empty under hard caps.
+        self.over = _tag_set(md, f"{p}over")
         #: A held message (``seq``: its place in its group's list) or a delayed one
         #: (``due_ms``).
         self.messages = Table(

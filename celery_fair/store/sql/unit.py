@@ -16,11 +16,11 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, Table, delete, func, select, update
+from sqlalchemy import Connection, Table, func, select, update
 
 from ...limits import Rate, decode_rate
-from ...policy.decisions import CLASSES, entry_tag, in_force
-from ...policy.decisions import eligible as _eligible
+from ...policy.decisions import in_force
+from .ready import ReadySets, chunks
 from .schema import Tables
 from .statements import GROUP_COLUMNS, Statements, insert_ignoring, upserting
 
@@ -46,7 +46,7 @@ def upsert(conn: Connection, table: Table, rows: list[dict[str, Any]],
                                lambda new: {c: new[c] for c in cols}), rows)
 
 
-class Unit:
+class Unit(ReadySets):
     """Rows of one fair queue that one transaction reads and writes (see the module
     docstring). :meth:`flush` writes what changed.
 
@@ -65,6 +65,9 @@ class Unit:
         self._seen: dict[str, tuple[int, int, int] | None] = {}  # g -> (held i, b, inflight)
         self.ready: dict[tuple[str, str], float | None] = {}  # (klass, g) -> tag / absent
         self._ready_loaded: dict[tuple[str, str], float | None] = {}
+        # soft caps: the over sets, as the ready sets (empty under hard caps)
+        self.over: dict[tuple[str, str], float | None] = {}
+        self._over_loaded: dict[tuple[str, str], float | None] = {}
         # g -> cap, weight, pick weight, rate in force
         self._limits: dict[str, tuple[int, float, float, Rate | None]] = {}
         self._paused: set[str] | None = None  # the paused groups ('' the queue), once read
@@ -120,7 +123,7 @@ class Unit:
             self._loaded(wanted[0], None if row is None else dict(row))
             return
         t = self.t.groups
-        for chunk in _chunks(wanted, 500):
+        for chunk in chunks(wanted, 500):
             rows = self.conn.execute(select(t).where(
                 t.c.ns == self.ns, t.c.queue == self.queue, t.c.grp.in_(chunk)
             ).order_by(t.c.grp).with_for_update()).mappings()
@@ -173,7 +176,7 @@ class Unit:
             if row is not None:
                 self._q = {c.name: row[c.name] for c in self.t.queues.columns}
                 found[wanted[0]] = row
-        for chunk in _chunks(wanted, 500) if not found else ():
+        for chunk in chunks(wanted, 500) if not found else ():
             for found_row in self.conn.execute(select(t).where(
                     t.c.ns == self.ns, t.c.queue == self.queue, t.c.grp.in_(chunk))).mappings():
                 found[found_row["grp"]] = found_row
@@ -251,82 +254,6 @@ class Unit:
             self.throttles_added += step
         self._throttled[g] = throttled
 
-    # -- ready sets ---------------------------------------------------------------------
-
-    def load_ready(self, keys: Iterable[tuple[str, str]]) -> None:
-        """Read ready rows (``check`` compares them with eligibility)."""
-        wanted = [k for k in keys if k not in self.ready]
-        t = self.t.ready
-        for klass in CLASSES:
-            names = sorted({g for c, g in wanted if c == klass})
-            for chunk in _chunks(names, 500):
-                rows = self.conn.execute(select(t.c.grp, t.c.tag).where(
-                    t.c.ns == self.ns, t.c.queue == self.queue, t.c.klass == klass,
-                    t.c.grp.in_(chunk)))
-                for g, tag in rows:
-                    self._know((klass, g), tag)
-        for k in wanted:
-            self._know(k, None)
-
-    def _know(self, key: tuple[str, str], tag: float | None) -> None:
-        if key not in self.ready:
-            self.ready[key] = self._ready_loaded[key] = tag
-
-    def head_of_ready(self, klass: str, limit: int) -> list[tuple[str, float]]:
-        """The first ``limit`` groups of the class's ready set, (tag, name) order."""
-        rows: list[Any] = list(self.s.run(self.conn, "ready_head", {
-            **self.key, "klass": klass, "n": limit}))
-        for g, tag in rows:
-            self._know((klass, g), tag)
-        return [(g, tag) for g, tag in rows]
-
-    def _eligible(self, klass: str, g: str, counts: tuple[int, int, int] | None) -> bool:
-        if counts is None:
-            return False
-        held = counts[0] if klass == "i" else counts[1]
-        return held > 0 and _eligible(klass, held, counts[2], self.cap(g), self.q["reserve"],
-                                      self.paused(g), self.throttled(g))
-
-    def _membership(self, klass: str, g: str) -> None:
-        """Know whether g is in the class's ready set, from the counts it had when its
-        row was locked (the invariant); its tag is the group's."""
-        seen = self._seen.get(g)
-        if (klass, g) not in self.ready and seen is not None:
-            row = self.groups[g] or {}
-            self._know((klass, g), (row.get(f"tag_{klass}") or 0.0)
-                       if self._eligible(klass, g, seen) else None)
-        elif (klass, g) not in self.ready:
-            self._know((klass, g), None)
-
-    def leave_ready(self, g: str) -> None:
-        """Take g out of both ready sets (a pick throttled it), knowing first where it
-        was: from its counts, before its throttle is counted."""
-        for klass in CLASSES:
-            self._membership(klass, g)
-            self.ready[(klass, g)] = None
-
-    def refresh(self, g: str) -> bool:
-        """Make g's ready-set membership match its eligibility (``common._refresh``);
-        True when it entered a ready set."""
-        row = self.groups.get(g)
-        now = None if row is None else (row["held_i"], row["held_b"], row["inflight"])
-        seen = self._seen.get(g)
-        entered = False
-        for i, klass in enumerate(CLASSES):
-            if (klass, g) not in self.ready and now is not None and seen is not None \
-                    and (now[i] > 0) == (seen[i] > 0) and now[2] == seen[2]:
-                continue  # eligibility unchanged, so membership and tag are too
-            self._membership(klass, g)
-            if row is not None and self._eligible(klass, g, now):
-                tag = entry_tag(row[f"tag_{klass}"], self.vt(klass))
-                row[f"tag_{klass}"] = tag
-                entered = entered or self.ready[(klass, g)] is None
-                self.ready[(klass, g)] = tag or 0.0
-            else:
-                self.ready[(klass, g)] = None
-        self._seen[g] = now
-        return entered
-
     # -- counters -------------------------------------------------------------------------
 
     def count(self, name: str, delta: int = 1) -> None:
@@ -366,31 +293,9 @@ class Unit:
         elif rows:
             self.s.many(self.conn, "groups_save", rows)
 
-    def _flush_ready(self) -> None:
-        gone: dict[str, list[str]] = {}
-        put = []
-        for (klass, g), tag in self.ready.items():
-            before = self._ready_loaded.get((klass, g))
-            if tag is None and before is not None:
-                gone.setdefault(klass, []).append(g)
-            elif tag is not None and tag != before:
-                put.append({**self.key, "klass": klass, "grp": g, "tag": tag})
-        t = self.t.ready
-        for klass, names in gone.items():
-            for chunk in _chunks(sorted(names), 500):
-                self.conn.execute(delete(t).where(t.c.ns == self.ns, t.c.queue == self.queue,
-                                                  t.c.klass == klass, t.c.grp.in_(chunk)))
-        self.s.many(self.conn, "ready_put", put)
-
-
 def counter_totals(conn: Connection, t: Tables, ns: str, queue: str) -> dict[str, int]:
     """The counters of ``queue``, summed over their shards."""
     c = t.counters.c
     rows = conn.execute(select(c.name, func.sum(c.n)).where(c.ns == ns, c.queue == queue)
                         .group_by(c.name))
     return {name: int(n or 0) for name, n in rows}
-
-
-def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
