@@ -2,7 +2,8 @@
 Runs when a dispatcher starts (settings from app.conf); not on the hot path. Runtime
 limits (limit.lua) live in keys of their own: they stay, and are laid over the settings
 in `caps`/`weights`, the values in force that every script reads.
-Also rebuilds the held counters (`stat` held:i/held:b, `backlog`) from the lists.
+Also rebuilds the held counters (`stat` held:i/held:b, `backlog`) from the lists, and the
+interactive in-flight count (`stat` inflight:i) from the live dispatches' records.
 KEYS[1]  fair queue prefix
 ARGV[1]  default cap (-1: none)
 ARGV[2]  interactive reserve
@@ -100,5 +101,12 @@ for _, g in ipairs(groups) do
   if n > 0 then redis.call('ZADD', K_BACKLOG, n, g) end
 end
 redis.call('HSET', K_STAT, 'held:i', held.i, 'held:b', held.b)
+-- ... and so does the interactive in-flight count (the interactive share), from the live
+-- dispatches (each has a lease): exact again after a version that did not keep it
+local interactive = 0
+for _, did in ipairs(redis.call('ZRANGE', K_LEASES, 0, -1)) do
+  if redis.call('HGET', k_dispatch(did), 'c') == 'i' then interactive = interactive + 1 end
+end
+redis.call('HSET', K_STAT, 'inflight:i', interactive)
 wake()
 return #groups
