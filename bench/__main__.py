@@ -1,6 +1,6 @@
 """``python -m bench {all|SCENARIO...|report} [--quick] [--reps N] [--store STORE]``;
 ``python -m bench chaos``; ``python -m bench cpu``; ``python -m bench scale``;
-``python -m bench bulk``."""
+``python -m bench bulk``; ``python -m bench commands``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import fairness, rates, throughput
+from . import charge, fairness, rates, throughput
 from .harness import Bench, commit, results_file, write_run_info
 from .sqlstores import STORES
 
@@ -28,6 +28,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "pick_groups": fairness.pick_groups,
     "held": fairness.held,
     "rate": rates.rate,
+    "charge": charge.charge,
 }
 #: What runs on a SQL store (``all`` there): the issue's four figures. The others read
 #: Redis directly (``held``) or have not been measured on SQL yet.
@@ -42,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         from .cpu import main as cpu_main
 
         return cpu_main(argv[1:])
+    if argv[:1] == ["commands"]:
+        from .commands import main as commands_main
+
+        return commands_main(argv[1:])
     if argv[:1] == ["bulk"]:
         from .bulk import main as bulk_main
 

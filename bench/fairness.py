@@ -7,6 +7,9 @@ import time
 from collections import Counter
 from typing import Any
 
+from celery_fair.config import get_config
+from celery_fair.directory import policy_of
+from celery_fair.policies import POLICIES, WFQ
 from celery_fair.task import store_for
 
 from .harness import (
@@ -166,22 +169,42 @@ def _with_tenant(envelope: Any, tenant: str) -> Any:
 def groups(bench: Bench) -> dict[str, Any]:
     """Store pick rate (messages/s) with 10, 1,000 and 100,000 backlogged groups."""
     sizes = [10, 1000, 10000] if bench.quick else [10, 1000, 100000]
-    return _pick_sizes(bench, "groups", sizes, 20000)
+    figures = _pick_sizes(bench, sizes, 20000)
+    ratio = figures["ratio_largest_vs_10"]["median"]
+    return emit("groups", figures, f"{sizes[-1]} / 10 groups ratio >= 0.8", ratio >= 0.8,
+                bench)
 
 
 def pick_groups(bench: Bench) -> dict[str, Any]:
     """Store pick rate (messages/s) with 10 and 10,000 backlogged groups: the SQL store's
-    target (issue 11), also run on Redis. Fewer picks on a SQL store, whose holds (the
-    fill) are ~20x slower than Redis's pipelined script; 1,000 groups in a smoke run."""
-    return _pick_sizes(bench, "pick_groups", [10, bench.size(10000, 10000, 1000)],
-                       bench.size(5000, 1000, 500) if bench.sql else 20000)
+    target (issue 11), also run on Redis, under every policy the store runs (issue 12:
+    each policy's ratio >= 0.8). Fewer picks on a SQL store, whose holds (the fill) are
+    ~20x slower than Redis's pipelined script; 1,000 groups in a smoke run. The figures
+    of ``wfq`` keep their names (``picks_per_s_10``...); another policy's are prefixed
+    with it (``harmony_picks_per_s_10``...)."""
+    sizes = [10, bench.size(10000, 10000, 1000)]
+    picks = bench.size(5000, 1000, 500) if bench.sql else 20000
+    figures: dict[str, Any] = {}
+    ratios = []
+    for policy in _policies(bench):
+        rows = _pick_sizes(bench, sizes, picks, policy)
+        ratios.append(rows["ratio_largest_vs_10"]["median"])
+        prefix = "" if policy == WFQ else f"{policy}_"
+        figures.update({prefix + key: value for key, value in rows.items()})
+    return emit("pick_groups", figures, f"{sizes[-1]} / 10 groups ratio >= 0.8 under "
+                + ", ".join(_policies(bench)), min(ratios) >= 0.8, bench)
 
 
-def _pick_sizes(bench: Bench, scenario: str, sizes: list[int], picks: int
+def _policies(bench: Bench) -> list[str]:
+    """The policies the bench's store runs (the SQL store runs wfq only, for now)."""
+    return [WFQ] if bench.sql else list(POLICIES)
+
+
+def _pick_sizes(bench: Bench, sizes: list[int], picks: int, policy: str = WFQ
                 ) -> dict[str, Any]:
     """The store's ``pick`` (500 at a time, as the dispatch scenario's batches), called
-    directly in a loop: the rate of picking alone, which is what the number of groups
-    could slow down; publishing is the dispatch scenario's.
+    directly in a loop under ``policy``: the rate of picking alone, which is what the
+    number of groups could slow down; publishing is the dispatch scenario's.
 
     Each size is filled once in its own fair queue (two messages per group at least, so
     every group stays backlogged throughout), then each repetition picks ``picks``
@@ -191,8 +214,9 @@ def _pick_sizes(bench: Bench, scenario: str, sizes: list[int], picks: int
     """
     targets = []
     for size in sizes:
-        app = bench.app()
+        app = bench.app(fair_policy=policy)
         store, queue = store_for(app), app.conf.task_default_queue
+        store.configure(queue, policy_of(get_config(app), queue))  # as a dispatcher does
         per_group = max(2, (picks * bench.reps) // size + 1)
         prefill(store, queue, captured_envelope(app), [f"g{i}" for i in range(size)],
                 per_group)
@@ -209,10 +233,7 @@ def _pick_sizes(bench: Bench, scenario: str, sizes: list[int], picks: int
         rows.setdefault("ratio_largest_vs_10", []).append(ratio)
     bench.redis.flushdb()
     bench.forget()
-    figures: dict[str, Any] = {k: summary(v) for k, v in rows.items()}
-    ratio = figures["ratio_largest_vs_10"]["median"]
-    return emit(scenario, figures, f"{sizes[-1]} / 10 groups ratio >= 0.8", ratio >= 0.8,
-                bench)
+    return {k: summary(v) for k, v in rows.items()}
 
 
 def _pick_rate(store: Any, queue: str, picks: int) -> float:

@@ -24,7 +24,8 @@ WHAT = {
     "share": "10 backlogged groups of equal weight (Jain index); weights 1:2:4 (largest "
              "share error, percentage points)",
     "groups": "store pick rate with 10, 1,000 and 100,000 backlogged groups, picks/s",
-    "pick_groups": "store pick rate with 10 and 10,000 backlogged groups, picks/s",
+    "pick_groups": "store pick rate with 10 and 10,000 backlogged groups under each policy "
+                   "(wfq; harmony_: Harmony), picks/s",
     "held": "Redis memory per held task vs the stored message itself, bytes",
 }
 
@@ -219,7 +220,11 @@ def _rate_lines() -> list[str]:
            "10 ms tasks on 4 worker slots; after a second of warm-up, the starts of each "
            "group are counted from inside the tasks over the window. The other groups' "
            "count is compared with a window of the same length in the same run without "
-           "the limited group.", "",
+           "the limited group. `python -m bench charge` (`fair_charge`): two backlogged "
+           "groups of 10 ms and 100 ms tasks on 4 slots, the same declared cost; each "
+           "group's worker time (its starts in the window times its task's length) "
+           "under `runtime` and under `count`, the share error relative to an equal "
+           "share.", "",
            "| scenario | when | target | met | figures |", "|---|---|---|---|---|"]
     for row in _latest_rows(path):
         when = time.strftime("%Y-%m-%d", time.gmtime(path.stat().st_mtime))

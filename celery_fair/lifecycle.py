@@ -200,11 +200,14 @@ def _not_replicated(exc: ReplicationTimeout) -> None:
 
 def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
                      done: bool = False, run: str | None = None,
-                     task_id: str | None = None) -> None:
+                     task_id: str | None = None, runtime: float | None = None) -> None:
     """Free the slot of the dispatch named in ``headers`` (idempotent). ``done``: the task
     ran to its end in the pool, so its record stays ``fair_done_ttl`` seconds as a
-    tombstone and a copy the broker redelivers later is skipped. When the store is
-    unreachable the release is kept and retried on reconnect (:class:`PendingReleases`).
+    tombstone and a copy the broker redelivers later is skipped. ``runtime``: the
+    seconds it ran (``fair_charge`` 'runtime' corrects its group's share by it). When the
+    store is unreachable the release is kept and retried on reconnect
+    (:class:`PendingReleases`), without its runtime: a late correction would charge a
+    share that has moved on, and the estimate stands.
     ``task_id`` names the task in the DEBUG release line (events.py)."""
     did, queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
     if not did or not queue:
@@ -214,7 +217,7 @@ def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
     try:
         retry_pending_releases(store)
         try:
-            store.release(queue, did, done_seconds, run=run)
+            store.release(queue, did, done_seconds, run=run, runtime=runtime)
         except ReplicationTimeout as exc:  # its script ran: released, not pending
             _not_replicated(exc)
         else:

@@ -210,6 +210,27 @@ def interactive_share(value: Any, what: str) -> float | None:
     return float(value)
 
 
+#: What a dispatch charges a group's share under ``wfq`` (``fair_charge``): its declared
+#: cost (the default, as before the setting), 1 per task, or the wall time it ran (the
+#: declared cost, in seconds, charged at dispatch as the estimate and corrected at
+#: release by the time the worker measured); common.lua has them.
+COST, COUNT, RUNTIME = "cost", "count", "runtime"
+CHARGES = (COST, COUNT, RUNTIME)
+#: The longest runtime a release may report (seconds, a year); common.lua has the same.
+MAX_RUNTIME = 31_536_000.0
+
+
+def runtime_of(value: object) -> float | None:
+    """A runtime a release reports, in seconds: None (none reported: an older worker, a
+    release kept for retry, a lost run) for anything but a finite number from 0 to
+    ``MAX_RUNTIME``. ``release.lua`` reads its argument the same way."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not 0 <= value <= MAX_RUNTIME:  # NaN fails both
+        return None
+    return float(value)
+
+
 def check_policy(policy: Policy) -> Policy:
     """``policy`` when every number in it is in range.
 
@@ -223,6 +244,9 @@ def check_policy(policy: Policy) -> Policy:
         raise InvalidLimit(f"cap mode must be one of {', '.join(map(repr, CAP_MODES))}, "
                            f"got {policy.cap_mode!r}")
     interactive_share(policy.interactive_share, "interactive share")
+    if policy.charge not in CHARGES:
+        raise InvalidLimit(f"charge must be one of {', '.join(map(repr, CHARGES))}, "
+                           f"got {policy.charge!r}")
     if policy.default_cap is not None:
         cap(policy.default_cap, "default concurrency")
     cap(policy.interactive_reserve, "interactive reserve")

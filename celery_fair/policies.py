@@ -17,11 +17,11 @@ from typing import Any, Callable
 
 from .config_keys import invalid_setting as _fail
 from .errors import ConfigurationError, InvalidLimit
-from .limits import CAP_MODES, HARD, HARMONY, POLICIES, SOFT, WFQ
+from .limits import CAP_MODES, CHARGES, COST, HARD, HARMONY, POLICIES, SOFT, WFQ
 from .limits import interactive_share as _share_in_range
 from .urls import SQL_SCHEMES, scheme_of
 
-__all__ = ["CAP_MODES", "COMPANIONS", "HARD", "HARMONY", "POLICIES", "SOFT", "WFQ",
+__all__ = ["CAP_MODES", "CHARGES", "COMPANIONS", "HARD", "HARMONY", "POLICIES", "SOFT", "WFQ",
            "PolicyChoice", "read_policies"]
 
 
@@ -32,6 +32,9 @@ class PolicyChoice:
     #: ``fair_policy``: 'wfq' (weighted start-time fair queueing) or 'harmony' (fewest
     #: tasks in flight first)
     name: str = WFQ
+    #: ``fair_charge``: what a dispatch charges a group's share under 'wfq': 'cost' (its
+    #: declared cost), 'count' (1 per task) or 'runtime' (the wall time it ran)
+    charge: str = COST
     #: ``fair_cap_mode``: 'hard' (a group at its cap waits) or 'soft' (it may go on while
     #: no other group has work waiting)
     cap_mode: str = HARD
@@ -41,18 +44,28 @@ class PolicyChoice:
 
     def describe(self) -> str:
         """The policy with its companions where they are not the default, as ``fair
-        status`` shows it: 'wfq', 'wfq soft-cap', 'harmony i≤0.8'."""
+        status`` and the dispatcher's start line show it: 'wfq', 'wfq, charge runtime',
+        'wfq, soft-cap', 'harmony, i≤0.8', 'wfq, charge count, soft-cap, i≤0.8' (a
+        charge only under 'wfq': Harmony charges nothing)."""
         parts = [self.name]
+        if self.name != HARMONY and self.charge != COST:
+            parts.append(f"charge {self.charge}")
         if self.cap_mode != HARD:
             parts.append(f"{self.cap_mode}-cap")
         if self.interactive_share is not None:
             parts.append(f"i≤{self.interactive_share:g}")
-        return " ".join(parts)
+        return ", ".join(parts)
 
 
 def _policy_name(setting: str, value: Any) -> str:
     if value not in POLICIES:
         raise _fail(setting, value, "one of " + ", ".join(repr(p) for p in POLICIES))
+    return str(value)
+
+
+def _charge(setting: str, value: Any) -> str:
+    if value not in CHARGES:
+        raise _fail(setting, value, "one of " + ", ".join(repr(c) for c in CHARGES))
     return str(value)
 
 
@@ -73,6 +86,7 @@ def _interactive_share(setting: str, value: Any) -> float | None:
 #: Companion setting -> (PolicyChoice field, validator(setting as written, value)).
 COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
     "fair_policy": ("name", _policy_name),
+    "fair_charge": ("charge", _charge),
     "fair_cap_mode": ("cap_mode", _cap_mode),
     "fair_interactive_share": ("interactive_share", _interactive_share),
 }

@@ -61,7 +61,7 @@ def log_start(store: Store, config: FairConfig, fixed_queues: Sequence[str] | No
 def policy_words(config: FairConfig) -> str:
     """The policies in words, with their companions where not the default
     (``PolicyChoice.describe``): the app-wide one, then each queue's own ("wfq
-    (exports: harmony soft-cap)")."""
+    (exports: wfq, charge runtime, soft-cap)"; Harmony charges nothing)."""
     own = ", ".join(f"{queue}: {choice.describe()}" for queue, choice
                     in sorted(config.queue_policies.items()))
     return config.policy.describe() + (f" ({own})" if own else "")

@@ -71,6 +71,12 @@ SETTINGS: tuple[Setting, ...] = (
             "with the fewest tasks in flight per unit of weight goes first; ties go to "
             "the group served least recently). Redis and memory stores; the SQL store "
             "runs 'wfq' only. See docs/policies.md."),
+    Setting("fair_charge", "cost",
+            "What a dispatch charges its group's share under 'wfq': 'cost' (the task's "
+            "declared fair_cost), 'count' (1 per task, whatever its cost) or 'runtime' "
+            "(the wall time the task ran, measured by the worker: the group's mean "
+            "runtime, or the declared cost in seconds until it has one, is charged at "
+            "dispatch and corrected at release). See docs/policies.md."),
     Setting("fair_cap_mode", "hard",
             "How a group's concurrency cap binds: 'hard' (a group at its cap waits) or "
             "'soft' (a group at its cap may go on only while no other group has work it "
@@ -83,8 +89,8 @@ SETTINGS: tuple[Setting, ...] = (
             "See docs/policies.md."),
     Setting("fair_queue_policies", {},
             "Per fair queue, companion settings overriding the app-wide ones: {queue: "
-            "{'fair_policy': 'harmony', 'fair_cap_mode': 'soft', "
-            "'fair_interactive_share': 0.8}}."),
+            "{'fair_policy': 'harmony', 'fair_charge': 'runtime', 'fair_cap_mode': "
+            "'soft', 'fair_interactive_share': 0.8}}."),
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
             "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "

@@ -108,7 +108,8 @@ def read_capacity(store: Store, config: FairConfig, queue: str) -> Capacity:
 
 def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict[str, Any]:
     """``fair status``'s figures of ``queue``: the store's totals, its policy (the
-    settings', as its dispatchers configure it), its :class:`Capacity`, the oldest wait
+    settings', as its dispatchers configure it: ``policy`` and ``charge``), its
+    :class:`Capacity`, the oldest wait
     and the longest head wait (over the same ``GROUP_LIMIT`` busiest groups as the
     summary, so they match Flower's) and the ``top`` busiest groups with their own."""
     now = time.time()
@@ -117,9 +118,8 @@ def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict
     heads = {f.group: f for f in _figures(store, queue, [r.group for r in rows])}
     shown = rows[:top]
     choice = config.policy_for(queue)
-    return {**as_json(figures), "policy": choice.name, "cap_mode": choice.cap_mode,
-            "interactive_share": choice.interactive_share,
-            "policy_label": choice.describe(),
+    return {**as_json(figures), "policy": choice.name, "charge": choice.charge,
+            "cap_mode": choice.cap_mode, "interactive_share": choice.interactive_share,
             **read_capacity(store, config, queue).as_json(),
             "oldest_wait": _wait(heads.values(), now),
             "head_wait": _head_wait(heads.values(), now),

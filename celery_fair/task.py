@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable, ClassVar
 
@@ -174,12 +175,15 @@ class FairTask(Task):
         # In a worker: a stale duplicate of a dispatch that was held again is skipped.
         if self._begin() is BeginResult.SKIP:
             raise Ignore()
+        # the body's wall time (fair_charge 'runtime'); task_postrun reads it on a failure
+        self.request.fair_started = started = time.monotonic()
         result = super().__call__(*args, **kwargs)
         # The body ran to its end: say so now rather than at task_postrun, after the
         # result is stored. A worker killed in between would leave the dispatch running,
         # and the copy the broker redelivers (acks_late) would run the task again.
         release_dispatch(self.app, request_headers(self.request), "returned", done=True,
-                         run=getattr(self.request, "fair_run", None), task_id=self.request.id)
+                         run=getattr(self.request, "fair_run", None), task_id=self.request.id,
+                         runtime=time.monotonic() - started)
         self.request.fair_released = True  # task_postrun has nothing left to do
         return result
 

@@ -129,9 +129,11 @@ def _on_postrun(sender: Any = None, task_id: str | None = None, task: Any = None
     _running.discard(str(task_id))
     if task is not None and not task.request.is_eager \
             and not getattr(task.request, "fair_released", False):
+        started = getattr(task.request, "fair_started", None)
         release_dispatch(task.app, request_headers(task.request), state or "postrun",
                          done=state in FINISHED_STATES,
-                         run=getattr(task.request, "fair_run", None), task_id=task_id)
+                         run=getattr(task.request, "fair_run", None), task_id=task_id,
+                         runtime=None if started is None else time.monotonic() - started)
 
 
 @signals.task_prerun.connect(weak=False)
@@ -142,6 +144,8 @@ def _on_prerun(sender: Any = None, task_id: str | None = None, task: Any = None,
     # a signal receiver cannot stop the task, so such a duplicate runs (and is logged).
     if task_id is not None:
         _running.add(str(task_id))
+    if task is not None:  # the wall time it runs (fair_charge 'runtime'), to its postrun
+        task.request.fair_started = time.monotonic()
     if task is not None and getattr(task, "is_fair_task", False) is not True \
             and not task.request.is_eager:
         headers = request_headers(task.request)

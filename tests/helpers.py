@@ -134,3 +134,24 @@ def held_chord(app: Celery) -> tuple[Any, Any]:
     result = chord([add.s(1, 1), add.s(2, 2)], tsum.s().on_error(errback)).apply_async(
         fair_group="acme")
     return result, errback
+
+
+def two_groups_backlogged(make_app: Callable[..., Celery], worker: Any, dispatcher: Any,
+                          entries: dict[str, Any],
+                          slow: tuple[int, float], quick: tuple[int, float]) -> Celery:
+    """Groups 'slow' and 'quick' ((tasks, seconds each) of ``proj.work``) held at once in
+    the one fair queue, whose ``fair_queue_policies`` entry is ``entries``, and run
+    to their end on 4 slots (``fair_max_inflight`` 4) by a real worker and dispatcher.
+    Returns the app: its ledger has what the tasks measured."""
+    queue = make_app().conf.task_default_queue
+    app = make_app(fair_max_inflight=4, fair_queue_policies={queue: entries})
+    work = app.tasks["proj.work"]
+    results = [work.delay(group, f"{group}-{i}", seconds)
+               for group, (n, seconds) in (("slow", slow), ("quick", quick))
+               for i in range(n)]
+    with worker(concurrency=4, the_app=app), dispatcher(the_app=app):
+        for r in results:
+            r.get(timeout=60)
+    assert wait_for(lambda: app.ledger.ends() == len(results), timeout=60,  # type: ignore[attr-defined]
+                    what="every task ended")
+    return app

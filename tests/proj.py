@@ -61,6 +61,9 @@ class Ledger:
     def ends(self) -> int:
         return int(self.r.llen(self.key("ends")))
 
+    def end_entries(self) -> list[dict[str, Any]]:
+        return [json.loads(x) for x in self.r.lrange(self.key("ends"), 0, -1)]
+
     def runs(self) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.r.hgetall(self.key("runs")).items()}
 

@@ -18,8 +18,19 @@ import pytest
 from celery_fair.config import SETTINGS
 from celery_fair.envelope import BACKGROUND, Envelope
 from celery_fair.store.base import BeginResult, Picked, Placement, Policy, Store
+from celery_fair.store.models import HARMONY, WFQ
+
+from .backends import BACKENDS, SQL_BACKENDS
 
 Q = "fairq"
+
+#: Every backend under wfq, and under Harmony each backend that runs it (the SQL store
+#: runs wfq only; its refusal is test_store_contract_harmony's), as pairs of the
+#: ``any_store`` parameter and the policy: nothing is skipped (CELERY_FAIR_STRICT).
+each_policy = pytest.mark.parametrize(
+    "any_store, policy",
+    [(b, WFQ) for b in BACKENDS] + [(b, HARMONY) for b in BACKENDS if b not in SQL_BACKENDS],
+    indirect=["any_store"])
 
 
 @pytest.fixture(name="store")

@@ -224,8 +224,8 @@ BAD_SETTINGS = [
      "fair_queue_policies['exports']", "'harmony'"),
     ({"fair_queue_policies": {"exports": {"fair_polcy": "harmony"}},
       "task_routes": {"x": "exports"}}, "fair_queue_policies['exports']",
-     "unknown key 'fair_polcy': expected one of 'fair_policy', 'fair_cap_mode', "
-     "'fair_interactive_share'"),
+     "unknown key 'fair_polcy': expected one of 'fair_policy', 'fair_charge', "
+     "'fair_cap_mode', 'fair_interactive_share'"),
     ({"fair_queue_policies": {"exports": {"fair_policy": "fifo"}},
       "task_routes": {"x": {"queue": "exports"}}},
      "fair_queue_policies['exports']['fair_policy']", "'fifo'"),

@@ -17,7 +17,7 @@ from bench.__main__ import main
 from . import components
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_the_scale_benchmark_measures_both_stores_and_reports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     components.require(components.REDIS_CLUSTER)

@@ -175,7 +175,7 @@ def test_chaos_campaign_on_postgresql_loses_nothing() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_failovers_with_fair_store_replicas_lose_and_duplicate_nothing() -> None:
     """The store's master is SIGKILLed twice while tasks are published and drained, a
     replica promoted each time and the old master brought back as a replica; the same

@@ -19,9 +19,7 @@ from celery_fair.config import get_config
 from celery_fair.directory import policy_of
 from celery_fair.reporting import policy_words
 
-from .conftest import wait_for
-
-TIMEOUT = 60
+from .helpers import two_groups_backlogged
 
 
 @pytest.mark.parametrize("policy", ["harmony", "wfq"])
@@ -29,18 +27,10 @@ def test_harmony_keeps_long_tasks_to_their_share_of_slots(
         make_app: Any, worker: Any, dispatcher: Any, policy: str,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="celery_fair.dispatcher")
-    probe = make_app()
-    queue = probe.conf.task_default_queue
-    app = make_app(fair_max_inflight=4,
-                   fair_queue_policies={queue: {"fair_policy": policy}})
-    work = app.tasks["proj.work"]
-    slow = [work.delay("slow", f"slow-{i}", 0.3) for i in range(6)]
-    quick = [work.delay("quick", f"quick-{i}", 0.02) for i in range(60)]
-    with worker(concurrency=4, the_app=app), dispatcher(the_app=app):
-        for r in slow + quick:
-            r.get(timeout=TIMEOUT)
+    app = two_groups_backlogged(make_app, worker, dispatcher,
+                                {"fair_policy": policy}, (6, 0.3), (60, 0.02))
+    queue = app.conf.task_default_queue
     ledger = app.ledger
-    assert wait_for(lambda: ledger.ends() == 66, timeout=TIMEOUT, what="every task ended")
     labels = [s["label"] for s in ledger.starts()]
     last_slow = max(i for i, label in enumerate(labels) if label.startswith("slow"))
     # the short tasks were still waiting when the last long one started: both groups were

@@ -9,7 +9,6 @@ backend: tests/test_store_contract_rate.py; the 60-second accuracy campaign:
 from __future__ import annotations
 
 import json
-import statistics
 from typing import Any
 
 import pytest
@@ -117,11 +116,13 @@ def test_a_rate_measured_from_inside_the_tasks_leaves_others_unhindered(
     # 2 at once, then one every 50 ms: the 12th starts about 0.5 s after the first
     span = acme[-1] - acme[0]
     assert 0.4 <= span <= 0.8, f"acme's 12 tasks spread over {span:.3f}s, not ~0.5s"
-    # after the burst, one token every 50 ms: the median gap between starts. A start is
-    # its token's time plus the wait for a slot (globex keeps all 4 busy), so single
-    # gaps swing both ways; and a token taken up to RATE_EARLY_MS (20 ms) late counts
-    # from its own time (the 60-second accuracy is `python -m bench rate`)
-    mean = statistics.median(b - a for a, b in zip(acme[2:], acme[3:]))
+    # after the burst, one token every 50 ms: the mean gap from the first start after the
+    # burst to the last. A start is its token's time plus the wait for a slot (globex
+    # keeps all 4 busy), and a token taken up to RATE_EARLY_MS (20 ms) late counts from
+    # its own time, so single gaps swing both ways (a late start, then a short gap: on a
+    # loaded machine the median gap was 36 ms while the mean was 48.5); the mean over the
+    # span cancels that (the 60-second accuracy is `python -m bench rate`)
+    mean = (acme[-1] - acme[2]) / (len(acme) - 3)
     assert 0.040 <= mean <= 0.065, f"one acme task every {mean * 1000:.1f} ms: {acme}"
     # globex, unlimited, is done before acme's tokens run out
     assert globex[-1] < acme[-1], "globex waited for acme's rate"

@@ -78,6 +78,18 @@ def test_charging_the_declared_cost_evens_worker_time() -> None:
     assert by_charge["cost"].jain > 0.99
 
 
+def test_charging_the_runtime_evens_worker_time_without_costs() -> None:
+    """10 ms and 100 ms tasks, the same declared cost: counted (as charged by cost), the
+    long ones take ten times the worker time; charged by the runtime each release reports,
+    the shares are even."""
+    tasks = [TraceTask(0, "slow", 1, 0.1, False)] * 300 + \
+        [TraceTask(0, "quick", 1, 0.01, False)] * 3000
+    shares = {c: {g.group: g.worker_share for g in figures(simulate(tasks, 4, "wfq", c)).groups}
+              for c in ("cost", "runtime")}
+    assert shares["cost"]["slow"] > 0.85
+    assert shares["runtime"]["slow"] == pytest.approx(0.5, abs=0.02)
+
+
 def test_settings_apply_a_cap_and_a_rate(tmp_path: Path) -> None:
     rows = ["at,group,duration"] + ["0,a,1"] * 4 + ["0,b,0.01"] * 4
     tasks = read_trace(trace(tmp_path, "\n".join(rows) + "\n"))
@@ -113,8 +125,8 @@ def test_bad_runs_are_refused(tmp_path: Path) -> None:
     tasks = read_trace(backlog_and_newcomer(tmp_path))
     with pytest.raises(BadSimulation, match="policy 'lottery' is not one"):
         simulate(tasks, 2, "lottery")
-    with pytest.raises(BadSimulation, match="charge 'runtime' is not one"):
-        simulate(tasks, 2, "wfq", "runtime")
+    with pytest.raises(BadSimulation, match="charge 'seconds' is not one"):
+        simulate(tasks, 2, "wfq", "seconds")
     with pytest.raises(BadSimulation, match="slots must be an integer >= 1"):
         simulate(tasks, 0)
     with pytest.raises(BadTrace, match="cannot be read"):

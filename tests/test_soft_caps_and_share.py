@@ -104,7 +104,9 @@ def test_the_companions_per_queue_reach_the_store_and_the_status(make_app: Any) 
     exports, other = policy_of(config, "exports"), policy_of(config, default)
     assert (exports.cap_mode, exports.interactive_share) == ("soft", None)
     assert (other.cap_mode, other.interactive_share) == ("hard", 0.8)
-    assert policy_words(config) == "wfq i≤0.8 (exports: wfq soft-cap)"
+    assert policy_words(config) == "wfq, i≤0.8 (exports: wfq, soft-cap)"
     cell = dict(QUEUE_COLUMNS)["policy"]
-    assert cell({"policy": "wfq", "policy_label": config.policy_for("exports").describe()}) \
-        == "wfq soft-cap"
+    assert cell({"policy": "wfq", "cap_mode": "soft", "interactive_share": None}) \
+        == "wfq, soft-cap"
+    assert cell({"policy": "wfq", "charge": "runtime", "cap_mode": "soft",
+                 "interactive_share": 0.8}) == "wfq, charge runtime, soft-cap, i≤0.8"

@@ -11,13 +11,13 @@ import pytest
 from celery_fair.envelope import BACKGROUND, INTERACTIVE
 from celery_fair.errors import InvalidLimit
 from celery_fair.store.base import Picked, Policy, Store
-from celery_fair.store.models import HARMONY, WFQ
-from celery_fair.store.sql.store import SqlStore
+from celery_fair.store.models import WFQ
 
 from .store_helpers import (
     LEASE,
     NOW,
     Q,
+    each_policy,
     hold,
     klass_of,
     pick,
@@ -28,8 +28,6 @@ GROUPS = ["a", "b", "c"]
 
 
 def shared(store: Store, share: float | None, policy: str = WFQ) -> None:
-    if policy == HARMONY and isinstance(store, SqlStore):
-        pytest.skip("the SQL store runs wfq only (Harmony: Redis and memory)")
     store.configure(Q, Policy(None, 0, 1.0, {}, {}, name=policy, interactive_share=share))
 
 
@@ -42,7 +40,7 @@ def classes(picked: list[Picked]) -> list[str]:
     return [klass_of(p) for p in picked]
 
 
-@pytest.mark.parametrize("policy", [WFQ, HARMONY])
+@each_policy
 def test_interactive_holds_its_share_while_background_waits(store: Store,
                                                              policy: str) -> None:
     shared(store, 0.8, policy)

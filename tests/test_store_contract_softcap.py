@@ -11,11 +11,11 @@ import pytest
 from celery_fair.envelope import BACKGROUND, INTERACTIVE
 from celery_fair.errors import InvalidLimit
 from celery_fair.store.base import Policy, Store
-from celery_fair.store.models import HARD, HARMONY, SOFT, WFQ
-from celery_fair.store.sql.store import SqlStore
+from celery_fair.store.models import HARD, SOFT, WFQ
 
 from .store_helpers import (
     Q,
+    each_policy,
     group_of,
     hold,
     klass_of,
@@ -26,8 +26,6 @@ from .store_helpers import (
 
 def capped(store: Store, cap: int = 2, mode: str = SOFT, reserve: int = 0,
            caps: dict[str, int] | None = None, policy: str = WFQ) -> None:
-    if policy == HARMONY and isinstance(store, SqlStore):
-        pytest.skip("the SQL store runs wfq only (Harmony: Redis and memory)")
     store.configure(Q, Policy(cap, reserve, 1.0, caps or {}, {}, name=policy,
                               cap_mode=mode))
 
@@ -41,7 +39,7 @@ def inflight(store: Store) -> dict[str, int]:
     return {row["group"]: row["inflight"] for row in store.snapshot(Q)["groups"]}
 
 
-@pytest.mark.parametrize("policy", [WFQ, HARMONY])
+@each_policy
 def test_a_lone_capped_group_exceeds_its_cap(store: Store, policy: str) -> None:
     capped(store, cap=2, policy=policy)
     backlog(store, "a", 6)
@@ -49,7 +47,7 @@ def test_a_lone_capped_group_exceeds_its_cap(store: Store, policy: str) -> None:
     assert inflight(store)["a"] == 4
 
 
-@pytest.mark.parametrize("policy", [WFQ, HARMONY])
+@each_policy
 def test_a_newcomer_goes_before_the_over_cap_group(store: Store, policy: str) -> None:
     capped(store, cap=2, policy=policy)
     backlog(store, "a", 10)

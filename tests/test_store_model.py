@@ -4,7 +4,8 @@ PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.p
 with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
 configure (either policy, wfq or harmony, with hard or soft caps and with or without an
-interactive share; Harmony on Redis only, not SQL), limit, pause, boost (a
+interactive share; Harmony on Redis only, not SQL; any charge: cost, count or runtime,
+whose releases report runtimes that correct the tags), limit, pause, boost (a
 group's weight, with expiry; a task to the front), rate limits (GCRA tokens in the
 pick, throttles lifted by promote), a task's throttle and cancel (resent under its
 token); bursts of both classes at once and picks with a capacity just above what is in
@@ -49,7 +50,7 @@ from hypothesis.stateful import (
 from celery_fair.check import check
 from celery_fair.envelope import Envelope
 from celery_fair.errors import GroupFull
-from celery_fair.limits import Rate
+from celery_fair.limits import CHARGES, Rate
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
@@ -69,6 +70,8 @@ PICK_LEASE, LEASE = 10_000, 30_000
 #: capacity
 SHARES = (None, 0.8, 0.5, 1 / 3, 0.25)
 HOST = "r"  # the runs r1 and r2 are this host's
+#: What a release reports the task ran (seconds; None: nothing, an older worker)
+RUNTIMES = [None, 0.0, 0.1, 0.25, 1.0, 3.5]
 
 
 def stored(group: str, klass: str, cost: float, front: bool, hold_id: str) -> bytes:
@@ -155,8 +158,9 @@ class StoreMachine(RuleBasedStateMachine):
         self.both("configure", Policy(cap, reserve, 1.0, {}, {}, **self._draw_policy(data)))
 
     def _draw_policy(self, data: Any) -> dict[str, Any]:
-        """A policy, cap mode and interactive share the backend runs."""
+        """A policy, charge, cap mode and interactive share the backend runs."""
         return {"name": data.draw(st.sampled_from(self.policies)),
+                "charge": data.draw(st.sampled_from(CHARGES)),
                 "cap_mode": data.draw(st.sampled_from(self.cap_modes)),
                 "interactive_share": data.draw(st.sampled_from(self.shares))}
 
@@ -233,19 +237,21 @@ class StoreMachine(RuleBasedStateMachine):
     def renew(self, data: Any) -> None:
         self.both("renew", self._some(data), self.now + LEASE)
 
-    @rule(data=st.data(), run=st.sampled_from([None, "r1", "r2"]))
-    def release(self, data: Any, run: str | None) -> None:
+    @rule(data=st.data(), run=st.sampled_from([None, "r1", "r2"]),
+          runtime=st.sampled_from(RUNTIMES))
+    def release(self, data: Any, run: str | None, runtime: float | None) -> None:
         for did in self._some(data):
-            self.both("release", did, 3600 if data.draw(st.booleans()) else 0, run=run)
+            self.both("release", did, 3600 if data.draw(st.booleans()) else 0, run=run,
+                      runtime=runtime)
 
-    @rule(data=st.data(), acks_late=st.booleans())
-    def run_to_end(self, data: Any, acks_late: bool) -> None:
+    @rule(data=st.data(), acks_late=st.booleans(), runtime=st.sampled_from(RUNTIMES))
+    def run_to_end(self, data: Any, acks_late: bool, runtime: float | None) -> None:
         """The common lifecycle in one step: published, begun by a worker, finished."""
         for did in self._some(data):
             self.both("confirm", [did], self.now + LEASE)
             self.both("begin", did, self.now + LEASE, now_ms=self.now, run="r1",
                       acks_late=acks_late)
-            self.both("release", did, 3600, run="r1")
+            self.both("release", did, 3600, run="r1", runtime=runtime)
 
     @rule(data=st.data(), acks_late=st.booleans(), dies=st.booleans(),
           gone=st.sets(st.sampled_from(["r1"])))

@@ -483,3 +483,22 @@ def test_configure_counts_the_interactive_in_flight_again(store: RedisStore,
     for p in picked:
         store.release(Q, p.dispatch_id)
     assert int(redis_client.hget(stat, "inflight:i")) == 0
+
+
+def test_an_older_workers_release_corrects_nothing(store: RedisStore) -> None:
+    """Rolling upgrades: a worker of a version before fair_charge calls release.lua with
+    three arguments (no runtime): the slot is freed, the estimate stands, no mean is
+    kept; a runtime that is not a number from 0 to a year is read as none."""
+    from celery_fair.limits import RUNTIME
+    from celery_fair.store.base import Policy
+
+    store.configure(Q, Policy(None, 0, 1.0, {}, {}, charge=RUNTIME))
+    for _ in range(3):
+        hold(store, "a", cost=2.0)
+    first, second = pick(store, 2)
+    group = store.keys(Q).group("a")
+    assert store.client.hget(store.keys(Q).dispatch(first.dispatch_id), "e") == b"2"
+    assert store._run("release", Q, first.dispatch_id, 0, "") == 1
+    assert store.client.hget(group, "tb") == b"4" and store.client.hget(group, "r") is None
+    assert store._run("release", Q, second.dispatch_id, 0, "", "nan") == 1
+    assert store.client.hget(group, "tb") == b"4" and store.client.hget(group, "r") is None

@@ -8,8 +8,10 @@ I/O and reads no clock: every time is passed in (milliseconds), and a wake-up is
 both implementations to the same decisions, step by step.
 
 The policy (DESIGN.md, "Scheduling"): start-time fair queueing per class (a group's tag
-advances by cost / weight per dispatch; a group entering a ready set starts at
-max(its tag, the class's virtual time); the pick is the lowest tag, ties by name),
+advances by its charge / weight per dispatch: its cost, 1, or an estimate corrected by
+the runtime its release reports, ``fair_charge``; a group entering a ready set starts at
+max(its tag, the class's virtual time), one in it keeps its tag; the pick is the lowest
+tag, ties by name),
 interactive before background, a per-group cap with an interactive reserve above it
 (cap 0 pauses a group in both classes), per-group rate limits (GCRA) and throttles, pauses
 and boosts, a per-queue capacity, idle groups forgotten, and

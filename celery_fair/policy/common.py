@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..limits import HARD, HARMONY, SOFT, WFQ, Rate
+from ..limits import COST, HARD, HARMONY, SOFT, WFQ, Rate
 from ..store.base import KEEP as KEEP  # values of the store contract
 from ..store.base import RESET as RESET
 from ..store.base import Placement as Placement
@@ -46,6 +46,9 @@ class Group:
     #: rank ``boost_task`` set until its next pick
     served: int = 0
     jump: float | None = None
+    #: fair_charge 'runtime': the mean of the runtimes its releases reported (seconds;
+    #: None: none yet), the estimate its next dispatches are charged
+    runtime: float | None = None
     #: class -> when (ms) the head of its list became the head: set at every change of
     #: the head (a hold into an empty list or to the front, a pick, a cancel of the
     #: head, a promote or reclaim to the head, a boost to the front); stale while the
@@ -65,6 +68,9 @@ class Record:
     kept: bool = False  # an acks_late run keeps the value with the record
     runner: str = ""  # the run that began it
     expires_ms: int | None = None  # when a superseded or lost record is forgotten
+    #: what the pick charged its group as the estimate under ``fair_charge`` 'runtime'
+    #: (None: another charge), corrected at release by the runtime the worker reports
+    estimate: float | None = None
 
     @property
     def group(self) -> str:
@@ -100,6 +106,7 @@ class QueueData:
     operations)."""
 
     policy: str = WFQ  # fair_policy
+    charge: str = COST  # fair_charge
     cap_mode: str = HARD  # fair_cap_mode
     share: float | None = None  # fair_interactive_share
     default_cap: int = -1  # -1: none
@@ -196,8 +203,8 @@ class QueueData:
     def _refresh(self, g: str) -> bool:
         """Make g's membership of the ready sets (and the over sets) match where it
         stands; a group entering starts at the class's virtual time (no credit for being
-        idle); under Harmony its score is its rank, both classes alike. True when it
-        entered a set."""
+        idle), one in a set of the class (ready or over) keeps its tag; under Harmony its
+        score is its rank, both classes alike. True when it entered a set."""
         group = self.groups.get(g)
         n = group.inflight if group else 0
         entered = False
@@ -210,7 +217,8 @@ class QueueData:
             if self.policy == HARMONY:
                 score = self._rank(g, group)
             else:
-                tag = entry_tag(group.tags.get(klass), self.vt.get(klass))
+                tag = entry_tag(group.tags.get(klass), self.vt.get(klass),
+                                g in self.ready[klass] or g in self.over[klass])
                 if tag is not None:
                     group.tags[klass] = tag
                 score = tag or 0.0

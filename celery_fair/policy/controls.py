@@ -31,7 +31,10 @@ class QueueControls(QueueData):
                 nothing was changed.
         """
         limits.check_policy(policy)
-        self.policy = policy.name
+        if policy.name != self.policy:  # the sets' scores change meaning: all re-enter
+            self.ready = {klass: {} for klass in CLASSES}
+            self.over = {klass: {} for klass in CLASSES}
+        self.policy, self.charge = policy.name, policy.charge
         self.cap_mode, self.share = policy.cap_mode, policy.interactive_share
         if self.cap_mode != limits.SOFT:  # no group stands over its cap
             self.over = {klass: {} for klass in CLASSES}

@@ -9,6 +9,8 @@ import math
 from collections.abc import Callable, Iterable
 
 from ..errors import GroupFull
+from ..limits import COUNT, RUNTIME
+from ..limits import runtime_of as runtime_of
 from ..store.models import BeginResult
 
 INTERACTIVE, BACKGROUND = "i", "b"
@@ -60,9 +62,14 @@ def background_first(inflight_interactive: int, share: float | None,
         and inflight_interactive >= share * capacity
 
 
-def entry_tag(tag: float | None, vt: float | None) -> float | None:
+def entry_tag(tag: float | None, vt: float | None, member: bool = False) -> float | None:
     """A ready group's tag: it enters at the class's virtual time when behind it (no
-    credit for being idle). None: unchanged (never set and not behind)."""
+    credit for being idle). A ``member`` of the ready set already keeps its tag: only a
+    release's correction (``fair_charge`` 'runtime') takes one below the virtual time,
+    and that credit is what it was overcharged. None: unchanged (never set and not
+    behind)."""
+    if member and tag is not None:
+        return tag
     if (vt or 0.0) > (tag or 0.0):
         return vt
     return tag
@@ -104,6 +111,32 @@ def harmony_rank(inflight: int, weight: float, served: int, jump: float | None) 
 def advance(tag: float, cost: float, weight: float) -> float:
     """A group's tag after one dispatch of ``cost``: start-time fair queueing."""
     return tag + cost / weight
+
+
+def charged(charge: str, cost: float, mean: float | None = None) -> float:
+    """What one dispatch of a task of ``cost`` charges its group (``fair_charge``): 1
+    under 'count'; under 'runtime' the estimate, corrected at release: the group's
+    ``mean`` runtime when it has one, else the cost; else the cost."""
+    if charge == COUNT:
+        return 1.0
+    return mean if charge == RUNTIME and mean is not None else cost
+
+
+#: How slowly a group's mean runtime follows its runtimes: each moves it 1/8 of the way.
+RUNTIME_SMOOTHING = 8.0
+
+
+def mean_runtime(mean: float | None, runtime: float) -> float:
+    """A group's mean runtime (an exponential moving average) after one more ``runtime``;
+    the first is the mean. ``release.lua`` does the same arithmetic, in the same order."""
+    return runtime if mean is None else mean + (runtime - mean) / RUNTIME_SMOOTHING
+
+
+def corrected(tag: float, runtime: float, estimate: float, weight: float) -> float:
+    """A group's tag once a dispatch charged ``estimate`` at pick (``fair_charge``
+    'runtime') reports the ``runtime`` (seconds) it ran: the difference, per unit of
+    weight. ``release.lua`` does the same arithmetic, in the same order."""
+    return tag + (runtime - estimate) / weight
 
 
 def gcra(tat: float | None, now_ms: float, interval_ms: float,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..errors import GroupFull
-from ..limits import HARMONY, SOFT
+from ..limits import HARMONY, RUNTIME, SOFT
 from ..store.base import BeginResult, Picked, check_hold
 from .common import Group, Held, Placement, Record
 from .controls import QueueControls
@@ -21,10 +21,14 @@ from .decisions import (
     advance,
     background_first,
     batch_room,
+    charged,
     copy_id,
+    corrected,
     dispatch_id,
     may_release,
+    mean_runtime,
     requeues,
+    runtime_of,
     skip_copy,
 )
 
@@ -132,19 +136,22 @@ class FairQueue(QueueControls):
             self._unindex_copy(hold_id)
             self._count("held:" + klass, -1)
             group = self.groups[g]
+            estimate = None  # what a 'runtime' charge corrects at release
             if self.policy == HARMONY:  # served now; a jump (boost_task) is spent
                 self._count("served", 1)
                 group.served, group.jump = self.stat["served"], None
             else:
                 self.vt[klass] = tag
-                tag = group.tags[klass] = advance(tag, held.placement.cost,
-                                                  self.pick_weight(g))
+                spent = charged(self.charge, held.placement.cost, group.runtime)
+                tag = group.tags[klass] = advance(tag, spent, self.pick_weight(g))
+                estimate = spent if self.charge == RUNTIME else None
             group.inflight += 1
             if klass == "i":
                 self._count("inflight:i", 1)
             group.since[klass] = now_ms  # the next one is the head now (stale if none)
             did = dispatch_id(token, self.stat["picks"], len(out) + 1)
-            self.records[did] = Record(PICKED, held.placement, hold_id, held.value)
+            self.records[did] = Record(PICKED, held.placement, hold_id, held.value,
+                                       estimate=estimate)
             self.leases[did] = now_ms + lease_ms
             out.append(Picked(did, hold_id, held.value))
             if self.policy == HARMONY:  # its rank moved, in both classes
@@ -205,9 +212,11 @@ class FairQueue(QueueControls):
         return sum(1 for did in dids
                    if self._hold_lease(did, deadline_ms) not in (None, SUPERSEDED))
 
-    def release(self, did: str, done_until_ms: int | None = None, run: str = "") -> bool:
+    def release(self, did: str, done_until_ms: int | None = None, run: str = "",
+                runtime: float | None = None) -> bool:
         """Free a dispatch's slot; with ``done_until_ms`` a tombstone lasts until then (a
-        redelivered copy is skipped). See ``release.lua``."""
+        redelivered copy is skipped); with ``runtime`` (seconds), a dispatch charged its
+        estimate corrects its group's tag by the difference. See ``release.lua``."""
         rec = self.records.get(did)
         if rec is None or rec.state == SUPERSEDED:
             return False
@@ -220,9 +229,23 @@ class FairQueue(QueueControls):
         self._count("released", 1)
         if rec.state == LOST:
             return False
+        self._correct(rec, runtime_of(runtime))
         self._free_slot(rec.group, rec.klass)
         self.woken = True
         return True
+
+    def _correct(self, rec: Record, runtime: float | None) -> None:
+        """A released dispatch charged ``rec.estimate`` corrects its group's tag by the
+        ``runtime`` it ran (under wfq; a group's tag is never set under Harmony), and
+        the runtime goes into the group's mean."""
+        if runtime is None or rec.estimate is None or self.policy == HARMONY:
+            return
+        group = self.groups[rec.group]
+        group.runtime = mean_runtime(group.runtime, runtime)
+        tags = group.tags
+        if rec.klass in tags:
+            tags[rec.klass] = corrected(tags[rec.klass], runtime, rec.estimate,
+                                        self.pick_weight(rec.group))
 
     def reclaim(self, now_ms: int, limit: int, tombstone_until_ms: int) -> tuple[int, int]:
         """Take back slots whose lease ran out; see ``reclaim.lua``."""

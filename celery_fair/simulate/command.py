@@ -36,8 +36,9 @@ def options(command: Any) -> Any:
                           "wfq, harmony: fair_policy)."),
         click.option("--charge", "charges", default="cost", show_default=True,
                      callback=_names(CHARGES),
-                     help="What a dispatch charges a group, comma separated: count (1 "
-                          "per task) or cost (the declared cost, as celery-fair does)."),
+                     help="What a dispatch charges a group under wfq, comma separated "
+                          "(fair_charge): count (1 per task), cost (the declared cost, the "
+                          "default) or runtime (the time the task ran)."),
         click.option("--plot", "plot_path", default=None, metavar="PNG",
                      help="Draw each group's waits over time, one panel per run."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON."),

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import FairError
+from ..limits import COST, RUNTIME
 from ..store.base import Placement, Policy
 from ..store.memory import MemoryStore
 from ..store.models import POLICIES as STORE_POLICIES
@@ -20,8 +21,9 @@ __all__ = ["CHARGES", "POLICIES", "BadSimulation", "Run", "simulate"]
 
 #: Policies the simulator replays: plain Celery's FIFO, and the store's policies.
 POLICIES = ("fifo", *STORE_POLICIES)
-#: What a dispatch charges a group's share: 1 per task, or the task's declared cost.
-CHARGES = ("count", "cost")
+#: What a dispatch charges a group's share (``fair_charge``): 1 per task, the task's
+#: declared cost, or the time it ran (each release reports the task's duration).
+CHARGES = ("count", "cost", "runtime")
 _Q = "simulated"
 _NEVER = 10 ** 15  # a lease that never runs out in a replay
 
@@ -62,7 +64,8 @@ def simulate(tasks: Sequence[TraceTask], slots: int, policy: str = "wfq",
         tasks = [replace(t, cost=1.0) for t in tasks]
     run = Run(policy, charge, slots)
     starts = _fifo(tasks, slots) if policy == "fifo" else _fair(
-        tasks, slots, replace(settings or Policy(None, 0, 1.0, {}, {}), name=policy))
+        tasks, slots, replace(settings or Policy(None, 0, 1.0, {}, {}), name=policy,
+                              charge=RUNTIME if charge == RUNTIME else COST))
     run.tasks = [(t.group, t.at, start, t.duration) for t, start in zip(tasks, starts)]
     return run
 
@@ -96,7 +99,8 @@ def _fair(tasks: Sequence[TraceTask], slots: int, settings: Policy) -> list[floa
                              running[0][0] if running else None, wake) if t is not None]
         now = min(times)
         while running and running[0][0] <= now:
-            store.release(_Q, heapq.heappop(running)[2])
+            _, i, did = heapq.heappop(running)
+            store.release(_Q, did, runtime=tasks[i].duration)
         while nxt < len(tasks) and _ms(tasks[nxt].at) <= now:
             t = tasks[nxt]
             store.hold(_Q, str(nxt), str(nxt).encode(),

@@ -209,11 +209,11 @@ class Store(BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Th
 
     @abc.abstractmethod
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
-                run: str | None = None) -> bool:
-        """Free a dispatch's slot. Atomic and idempotent; returns whether a slot was freed.
-        With ``done_seconds`` (the task ran to its end) its record stays that long as a
-        'released' tombstone, so a redelivered copy is skipped; 0 forgets it. With
-        ``run``, only while that run holds it (no other run has taken it over)."""
+                run: str | None = None, runtime: float | None = None) -> bool:
+        """Free a dispatch's slot (atomic, idempotent); whether one was freed. With
+        ``done_seconds`` (it ran to its end) a 'released' tombstone that long skips a
+        redelivered copy; with ``run``, only while that run holds it; with ``runtime``
+        (seconds it ran), a dispatch charged an estimate corrects it (``fair_charge``)."""
 
     @abc.abstractmethod
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:

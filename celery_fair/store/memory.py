@@ -129,10 +129,10 @@ class MemoryStore(MemoryReads, Store):
             return fq.renew(list(dispatch_ids), deadline_ms)
 
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
-                run: str | None = None) -> bool:
+                run: str | None = None, runtime: float | None = None) -> bool:
         until = wall_ms() + done_seconds * 1000 if done_seconds > 0 else None
         with self._queue(queue) as fq:
-            return fq.release(dispatch_id, until, run or "")
+            return fq.release(dispatch_id, until, run or "", runtime)
 
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         with self._queue(queue) as fq:

@@ -143,6 +143,7 @@ class DirectPush:
 
 WFQ, HARMONY, POLICIES = limits.WFQ, limits.HARMONY, limits.POLICIES
 HARD, SOFT, CAP_MODES = limits.HARD, limits.SOFT, limits.CAP_MODES
+COST = limits.COST
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,8 @@ class Policy:
     rates: Mapping[str, limits.Rate | None] = dataclasses.field(default_factory=dict)
     #: the scheduling policy, one of :data:`POLICIES`
     name: str = WFQ
+    #: what a dispatch charges a group's share under wfq, one of ``limits.CHARGES``
+    charge: str = COST
     #: 'hard': a group at its cap waits; 'soft': it may go on while no other group has
     #: work it may run (``fair_cap_mode``)
     cap_mode: str = HARD

@@ -13,6 +13,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
+from ..limits import runtime_of
 from .base import (
     CANCELLED_SECONDS,
     CHECK_BATCH,
@@ -248,8 +249,10 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
         return int(self._run("renew", queue, deadline_ms, *ids)) if ids else 0
 
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
-                run: str | None = None) -> bool:
-        return bool(self._durably("release", queue, dispatch_id, done_seconds, run or ""))
+                run: str | None = None, runtime: float | None = None) -> bool:
+        reported = runtime_of(runtime)
+        return bool(self._durably("release", queue, dispatch_id, done_seconds, run or "",
+                                  "" if reported is None else repr(reported)))
 
     def _durably(self, name: str, queue: str, *args: Any) -> Any:
         """Run a script; with fair_store_replicas, WAIT for them in the same round trip."""

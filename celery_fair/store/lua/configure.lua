@@ -13,11 +13,13 @@ ARGV[5]  weight overrides as JSON {group: weight}
 ARGV[6]  rate limits as JSON {group: '<interval ms>:<burst>' or 'none'}
 ARGV[7]  default rate limit ('<interval ms>:<burst>'; '' for none)
 ARGV[8]  the policy: 'wfq' or 'harmony' (common.lua POLICIES)
-ARGV[9]  the cap mode: 'hard' or 'soft' (absent: 'hard'); under 'hard' the over sets are
+ARGV[9]  the charge: 'cost', 'count' or 'runtime' (common.lua CHARGES; absent: 'cost')
+ARGV[10] the cap mode: 'hard' or 'soft' (absent: 'hard'); under 'hard' the over sets are
          emptied, as no group stands over its cap then
-ARGV[10] the interactive share: a number in (0, 1], or '' (absent) for none
+ARGV[11] the interactive share: a number in (0, 1], or '' (absent) for none
 Returns: number of groups re-ranked.
-Error (before anything is written): an unknown policy; a cap, reserve, weight or rate
+Error (before anything is written): an unknown policy, charge or cap mode, a share
+out of range; a cap, reserve, weight or rate
 out of range (common.lua bounds; limits.py checks them first). Buckets and throttles are
 left as they are (a restart with the same settings changes nothing) but for the groups
 whose rate in force changed: as rate.lua does, their buckets start full and their old
@@ -50,7 +52,11 @@ if ARGV[7] ~= '' and not parse_rate(ARGV[7]) then
   return refuse('default rate limit', ARGV[7], rate_form)
 end
 if not POLICIES[ARGV[8]] then return refuse('policy', ARGV[8], "'wfq' or 'harmony'") end
-local capmode, ishare = ARGV[9] or 'hard', ARGV[10] or ''
+local charge = ARGV[9] or 'cost'
+if not CHARGES[charge] then
+  return refuse('charge', charge, "'cost', 'count' or 'runtime'")
+end
+local capmode, ishare = ARGV[10] or 'hard', ARGV[11] or ''
 if capmode ~= 'hard' and capmode ~= 'soft' then
   return refuse('cap mode', capmode, "'hard' or 'soft'")
 end
@@ -60,8 +66,15 @@ if ishare ~= '' and not (share and share > 0 and share <= 1) then
 end
 local before = {}  -- the rates in force of the groups with a bucket (rerate below)
 for _, g in ipairs(redis.call('ZRANGE', K_TATS, 0, -1)) do before[g] = {rate_of(g)} end
+if (redis.call('HGET', K_CONF, 'policy') or 'wfq') ~= ARGV[8] then
+  -- the ready sets' scores change meaning (tags, ranks): every group enters them anew
+  for _, cls in ipairs(CLASSES) do
+    redis.call('DEL', k_ready(cls))
+    redis.call('DEL', k_over(cls))
+  end
+end
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3],
-           'policy', ARGV[8], 'capmode', capmode)
+           'policy', ARGV[8], 'charge', charge, 'capmode', capmode)
 if ishare == '' then redis.call('HDEL', K_CONF, 'ishare') else redis.call('HSET', K_CONF, 'ishare', ishare) end
 policy_read, soft_read = nil, nil  -- the refreshes below rank under the new policy
 if capmode == 'hard' then

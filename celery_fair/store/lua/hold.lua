@@ -47,7 +47,7 @@ if max_held then
   local n = held_of(g)
   if n >= max_held then return redis.error_reply('FULL ' .. n .. ' ' .. ARGV[9] .. ' ' .. g) end
 end
-preflight(g, due > now, id)
-local hold_id = hold_write(id, value, held, due, now, g, cls, front)
+local known = preflight(g, due > now, id)
+local hold_id = hold_write(id, value, held, due, now, g, cls, front, known)
 if digest then remember_sent(id, digest, hold_id, remember) end
 return hold_id

@@ -1,6 +1,9 @@
 --[[ pick: take up to ARGV[2] held messages in fair order and mark each dispatch 'picked'.
 Policy wfq: interactive groups come first; within a class the group with the lowest
-virtual start tag wins (ZSET head: O(log G)), and its tag advances by cost / weight.
+virtual start tag wins (ZSET head: O(log G)), and its tag advances by its charge / weight
+(policy `charged`): the cost; 1 under `charge` 'count'; under 'runtime' an estimate, the
+group's mean runtime (`r`) or else the cost, kept in the dispatch record (`e`) for
+release.lua to correct.
 Policy harmony: the lower head of the two ready sets wins (its rank: fewest in flight per
 unit of weight, then served least recently; interactive first in a tie, so inside a
 group interactive goes before background); the group's last-served sequence becomes the
@@ -59,13 +62,47 @@ local default_rate = redis.call('HGET', K_CONF, 'rate') or false
 -- no default rate and no group's own: nothing to meter, no read per message
 local rated = default_rate or redis.call('HLEN', K_RATES) > 0
 
+-- Read once per call, per group: its cap, its pick weight and its rate in force (no
+-- script changes them while this one runs).
+local caps, weights, rates = {}, {}, {}
+local function cap_in_call(g)
+  if caps[g] == nil then caps[g] = cap_of(g, default_cap) end
+  return caps[g]
+end
+local function weight_in_call(g)
+  if weights[g] == nil then weights[g] = pick_weight_of(g, default_weight) end
+  return weights[g]
+end
+
+-- Written once per call rather than per message: the virtual time of each class (the
+-- last tag taken there) and each group's in-flight count and tags, unless a refresh or
+-- a forget of the group is to read them first (write_pending).
+local vt_due, pending = {}, {}  -- class -> vt; group -> {n = taken, t<class> = tag}
+local function write_pending(g)
+  if next(vt_due) then
+    local fields = {}
+    for cls, v in pairs(vt_due) do fields[#fields + 1] = cls; fields[#fields + 1] = v end
+    redis.call('HSET', K_VT, unpack(fields))
+    vt_due = {}
+  end
+  local p = g and pending[g]
+  if not p then return end
+  pending[g] = nil
+  redis.call('HINCRBY', k_group(g), 'n', p.n)
+  if p.ti or p.tb then
+    redis.call('HSET', k_group(g), unpack(p.ti and p.tb and {'ti', p.ti, 'tb', p.tb}
+                                          or p.ti and {'ti', p.ti} or {'tb', p.tb}))
+  end
+end
+
 -- g was just picked: count it against its rate (GCRA, policy `gcra`, the same arithmetic
 -- in the same order; a token counts from its TAT or from RATE_EARLY_MS, at most half an
 -- interval, before now, whichever is later) and, once its bucket is empty, throttle it until its next token is due:
 -- it leaves the ready sets, and promote lifts it then.
 local function meter(g)
   if not rated then return end
-  local interval, burst = rate_of(g, default_rate)
+  if rates[g] == nil then rates[g] = {rate_of(g, default_rate)} end
+  local interval, burst = rates[g][1], rates[g][2]
   if not interval then return end
   local tat = tonumber(redis.call('ZSCORE', K_TATS, g))
   local floor = now - math.min(RATE_EARLY_MS, interval / 2)
@@ -77,18 +114,27 @@ local function meter(g)
     redis.call('ZADD', K_THROTTLED, free_at, g)
     for _, cls in ipairs(CLASSES) do
       redis.call('ZREM', k_ready(cls), g)
-      redis.call('ZREM', k_over(cls), g)
+      if soft_caps() then redis.call('ZREM', k_over(cls), g) end
     end
   end
 end
 
 -- The interactive ready set is skipped while empty; only a full refresh can fill it.
 local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0
+-- the companions, read in one call: the policy (harmony()'s), the charge, the cap mode
+-- (soft_caps()'s) and the interactive share
+local conf_policy, conf_charge, conf_capmode, conf_ishare =
+  unpack(redis.call('HMGET', K_CONF, 'policy', 'charge', 'capmode', 'ishare'))
+if policy_read == nil then policy_read = conf_policy or 'wfq' end
+if soft_read == nil then soft_read = conf_capmode == 'soft' end
 local harmonious, soft = harmony(), soft_caps()
+local charge = conf_charge or 'cost'
 -- the interactive share's bound, in dispatches (nil: none), and the interactive in flight
-local share = capacity >= 0 and tonumber(redis.call('HGET', K_CONF, 'ishare') or '')
+-- (read only under a share); taken_i: the interactive dispatches this call takes
+local share = capacity >= 0 and tonumber(conf_ishare or '')
 local share_bound = share and share * capacity
-local inflight_i = tonumber(redis.call('HGET', K_STAT, 'inflight:i') or '0')
+local inflight_i = share_bound and tonumber(redis.call('HGET', K_STAT, 'inflight:i') or '0') or 0
+local taken_i = 0
 local function head_of(k_set, skip_i)
   if share_bound and inflight_i >= share_bound then  -- background first, while it waits
     local top = redis.call('ZRANGE', k_set('b'), 0, 0, 'WITHSCORES')
@@ -166,26 +212,36 @@ while taken < want do
   end
   if not m then
     -- nothing taken (an id without a message, or quarantined): maybe nothing left
+    write_pending(g)
     if id then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1]) end  -- before a forget
     redis.call('ZREM', k_ready(cls), g)
     if soft then redis.call('ZREM', k_over(cls), g) end
-    refresh(g, default_cap)
+    refresh(g, default_cap, {cap = cap_in_call(g)})
     forget_if_idle(g)
     interactive_empty = false
   else
     redis.call('HDEL', K_MSG, id)
     unindex_copy(id)
     local gk = k_group(g)
+    local p = pending[g] or {n = 0}
+    pending[g], p.n = p, p.n + 1
+    local estimate = nil  -- what a 'runtime' charge corrects at release
     if harmonious then  -- served now; a jump (boost_task.lua) is spent
       redis.call('HSET', gk, 's', redis.call('HINCRBY', K_STAT, 'served', 1))
       redis.call('HDEL', gk, 'j')
     else
-      redis.call('HSET', K_VT, cls, tag)
-      tag = tag + m.cost / pick_weight_of(g, default_weight)
-      redis.call('HSET', gk, 't' .. cls, tag)
+      vt_due[cls] = tag
+      local spent = m.cost
+      if charge == 'count' then
+        spent = 1
+      elseif charge == 'runtime' then
+        spent = finite(redis.call('HGET', gk, 'r')) or m.cost
+        estimate = spent
+      end
+      tag = tag + spent / weight_in_call(g)
+      p['t' .. cls] = tag
     end
-    redis.call('HINCRBY', gk, 'n', 1)
-    if cls == 'i' then inflight_i = inflight_i + 1 end
+    if cls == 'i' then inflight_i, taken_i = inflight_i + 1, taken_i + 1 end
     local heads = new_head[g] or {}
     heads[cls], new_head[g] = true, heads
     taken = taken + 1
@@ -195,6 +251,7 @@ while taken < want do
       -- them): a copy the broker lost is held again when the lease runs out
       redis.call('HSET', k_dispatch(did), 's', 'queued', 'g', g, 'c', cls, 'id', id,
                  'v', value)
+      if estimate then redis.call('HSET', k_dispatch(did), 'e', estimate) end
       redis.call('ZADD', K_LEASES, tonumber(ARGV[9]), did)
       pushed = pushed + 1
       -- for the dispatcher's metrics and log: class, due time, group, hold id, dispatch id
@@ -206,15 +263,17 @@ while taken < want do
     else
       redis.call('HSET', k_dispatch(did), 's', 'picked', 'g', g, 'c', cls, 'id', id,
                  'v', value)
+      if estimate then redis.call('HSET', k_dispatch(did), 'e', estimate) end
       redis.call('ZADD', K_LEASES, deadline, did)
       out[#out + 1] = did
       out[#out + 1] = id
       out[#out + 1] = value
     end
     if harmonious then  -- its rank moved, in both classes
-      refresh(g, default_cap)
+      write_pending(g)
+      refresh(g, default_cap, {cap = cap_in_call(g)})
       interactive_empty = false
-    elseif cap_of(g, default_cap) < 0 then
+    elseif cap_in_call(g) < 0 then
       -- Without a cap only this class's membership can change: re-rank at the new tag
       -- (it is above the virtual time just set) or drop the group when it has run dry.
       if redis.call('LLEN', k_list(cls, g)) > 0 then
@@ -225,26 +284,31 @@ while taken < want do
     else
       -- the tag moved and the cap may be reached: re-rank or drop the group in each class
       redis.call('ZREM', k_ready(cls), g)
-      refresh(g, default_cap)
+      write_pending(g)
+      refresh(g, default_cap, {cap = cap_in_call(g)})
       interactive_empty = false
     end
     meter(g)
   end
 end
-if taken > 0 then
-  redis.call('HINCRBY', K_STAT, 'inflight', taken)
-  local taken_i = inflight_i - tonumber(redis.call('HGET', K_STAT, 'inflight:i') or '0')
-  if taken_i > 0 then redis.call('HINCRBY', K_STAT, 'inflight:i', taken_i) end
-end
--- the head times of the lists taken from, one HSET per group (its `n` keeps the hash):
--- the next message is the head since now (a stale time for an empty list, which the
--- next message in stamps again)
+if taken > 0 then redis.call('HINCRBY', K_STAT, 'inflight', taken) end
+if taken_i > 0 then redis.call('HINCRBY', K_STAT, 'inflight:i', taken_i) end
+write_pending(nil)  -- the virtual times
+-- each group taken from: its in-flight count, then one HSET of its tags and the head
+-- times of the lists taken from (the next message is the head since now; a stale time
+-- for an empty list, which the next message in stamps again)
 for g, heads in pairs(new_head) do
-  if heads.i and heads.b then
-    redis.call('HSET', k_group(g), 'hi', ARGV[1], 'hb', ARGV[1])
-  else
-    redis.call('HSET', k_group(g), heads.i and 'hi' or 'hb', ARGV[1])
+  local p, fields = pending[g], {}
+  if p then
+    redis.call('HINCRBY', k_group(g), 'n', p.n)
+    for _, cls in ipairs(CLASSES) do
+      if p['t' .. cls] then fields[#fields + 1] = 't' .. cls; fields[#fields + 1] = p['t' .. cls] end
+    end
   end
+  for _, cls in ipairs(CLASSES) do
+    if heads[cls] then fields[#fields + 1] = 'h' .. cls; fields[#fields + 1] = ARGV[1] end
+  end
+  redis.call('HSET', k_group(g), unpack(fields))
 end
 -- the held counters, once per group and class rather than per message
 for g, n in pairs(popped) do rank_backlog(g, -n) end

@@ -10,15 +10,21 @@ ARGV[2]  seconds to keep a tombstone (the task ran to its end in the pool, so a 
 ARGV[3]  the run that ends ('' for any): when another run has taken the dispatch over
          (its copy, after this run's process was found gone), this release is not its
          to make and does nothing
+ARGV[4]  seconds the task ran, as the worker measured it ('' or absent: none reported, an
+         older worker or a release kept for retry): a dispatch the pick charged an
+         estimate (record field `e`, charge 'runtime') corrects its group's tag of its
+         class by (runtime - estimate) / weight before its slot is freed (policy
+         `corrected`), and the runtime goes into the group's mean runtime (`r`, the
+         estimate of its next dispatches: policy `mean_runtime`); a lost dispatch, or one
+         released under Harmony, corrects nothing
 Counts the release in `stat` `released` (the metrics' counter of ended dispatches).
 Returns: 1 slot freed, 0 nothing to do. ]]
 -- @include common
 local did, done_ttl = ARGV[1], tonumber(ARGV[2] or '0')
 local dk = k_dispatch(did)
-local state, runner = unpack(redis.call('HMGET', dk, 's', 'x'))
+local state, runner, g, cls, estimate = unpack(redis.call('HMGET', dk, 's', 'x', 'g', 'c', 'e'))
 if not state or state == 'superseded' or state == 'released' then return 0 end
 if ARGV[3] and ARGV[3] ~= '' and runner and runner ~= ARGV[3] then return 0 end
-local g, cls = unpack(redis.call('HMGET', dk, 'g', 'c'))
 redis.call('DEL', dk)
 if done_ttl > 0 then
   local done = k_done(did)
@@ -30,6 +36,20 @@ end
 redis.call('ZREM', K_LEASES, did)
 redis.call('HINCRBY', K_STAT, 'released', 1)
 if state == 'lost' then return 0 end
-free_slot(g, cls)
+-- A corrected tag must reach the ready (or over) set's score too: then refresh whatever the cap.
+local corrected = false
+local runtime, charged = finite(ARGV[4]), finite(estimate)
+if runtime and runtime >= 0 and runtime <= MAX_RUNTIME and charged and not harmony() then
+  local gk = k_group(g)
+  local mean = finite(redis.call('HGET', gk, 'r'))
+  redis.call('HSET', gk, 'r', mean and mean + (runtime - mean) / RUNTIME_SMOOTHING or runtime)
+  local tag = finite(redis.call('HGET', gk, 't' .. cls))
+  if tag then
+    local w = pick_weight_of(g, valid_weight(redis.call('HGET', K_CONF, 'weight')) or 1)
+    redis.call('HSET', gk, 't' .. cls, tag + (runtime - charged) / w)
+    corrected = true
+  end
+end
+free_slot(g, cls, not corrected)
 wake()
 return 1

@@ -18,8 +18,11 @@ from ...policy.decisions import (
     RUNNING,
     SUPERSEDED,
     copy_id,
+    corrected,
     may_release,
+    mean_runtime,
     requeues,
+    runtime_of,
     skip_copy,
     task_of,
 )
@@ -249,7 +252,7 @@ class Lifecycle:
         return int(renewed)
 
     def release(self, conn: Connection, queue: str, did: str, done_until_ms: int | None,
-                run: str, wall_ms: int) -> bool:
+                run: str, wall_ms: int, runtime: float | None = None) -> bool:
         u = self.unit(conn, queue)
         rec = self.dispatch(u, did, wall_ms)
         if rec is None or rec["state"] in (SUPERSEDED, "released") \
@@ -263,9 +266,24 @@ class Lifecycle:
         u.count("released")
         freed = rec["state"] != LOST
         if freed:
+            self._correct(u, rec, runtime_of(runtime))
             self.free_slot(u, rec["grp"])
         u.flush()
         return bool(freed)
+
+    def _correct(self, u: Unit, rec: dict[str, Any], runtime: float | None) -> None:
+        """``FairQueue._correct``: a dispatch charged an estimate corrects its group's
+        tag by the runtime it ran, which goes into the group's mean (the SQL store runs
+        wfq only)."""
+        if runtime is None or rec["estimate"] is None:
+            return
+        g, klass = rec["grp"], rec["klass"]
+        row = u.group(g)
+        if row is not None:
+            row["runtime"] = mean_runtime(row["runtime"], runtime)
+        if row is not None and row[f"tag_{klass}"] is not None:
+            u.retag(g, klass, corrected(row[f"tag_{klass}"], runtime, rec["estimate"],
+                                        u.pick_weight(g)))
 
     def free_slot(self, u: Unit, g: str) -> None:
         row = u.group(g)

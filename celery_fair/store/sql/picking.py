@@ -10,7 +10,15 @@ from typing import Any
 
 from sqlalchemy import delete, text
 
-from ...policy.decisions import PICKED, advance, background_first, dispatch_id, task_of
+from ...limits import COST, RUNTIME
+from ...policy.decisions import (
+    PICKED,
+    advance,
+    background_first,
+    charged,
+    dispatch_id,
+    task_of,
+)
 from ..models import Picked
 from .metering import Meter
 from .statements import Statements
@@ -43,6 +51,7 @@ class Picking:
         self.records: list[dict[str, Any]] = []
         self.last: dict[tuple[str, str], int] = {}  # the place of the last message taken
         self.per = want + 1  # messages read at once from one group
+        self.charge = u.q["charge"] or COST  # fair_charge (None: configured before it)
 
     def _known(self, kind: str) -> dict[tuple[str, str], float | None]:
         return self.u.ready if kind == "ready" else self.u.over
@@ -104,7 +113,8 @@ class Picking:
             row = u.groups[g]
             assert row is not None
             u.set_vt(klass, tag)
-            row[f"tag_{klass}"] = advance(tag, msg.cost, u.pick_weight(g))
+            spent = charged(self.charge, msg.cost, row["runtime"])
+            row[f"tag_{klass}"] = advance(tag, spent, u.pick_weight(g))
             row["inflight"] += 1
             self.inflight_i += klass == "i"
             row[f"held_{klass}"] -= 1
@@ -112,7 +122,7 @@ class Picking:
             did = dispatch_id(self.token, u.q["picks"], len(out) + 1)
             taken.append(msg.hold_id)
             out.append(Picked(did, msg.hold_id, bytes(msg.value)))
-            self._record(did, msg, klass, g)
+            self._record(did, msg, klass, g, spent if self.charge == RUNTIME else None)
             u.refresh(g)
             self.meter(g)  # after the re-ranking, as FairQueue.pick
             self._requeue(g)
@@ -156,12 +166,14 @@ class Picking:
         self.last[key] = msg.seq
         return msg
 
-    def _record(self, did: str, msg: Any, klass: str, g: str) -> None:
+    def _record(self, did: str, msg: Any, klass: str, g: str,
+                estimate: float | None) -> None:
         self.records.append({**self.u.key, "did": did, "state": PICKED, "hold_id": msg.hold_id,
                              "task_id": task_of(msg.hold_id), "grp": g, "klass": klass,
                              "cost": msg.cost, "front": msg.front, "value": msg.value,
                              "kept": False, "runner": "", "lease_ms": self.deadline,
-                             "expires_ms": None})
+                             "expires_ms": None,
+                             "estimate": estimate})
 
     def _write(self, taken: list[str]) -> None:
         if taken:

@@ -123,6 +123,11 @@ class ReadySets:
             self._membership(klass, g)
             self.ready[(klass, g)] = self.over[(klass, g)] = None
 
+    def retag(self, g: str, klass: str, tag: float) -> None:
+        """Set g's tag (a release's correction), its sets' entries known first."""
+        self._membership(klass, g)
+        self.groups[g][f"tag_{klass}"] = tag  # type: ignore[index]
+
     def refresh(self, g: str) -> bool:
         """Make g's ready-set (and over-set) membership match where it stands
         (``common._refresh``); True when it entered a set."""
@@ -139,7 +144,8 @@ class ReadySets:
             self._membership(klass, g)
             where = None if row is None else self.standing_of(klass, g, now)
             if row is not None and where is not None:
-                tag = entry_tag(row[f"tag_{klass}"], self.vt(klass))
+                tag = entry_tag(row[f"tag_{klass}"], self.vt(klass),
+                                self.ready[key] is not None or self.over[key] is not None)
                 row[f"tag_{klass}"] = tag
                 into, out = (self.ready, self.over) if where == READY \
                     else (self.over, self.ready)
@@ -170,7 +176,6 @@ class ReadySets:
                 self.conn.execute(delete(t).where(t.c.ns == self.ns, t.c.queue == self.queue,
                                                   t.c.klass == klass, t.c.grp.in_(chunk)))
         self.s.many(self.conn, put_name, put)
-
 
 
 def chunks(items: list[str], size: int) -> Iterable[list[str]]:

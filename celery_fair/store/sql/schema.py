@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0007"
+SCHEMA_VERSION = "0008"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -97,7 +97,10 @@ class Tables:
                 # its own (None: none)
                 Column("throttles", Integer, nullable=False, default=0, server_default="0"),
                 Column("default_rate", String(RATE)),
+                # fair_charge (0007): 'cost', 'count' or 'runtime'; None: 'cost'
+                Column("charge", String(8)),
                 # fair_cap_mode ('hard', 'soft') and fair_interactive_share (None: none)
+                # (0008)
                 Column("cap_mode", String(8), nullable=False, default="hard",
                        server_default="hard"),
                 Column("interactive_share", Double)))
@@ -127,10 +130,13 @@ class Tables:
                 Column("since_i", BigInteger), Column("since_b", BigInteger),
                 # the next place at the head (decreasing) and at the tail (increasing)
                 Column("head", BigInteger, nullable=False, default=0),
-                Column("tail", BigInteger, nullable=False, default=1)))
+                Column("tail", BigInteger, nullable=False, default=1),
+                # fair_charge 'runtime': the group's mean runtime (seconds; 0007; None:
+                # none reported yet), the estimate its next dispatches are charged
+                Column("runtime", Double)))
         #: A group that may be picked now, in its class, with its virtual start tag.
         self.ready = _tag_set(md, f"{p}ready")
-        #: Soft caps (0007): a group at or over its cap with work held, in its class, with
+        #: Soft caps (0008): a group at or over its cap with work held, in its class, with
         #: its tag: the pick's fallback when no group is ready. Empty under hard caps.
         self.over = _tag_set(md, f"{p}over")
         #: A held message (``seq``: its place in its group's list) or a delayed one
@@ -166,7 +172,10 @@ class Tables:
                 Column("value", blob()),
                 Column("kept", Boolean, nullable=False, default=False),
                 Column("runner", name(HOLD), nullable=False, default=""),
-                Column("lease_ms", BigInteger), Column("expires_ms", BigInteger)))
+                Column("lease_ms", BigInteger), Column("expires_ms", BigInteger),
+                # the estimate the pick charged under fair_charge 'runtime' (0007; None:
+                # another charge), corrected at release by the runtime reported
+                Column("estimate", Double)))
         d = self.dispatches.c
         Index(f"{p}dispatches_lease", d.ns, d.queue, d.lease_ms)
         Index(f"{p}dispatches_state", d.ns, d.queue, d.state)

@@ -32,7 +32,7 @@ from ...policy.decisions import LIVE
 from .schema import Tables
 
 GROUP_COLUMNS = ("inflight", "delayed", "held_i", "held_b", "tag_i", "tag_b", "since_i",
-                 "since_b", "head", "tail")
+                 "since_b", "head", "tail", "runtime")
 MESSAGE_COLUMNS = ("hold_id", "task_id", "grp", "klass", "cost", "front", "seq", "due_ms",
                    "value")
 DISPATCH_COLUMNS = ("did", "state", "hold_id", "task_id", "grp", "klass", "cost", "front",
@@ -145,7 +145,7 @@ class Statements:
         return insert_ignoring(d, self.t.groups).values(
             ns=bindparam("ns"), queue=bindparam("queue"), grp=bindparam("grp"), inflight=0,
             delayed=0, held_i=0, held_b=0, tag_i=None, tag_b=None, since_i=None,
-            since_b=None, head=0, tail=1)
+            since_b=None, head=0, tail=1, runtime=None)
 
     def _group_save(self, _: str) -> Any:
         g = self.t.groups

@@ -149,11 +149,11 @@ class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, 
                                                                     now))
 
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
-                run: str | None = None) -> bool:
+                run: str | None = None, runtime: float | None = None) -> bool:
         now = wall_ms()
         until = now + done_seconds * 1000 if done_seconds > 0 else None
         freed = self._do("release", queue, lambda c: self.life.release(
-            c, queue, dispatch_id, until, run or "", now))
+            c, queue, dispatch_id, until, run or "", now, runtime))
         self._wake_if(queue, freed)
         return freed
 

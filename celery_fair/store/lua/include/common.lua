@@ -5,7 +5,7 @@ local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
 local K_STAT = prefix .. ':stat'        -- HASH inflight, inflight:i, held:i, held:b, released, dup, skipped, picks, served
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
-local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy, capmode, ishare
+local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy, charge, capmode, ishare
 local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
 local K_WEIGHTS = prefix .. ':weights'  -- HASH group -> weight in force
 local K_CONF_CAPS = prefix .. ':conf:caps'          -- HASH group -> cap from the settings
@@ -178,6 +178,12 @@ local function soft_caps()
   return soft_read
 end
 
+-- What a dispatch charges a group under wfq (conf `charge`, limits.py CHARGES; absent:
+-- 'cost', as before the setting): its cost, 1 per task, or the wall time it ran ('runtime':
+-- its cost is the estimate, corrected at release). MAX_RUNTIME: limits.py's, in seconds.
+local CHARGES = {cost = true, count = true, runtime = true}
+local MAX_RUNTIME, RUNTIME_SMOOTHING = 31536000, 8
+
 -- A group's place in the ready sets under Harmony (decisions.py `harmony_rank`): its
 -- in-flight count per unit of weight in whole numbers, then the pick sequence when it
 -- was last served (group field `s`; 0: never) over SERVED_SPAN; a rank boost_task.lua
@@ -201,6 +207,7 @@ end
 -- Put hold id `id` in group g's list of class cls (at its head when `front`, a retry);
 -- a message that becomes the head (to the front, or into an empty list) stamps the
 -- group's head time of that class (`h<class>`) with `now`, the time its wait counts from.
+-- Returns the list's length.
 local function push_held(cls, g, id, front, now)
   local len
   if front then
@@ -209,6 +216,7 @@ local function push_held(cls, g, id, front, now)
     len = redis.call('RPUSH', k_list(cls, g), id)
   end
   if front or len == 1 then redis.call('HSET', k_group(g), 'h' .. cls, now) end
+  return len
 end
 
 local function count_held(cls, g, delta)
@@ -275,47 +283,88 @@ local function eligible(cls, g, n, default_cap)
 end
 
 -- Make g's membership of each ready set (and under soft caps each over set) match where
--- it stands. A group entering a set starts at the class's virtual time: no credit for
--- having been idle. Under Harmony its score is its rank, in both classes.
+-- it stands (standing's decisions). A group entering a set starts at the class's virtual
+-- time: no credit for having been idle; one in a set of the class (ready or over) keeps
+-- its tag (only a release's correction takes it below: policy `entry_tag`). Under Harmony
+-- its score is its rank, in both classes.
 -- Returns true when g entered a set it was not in. `default_cap`: see cap_of.
-local function refresh(g, default_cap)
+-- `known` (optional): what the caller read in this call already and has not changed
+-- since, so it is not read again: `n` (in flight), `cap` (cap_of), `len_<class>` (the
+-- list's length), `vt_<class>` (the virtual time, as stored), `in_<class>` (g's score
+-- in that ready set, as stored; false: not in it). The decisions are standing's, each
+-- class's once, the group's pause, throttle and cap read once for both classes.
+local function refresh(g, default_cap, known)
+  known = known or {}
   local gk = k_group(g)
-  local n = inflight_of(g)
-  local entered, rank = false, nil
+  local n = known.n or inflight_of(g)
+  local entered, rank, blocked, cap, reserve = false, nil, nil, known.cap, nil
   local soft = soft_caps()  -- else the over sets are empty (configure.lua empties them)
-  for _, cls in ipairs(CLASSES) do
-    local where = standing(cls, g, n, default_cap)
-    local score = nil
-    if where and harmony() then
-      rank = rank or string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
-      score = rank
-    elseif where then
-      local tag = finite(redis.call('HGET', gk, 't' .. cls) or '0')
-      local vt = finite(redis.call('HGET', K_VT, cls) or '0') or 0
-      if not tag or vt > tag then  -- a damaged tag restarts at the virtual time
-        tag = vt
-        redis.call('HSET', gk, 't' .. cls, tag)
-      end
-      score = tag
+  local function where_of(cls)  -- standing(cls, g, n, default_cap)
+    if (known['len_' .. cls] or redis.call('LLEN', k_list(cls, g))) == 0 then return nil end
+    if blocked == nil then  -- paused (pause.lua), or its rate's or a task's throttle
+      blocked = (redis.call('ZSCORE', K_PAUSES, g) or redis.call('ZSCORE', K_THROTTLED, g))
+                and true or false
     end
-    if where == 'ready' then
-      if redis.call('ZADD', k_ready(cls), score, g) == 1 then entered = true end
-      if soft then redis.call('ZREM', k_over(cls), g) end
-    elseif where == 'over' then
-      redis.call('ZREM', k_ready(cls), g)
-      if redis.call('ZADD', k_over(cls), score, g) == 1 then entered = true end
+    if blocked then return nil end
+    if cap == nil then cap = cap_of(g, default_cap) end
+    if cap < 0 then return 'ready' end
+    if cap == 0 then return nil end  -- a pause: neither the reserve nor a soft cap passes it
+    local room = cap
+    if cls == 'i' then
+      if reserve == nil then reserve = valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0 end
+      room = cap + reserve
+    end
+    if n < room then return 'ready' end
+    if soft then return 'over' end
+    return nil
+  end
+  for _, cls in ipairs(CLASSES) do
+    local member = known['in_' .. cls]
+    if member then member = tonumber(member) end
+    local where = where_of(cls)
+    if where then
+      local score
+      if harmony() then
+        rank = rank or string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
+        score = rank
+      else
+        score = finite(redis.call('HGET', gk, 't' .. cls) or '0')
+        local vt = known['vt_' .. cls]
+        if vt == nil then vt = redis.call('HGET', K_VT, cls) end
+        vt = finite(vt or '0') or 0
+        -- entering behind the virtual time, or a damaged tag: at the virtual time (a
+        -- member of the class's ready or over set keeps its tag, below it after a
+        -- release's correction: `entry_tag`)
+        if not score or (vt > score and not (member or (member == nil
+            and redis.call('ZSCORE', k_ready(cls), g))
+            or (soft and redis.call('ZSCORE', k_over(cls), g)))) then
+          score = vt
+          redis.call('HSET', gk, 't' .. cls, score)
+        end
+      end
+      if where == 'ready' then
+        -- known to be there at this very score: ZADD would change nothing
+        if member ~= tonumber(score) and redis.call('ZADD', k_ready(cls), score, g) == 1 then
+          entered = true
+        end
+        if soft then redis.call('ZREM', k_over(cls), g) end
+      else  -- over its cap under soft caps
+        if member ~= false then redis.call('ZREM', k_ready(cls), g) end
+        if redis.call('ZADD', k_over(cls), score, g) == 1 then entered = true end
+      end
     else
-      redis.call('ZREM', k_ready(cls), g)
+      if member ~= false then redis.call('ZREM', k_ready(cls), g) end
       if soft then redis.call('ZREM', k_over(cls), g) end
     end
   end
   return entered
 end
 
--- Forget a group that holds nothing, waits for nothing and runs nothing.
-local function forget_if_idle(g)
+-- Forget a group that holds nothing, waits for nothing and runs nothing. `n`: its
+-- in-flight count when the caller has it.
+local function forget_if_idle(g, n)
   local gk = k_group(g)
-  if inflight_of(g) > 0 or tonumber(redis.call('HGET', gk, 'd') or '0') > 0 then return end
+  if (n or inflight_of(g)) > 0 or tonumber(redis.call('HGET', gk, 'd') or '0') > 0 then return end
   for _, cls in ipairs(CLASSES) do
     if redis.call('LLEN', k_list(cls, g)) > 0 then return end
   end
@@ -323,13 +372,32 @@ local function forget_if_idle(g)
   redis.call('SREM', K_GROUPS, g)
 end
 
--- One slot of g comes back (release, reclaim) from a dispatch of class `cls`.
-local function free_slot(g, cls)
-  redis.call('HINCRBY', k_group(g), 'n', -1)
+-- One slot of g comes back (release, reclaim) from a dispatch of class `cls`. `only`:
+-- nothing else of g changed in this call (release): then under wfq the slot changes g's
+-- standing only when it brings g back under its cap (interactive: cap and reserve):
+-- that is also the one step that moves it from an over set (soft caps) to a ready set,
+-- and a member of either keeps its tag, so otherwise its sets are left as they are (a
+-- refresh would find them right); under Harmony its rank moved, so it is refreshed.
+-- Only a group with nothing left in flight may be idle.
+local function free_slot(g, cls, only)
+  local n = redis.call('HINCRBY', k_group(g), 'n', -1)
   redis.call('HINCRBY', K_STAT, 'inflight', -1)
   if cls == 'i' then redis.call('HINCRBY', K_STAT, 'inflight:i', -1) end
-  refresh(g)
-  forget_if_idle(g)
+  local cap = nil
+  if only then  -- what the decision and a refresh read of conf, in one call
+    local policy, conf_cap, reserve, capmode =
+      unpack(redis.call('HMGET', K_CONF, 'policy', 'cap', 'reserve', 'capmode'))
+    if policy_read == nil then policy_read = policy or 'wfq' end
+    if soft_read == nil then soft_read = capmode == 'soft' end
+    if not harmony() then
+      cap = valid_cap(redis.call('HGET', K_CAPS, g)) or valid_cap(conf_cap) or -1  -- cap_of's
+      if cap <= 0 or (n + 1 ~= cap and n + 1 ~= cap + (valid_cap(reserve) or 0)) then
+        cap = false
+      end
+    end
+  end
+  if cap ~= false then refresh(g, nil, {n = n, cap = cap}) end
+  if n <= 0 then forget_if_idle(g, n) end
 end
 
 -- A worker holds dispatch `did` (received it, or runs it): extend its lease. A dispatch

@@ -27,30 +27,37 @@ end
 
 -- Read every key a hold of group g writes: one of a foreign type fails the script here,
 -- before its first write (a hold is all or nothing: never a held count without its
--- message).
+-- message). Returns, for a message held now (not delayed), what was read that the
+-- refresh after the hold needs (refresh's `known`): the hold changes none of it but its
+-- own list's length, which hold_write sets.
 local function preflight(g, delayed, id)
   redis.call('HGET', K_STAT, 'dup')
   redis.call('SISMEMBER', K_GROUPS, g)
-  redis.call('HGET', k_group(g), 'n')
+  local known = {n = tonumber(redis.call('HGET', k_group(g), 'n') or '0')}
   if delayed then
     redis.call('ZSCORE', K_DELAYED, id)
     return
   end
   redis.call('ZSCORE', K_BACKLOG, g)
+  known.vt_i, known.vt_b = unpack(redis.call('HMGET', K_VT, 'i', 'b'))
   for _, c in ipairs(CLASSES) do
-    redis.call('LLEN', k_list(c, g))
-    redis.call('ZSCORE', k_ready(c), g)
-    redis.call('HGET', K_VT, c)
+    known['len_' .. c] = redis.call('LLEN', k_list(c, g))
+    known['in_' .. c] = redis.call('ZSCORE', k_ready(c), g)  -- false: not in it
   end
-  redis.call('HGET', K_CAPS, g)
-  redis.call('HGET', K_CONF, 'cap')
+  known.cap = valid_cap(redis.call('HGET', K_CAPS, g))  -- cap_of's
+  if not known.cap then  -- the default cap, and the cap mode with it (soft_caps())
+    local conf_cap, capmode = unpack(redis.call('HMGET', K_CONF, 'cap', 'capmode'))
+    if soft_read == nil then soft_read = capmode == 'soft' end
+    known.cap = valid_cap(conf_cap) or -1
+  end
   redis.call('LLEN', K_WAKE)
+  return known
 end
 
 -- Keep the message (checked); `held`: a message is held under id already, so this one
 -- is a copy under a suffixed id. Returns the hold id used. Wakes dispatchers when the
--- group became ready or the message is the next one due.
-local function hold_write(id, value, held, due, now, g, cls, front)
+-- group became ready or the message is the next one due. `known`: preflight's answer.
+local function hold_write(id, value, held, due, now, g, cls, front, known)
   if held then
     id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)
     index_copy(id)  -- so cancel finds it
@@ -63,9 +70,10 @@ local function hold_write(id, value, held, due, now, g, cls, front)
     if redis.call('ZRANGE', K_DELAYED, 0, 0)[1] == id then wake() end
     return id
   end
-  push_held(cls, g, id, front, now)
+  local len = push_held(cls, g, id, front, now)
   count_held(cls, g, 1)
-  if refresh(g) then wake() end
+  if known then known['len_' .. cls] = len end
+  if refresh(g, nil, known) then wake() end
   return id
 end
 

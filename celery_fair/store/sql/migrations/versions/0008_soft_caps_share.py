@@ -2,8 +2,8 @@
 ``fair_interactive_share``), and the over sets (groups at or over their cap with work
 held, the pick's fallback under soft caps).
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-11-27
 
 Frozen history, as 0001: the columns are written out here, not taken from ``Tables``.
@@ -17,8 +17,8 @@ from sqlalchemy import Column, Double, String
 from celery_fair.store.sql.migrations.versions import table_prefix
 from celery_fair.store.sql.schema import name
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
