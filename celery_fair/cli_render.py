@@ -78,16 +78,19 @@ QUEUE_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("head wait", lambda q: format_wait(q.get("head_wait"))),
     ("groups", lambda q: str(q["group_count"])),
     ("released", lambda q: str(q["released"])),
+    # the policy with its companions where not the default: 'wfq, soft-cap, i≤0.8'
     ("policy", lambda q: policy_cell(q)),
 )
 
 
 def policy_cell(q: dict[str, Any]) -> str:
-    """The policy, and a charge other than the default 'cost' (Harmony charges none)."""
-    charge = q.get("charge", "cost")
-    if q["policy"] == "harmony" or charge == "cost":
-        return str(q["policy"])
-    return f"{q['policy']}, charge {charge}"
+    """The policy with its companions where not the default (``PolicyChoice.describe``:
+    a charge other than 'cost' under wfq, soft caps, an interactive share)."""
+    from .policies import PolicyChoice
+
+    return PolicyChoice(name=q["policy"], charge=q.get("charge") or "cost",
+                        cap_mode=q.get("cap_mode") or "hard",
+                        interactive_share=q.get("interactive_share")).describe()
 
 
 def queue_table(queues: list[dict[str, Any]]) -> Any:

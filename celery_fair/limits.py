@@ -193,6 +193,23 @@ def max_held(value: Any, what: str) -> int | None:
 #: Harmony's fewest tasks in flight first (DESIGN.md, "Scheduling"); common.lua has them.
 WFQ, HARMONY = "wfq", "harmony"
 POLICIES = (WFQ, HARMONY)
+#: How a group's cap binds (``fair_cap_mode``): always ('hard'), or only while no other
+#: group has work waiting ('soft': an over-cap group is picked only as a fallback).
+HARD, SOFT = "hard", "soft"
+CAP_MODES = (HARD, SOFT)
+
+
+def interactive_share(value: Any, what: str) -> float | None:
+    """``fair_interactive_share``: None (strict priority) or a number in (0, 1]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 < value <= 1:
+        raise InvalidLimit(f"{what} must be None (strict priority) or a number greater "
+                           f"than 0 and at most 1, got {value!r}")
+    return float(value)
+
+
 #: What a dispatch charges a group's share under ``wfq`` (``fair_charge``): its declared
 #: cost (the default, as before the setting), 1 per task, or the wall time it ran (the
 #: declared cost, in seconds, charged at dispatch as the estimate and corrected at
@@ -223,6 +240,10 @@ def check_policy(policy: Policy) -> Policy:
     if policy.name not in POLICIES:
         raise InvalidLimit(f"policy must be one of {', '.join(map(repr, POLICIES))}, "
                            f"got {policy.name!r}")
+    if policy.cap_mode not in CAP_MODES:
+        raise InvalidLimit(f"cap mode must be one of {', '.join(map(repr, CAP_MODES))}, "
+                           f"got {policy.cap_mode!r}")
+    interactive_share(policy.interactive_share, "interactive share")
     if policy.charge not in CHARGES:
         raise InvalidLimit(f"charge must be one of {', '.join(map(repr, CHARGES))}, "
                            f"got {policy.charge!r}")

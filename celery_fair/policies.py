@@ -16,10 +16,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from .config_keys import invalid_setting as _fail
-from .errors import ConfigurationError
-from .limits import CHARGES, COST, HARMONY, POLICIES, WFQ
+from .errors import ConfigurationError, InvalidLimit
+from .limits import CAP_MODES, CHARGES, COST, HARD, HARMONY, POLICIES, SOFT, WFQ
+from .limits import interactive_share as _share_in_range
 
-__all__ = ["CHARGES", "COMPANIONS", "HARMONY", "POLICIES", "WFQ", "PolicyChoice", "read_policies"]
+__all__ = ["CAP_MODES", "CHARGES", "COMPANIONS", "HARD", "HARMONY", "POLICIES", "SOFT", "WFQ",
+           "PolicyChoice", "read_policies"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,26 @@ class PolicyChoice:
     #: ``fair_charge``: what a dispatch charges a group's share under 'wfq': 'cost' (its
     #: declared cost), 'count' (1 per task) or 'runtime' (the wall time it ran)
     charge: str = COST
+    #: ``fair_cap_mode``: 'hard' (a group at its cap waits) or 'soft' (it may go on while
+    #: no other group has work waiting)
+    cap_mode: str = HARD
+    #: ``fair_interactive_share``: the most of the capacity interactive work may hold
+    #: while background work waits (None: strict priority)
+    interactive_share: float | None = None
+
+    def describe(self) -> str:
+        """The policy with its companions where they are not the default, as ``fair
+        status`` and the dispatcher's start line show it: 'wfq', 'wfq, charge runtime',
+        'wfq, soft-cap', 'harmony, i≤0.8', 'wfq, charge count, soft-cap, i≤0.8' (a
+        charge only under 'wfq': Harmony charges nothing)."""
+        parts = [self.name]
+        if self.name != HARMONY and self.charge != COST:
+            parts.append(f"charge {self.charge}")
+        if self.cap_mode != HARD:
+            parts.append(f"{self.cap_mode}-cap")
+        if self.interactive_share is not None:
+            parts.append(f"i≤{self.interactive_share:g}")
+        return ", ".join(parts)
 
 
 def _policy_name(setting: str, value: Any) -> str:
@@ -46,10 +68,26 @@ def _charge(setting: str, value: Any) -> str:
     return str(value)
 
 
+def _cap_mode(setting: str, value: Any) -> str:
+    if value not in CAP_MODES:
+        raise _fail(setting, value, "one of " + ", ".join(repr(m) for m in CAP_MODES))
+    return str(value)
+
+
+def _interactive_share(setting: str, value: Any) -> float | None:
+    try:
+        return _share_in_range(value, setting)
+    except InvalidLimit:
+        raise _fail(setting, value, "None (strict priority) or a number greater than 0 "
+                                    "and at most 1, such as 0.8") from None
+
+
 #: Companion setting -> (PolicyChoice field, validator(setting as written, value)).
 COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
     "fair_policy": ("name", _policy_name),
     "fair_charge": ("charge", _charge),
+    "fair_cap_mode": ("cap_mode", _cap_mode),
+    "fair_interactive_share": ("interactive_share", _interactive_share),
 }
 
 

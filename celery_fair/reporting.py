@@ -29,8 +29,6 @@ from typing import Any
 
 from .config import FairConfig
 from .errors import FairError
-from .limits import COST, HARMONY
-from .policies import PolicyChoice
 from .redact import safe_url
 from .shards import Shard
 from .store.base import Store
@@ -61,18 +59,12 @@ def log_start(store: Store, config: FairConfig, fixed_queues: Sequence[str] | No
 
 
 def policy_words(config: FairConfig) -> str:
-    """The policies in words: the app-wide one, then each queue's own ("wfq (exports:
-    wfq, charge runtime)"); a charge other than the default 'cost' is named (Harmony
-    charges nothing)."""
-    own = ", ".join(f"{queue}: {_choice_words(choice)}" for queue, choice
+    """The policies in words, with their companions where not the default
+    (``PolicyChoice.describe``): the app-wide one, then each queue's own ("wfq
+    (exports: wfq, charge runtime, soft-cap)"; Harmony charges nothing)."""
+    own = ", ".join(f"{queue}: {choice.describe()}" for queue, choice
                     in sorted(config.queue_policies.items()))
-    return _choice_words(config.policy) + (f" ({own})" if own else "")
-
-
-def _choice_words(choice: PolicyChoice) -> str:
-    if choice.name == HARMONY or choice.charge == COST:
-        return choice.name
-    return f"{choice.name}, charge {choice.charge}"
+    return config.policy.describe() + (f" ({own})" if own else "")
 
 
 def capacity_source(store: Store, config: FairConfig, queues: Sequence[str]) -> str:

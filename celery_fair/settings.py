@@ -77,9 +77,20 @@ SETTINGS: tuple[Setting, ...] = (
             "(the wall time the task ran, measured by the worker: the group's mean "
             "runtime, or the declared cost in seconds until it has one, is charged at "
             "dispatch and corrected at release). See docs/policies.md."),
+    Setting("fair_cap_mode", "hard",
+            "How a group's concurrency cap binds: 'hard' (a group at its cap waits) or "
+            "'soft' (a group at its cap may go on only while no other group has work it "
+            "may run; a newcomer gets the next free slot). A cap of 0 pauses either way. "
+            "See docs/policies.md."),
+    Setting("fair_interactive_share", None,
+            "The most of a fair queue's capacity interactive tasks may hold while "
+            "background tasks wait: a number in (0, 1], such as 0.8; None (the default) "
+            "is strict priority, interactive first. Needs a capacity (fair_max_inflight). "
+            "See docs/policies.md."),
     Setting("fair_queue_policies", {},
             "Per fair queue, companion settings overriding the app-wide ones: {queue: "
-            "{'fair_policy': 'harmony', 'fair_charge': 'runtime'}}."),
+            "{'fair_policy': 'harmony', 'fair_charge': 'runtime', 'fair_cap_mode': "
+            "'soft', 'fair_interactive_share': 0.8}}."),
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
             "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "

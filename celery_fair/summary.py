@@ -119,6 +119,7 @@ def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict
     shown = rows[:top]
     choice = config.policy_for(queue)
     return {**as_json(figures), "policy": choice.name, "charge": choice.charge,
+            "cap_mode": choice.cap_mode, "interactive_share": choice.interactive_share,
             **read_capacity(store, config, queue).as_json(),
             "oldest_wait": _wait(heads.values(), now),
             "head_wait": _head_wait(heads.values(), now),

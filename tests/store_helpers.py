@@ -18,8 +18,16 @@ import pytest
 from celery_fair.config import SETTINGS
 from celery_fair.envelope import BACKGROUND, Envelope
 from celery_fair.store.base import BeginResult, Picked, Placement, Policy, Store
+from celery_fair.store.models import HARMONY, WFQ
+
+from .backends import BACKENDS
 
 Q = "fairq"
+
+#: Every backend under each policy, as pairs of the ``any_store`` parameter and the policy.
+each_policy = pytest.mark.parametrize(
+    "any_store, policy", [(b, p) for p in (WFQ, HARMONY) for b in BACKENDS],
+    indirect=["any_store"])
 
 
 @pytest.fixture(name="store")

@@ -36,12 +36,14 @@ from . import (
     test_store_contract_boost,
     test_store_contract_bulk,
     test_store_contract_dispatch,
+    test_store_contract_interactive_share,
     test_store_contract_liveness,
     test_store_contract_pause,
     test_store_contract_pick,
     test_store_contract_policy,
     test_store_contract_position,
     test_store_contract_rate,
+    test_store_contract_softcap,
 )
 from .components import REDIS_CLUSTER, require
 from .conftest import wait_for
@@ -56,10 +58,11 @@ from .store_helpers import (
 # and every namespace-level key runs on a real cluster.
 for _module in (test_store_contract_audit, test_store_contract_backpressure,
                 test_store_contract_boost, test_store_contract_bulk,
-                test_store_contract_dispatch,
+                test_store_contract_dispatch, test_store_contract_interactive_share,
                 test_store_contract_liveness, test_store_contract_pause,
                 test_store_contract_pick, test_store_contract_policy,
-                test_store_contract_position, test_store_contract_rate):
+                test_store_contract_position, test_store_contract_rate,
+                test_store_contract_softcap):
     globals().update({name: test for name, test in vars(_module).items()
                       if name.startswith("test_") and callable(test)})
 

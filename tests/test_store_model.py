@@ -3,11 +3,15 @@ time (the Redis store's Lua scripts on the real redis-server; the SQL store on S
 PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
 with the same operations and the same clock: hold, pick,
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
-configure (either policy, wfq or harmony, on every backend; any charge: cost, count
-or runtime, whose releases report runtimes that correct the tags), limit, pause, boost (a
+configure (either policy, wfq or harmony, with hard or soft caps and with or without an
+interactive share, on every backend; any charge: cost, count or runtime, whose releases
+report runtimes that correct the tags), limit, pause, boost (a
 group's weight, with expiry; a task to the front), rate limits (GCRA tokens in the
 pick, throttles lifted by promote), a task's throttle and cancel (resent under its
-token).
+token); bursts of both classes at once and picks with a capacity just above what is in
+flight, where the interactive share's bound falls either side of the interactive work in
+flight (with only fixed capacities in-flight work soon fills them and the share's case
+hardly comes up: a SQL pick ignoring the share went unnoticed in 40 examples).
 
 After every step both must agree: what each operation returned (the dispatch ids and
 messages a pick took, in order), and, through the common inspection
@@ -50,7 +54,7 @@ from celery_fair.limits import CHARGES, Rate
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
-from celery_fair.store.models import POLICIES
+from celery_fair.store.models import CAP_MODES, POLICIES
 from celery_fair.store.pausing import WHOLE_QUEUE
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore, RedisServer
@@ -62,6 +66,9 @@ GROUPS = ["a", "b", "c", "dd"]
 #: ten a second; 3 at once; one a second, 2 at once; none (whatever the default)
 RATES = [Rate(100.0), Rate(100.0, 3), Rate(1000.0, 2), None]
 PICK_LEASE, LEASE = 10_000, 30_000
+#: interactive shares: none (strict priority), most, half, a third, a quarter of the
+#: capacity
+SHARES = (None, 0.8, 0.5, 1 / 3, 0.25)
 HOST = "r"  # the runs r1 and r2 are this host's
 #: What a release reports the task ran (seconds; None: nothing, an older worker)
 RUNTIMES = [None, 0.0, 0.1, 0.25, 1.0, 3.5]
@@ -80,14 +87,19 @@ def redis_state(store: RedisStore, queue: str, groups: list[str]) -> QueueState:
     pipe = store.client.pipeline(transaction=False)
     for klass in CLASSES:
         pipe.zrange(k.ready(klass), 0, -1, withscores=True)
+        pipe.zrange(k.over(klass), 0, -1, withscores=True)
     pipe.hgetall(k.vt)
     for g in groups:
         pipe.hgetall(k.group(g))
         for klass in CLASSES:
             pipe.lrange(k.held(klass, g), 0, -1)
     pipe.hget(k.stat, "inflight")
+    pipe.hget(k.stat, "inflight:i")
     replies = iter(pipe.execute())
-    ready = {klass: {g.decode(): s for g, s in next(replies)} for klass in CLASSES}
+    ready, over = {}, {}
+    for klass in CLASSES:
+        ready[klass] = {g.decode(): s for g, s in next(replies)}
+        over[klass] = {g.decode(): s for g, s in next(replies)}
     vt = {c.decode(): float(t) for c, t in next(replies).items()}
     tags, inflight, delayed, held, since = {}, {}, {}, {}, {}
     for g in groups:
@@ -103,14 +115,18 @@ def redis_state(store: RedisStore, queue: str, groups: list[str]) -> QueueState:
                 held[(klass, g)] = ids
                 since[(klass, g)] = int(fields["h" + klass])
     return QueueState(ready, vt, tags, inflight, delayed, held, int(next(replies) or 0),
-                      since)
+                      since, over, int(next(replies) or 0))
 
 
 class StoreMachine(RuleBasedStateMachine):
     """The backend ``other`` (a fresh namespace each run) against the memory store."""
 
-    def __init__(self, other: Store, state: Callable[[str], QueueState]) -> None:
+    def __init__(self, other: Store, state: Callable[[str], QueueState],
+                 policies: tuple[str, ...] = POLICIES, cap_modes: tuple[str, ...] = CAP_MODES,
+                 shares: tuple[float | None, ...] = SHARES) -> None:
         super().__init__()
+        self.policies = policies  # what configure draws from (every backend runs them all)
+        self.cap_modes, self.shares = cap_modes, shares
         self.other = other  # the backend under test
         self.state = state
         self.memory = MemoryStore()
@@ -139,9 +155,14 @@ class StoreMachine(RuleBasedStateMachine):
     @initialize(cap=st.sampled_from([None, 1, 2, 3]), reserve=st.sampled_from([0, 1]),
                 data=st.data())
     def start(self, cap: int | None, reserve: int, data: Any) -> None:
-        policy = data.draw(st.sampled_from(POLICIES))
-        charge = data.draw(st.sampled_from(CHARGES))
-        self.both("configure", Policy(cap, reserve, 1.0, {}, {}, name=policy, charge=charge))
+        self.both("configure", Policy(cap, reserve, 1.0, {}, {}, **self._draw_policy(data)))
+
+    def _draw_policy(self, data: Any) -> dict[str, Any]:
+        """A policy, charge, cap mode and interactive share the backend runs."""
+        return {"name": data.draw(st.sampled_from(self.policies)),
+                "charge": data.draw(st.sampled_from(CHARGES)),
+                "cap_mode": data.draw(st.sampled_from(self.cap_modes)),
+                "interactive_share": data.draw(st.sampled_from(self.shares))}
 
     @rule(group=st.sampled_from(GROUPS), klass=st.sampled_from(CLASSES),
           cost=st.sampled_from([1, 1, 2, 0.5, 3]), front=st.booleans(),
@@ -171,6 +192,21 @@ class StoreMachine(RuleBasedStateMachine):
         picked = self.both("pick", limit, capacity, self.now, PICK_LEASE,
                            token=f"p{self.picks}.")
         self.dispatched += [p.dispatch_id for p in picked]
+
+    @rule(group=st.sampled_from(GROUPS), interactive=st.integers(1, 4),
+          background=st.integers(1, 3))
+    def burst(self, group: str, interactive: int, background: int) -> None:
+        """Work of both classes at once (the interactive share's case)."""
+        for klass, n in (("i", interactive), ("b", background)):
+            for _ in range(n):
+                self.hold(group, klass, 1, False, 0, False, None)
+
+    @rule(limit=st.integers(1, 5), room=st.integers(1, 4))
+    def pick_with_room(self, limit: int, room: int) -> None:
+        """A pick with a capacity a little above what is in flight: as a dispatcher's,
+        where the interactive share's bound (share x capacity) falls either side of the
+        interactive work in flight."""
+        self.pick(limit, self.memory.inspect(Q).total_inflight + room)
 
     def _some(self, data: Any) -> list[str]:
         """One to three dispatch ids, mostly recent ones (where the states differ)."""
@@ -292,10 +328,8 @@ class StoreMachine(RuleBasedStateMachine):
     def configure(self, cap: int | None, reserve: int, weight: float, caps: dict[str, int],
                   weights: dict[str, float], default_rate: Rate | None,
                   rates: dict[str, Rate | None], data: Any) -> None:
-        policy = data.draw(st.sampled_from(POLICIES))
-        charge = data.draw(st.sampled_from(CHARGES))
         self.both("configure", Policy(cap, reserve, weight, caps, weights, default_rate,
-                                      rates, policy, charge))
+                                      rates, **self._draw_policy(data)))
 
     @rule(group=st.sampled_from(GROUPS), cap=st.sampled_from([KEEP, RESET, -1, 0, 1, 2]),
           weight=st.sampled_from([KEEP, RESET, 0.5, 3.0]))

@@ -466,6 +466,25 @@ def test_hold_many_lua_refuses_a_batch_with_one_bad_message_naming_it_and_writes
     assert after == before
 
 
+def test_configure_counts_the_interactive_in_flight_again(store: RedisStore,
+                                                           redis_client) -> None:
+    """A store written by a version without `inflight:i` (interactive dispatches in flight
+    at the upgrade, not counted): configure recounts them from the live dispatches, so
+    their releases do not take the count below zero and loosen the interactive share."""
+    configure(store)
+    for _ in range(3):
+        hold(store, "a", INTERACTIVE)
+    hold(store, "a", BACKGROUND)
+    picked = pick(store, 4)
+    stat = store.keys(Q).stat
+    redis_client.hdel(stat, "inflight:i")  # as an older version left it
+    configure(store)
+    assert int(redis_client.hget(stat, "inflight:i")) == 3
+    for p in picked:
+        store.release(Q, p.dispatch_id)
+    assert int(redis_client.hget(stat, "inflight:i")) == 0
+
+
 def test_an_older_workers_release_corrects_nothing(store: RedisStore) -> None:
     """Rolling upgrades: a worker of a version before fair_charge calls release.lua with
     three arguments (no runtime): the slot is freed, the estimate stands, no mean is

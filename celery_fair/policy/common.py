@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..limits import COST, HARMONY, WFQ, Rate
+from ..limits import COST, HARD, HARMONY, SOFT, WFQ, Rate
 from ..store.base import KEEP as KEEP  # values of the store contract
 from ..store.base import RESET as RESET
 from ..store.base import Placement as Placement
@@ -15,11 +15,12 @@ from .decisions import (
     CLASSES,
     LIVE,
     LOST,
+    READY,
     RUNNING,
     SUPERSEDED,
-    eligible,
     entry_tag,
     harmony_rank,
+    standing,
 )
 
 _LIVE = LIVE
@@ -94,6 +95,10 @@ class QueueState:
     total_inflight: int
     #: (class, group) -> when its head became the head (ms), for the non-empty lists
     since: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: soft caps: class -> {group: tag} of the groups at or over their cap with work
+    over: dict[str, dict[str, float]] = field(default_factory=lambda: {c: {} for c in CLASSES})
+    #: interactive dispatches in flight (``fair_interactive_share``)
+    inflight_interactive: int = 0
 
 @dataclass
 class QueueData:
@@ -102,6 +107,8 @@ class QueueData:
 
     policy: str = WFQ  # fair_policy
     charge: str = COST  # fair_charge
+    cap_mode: str = HARD  # fair_cap_mode
+    share: float | None = None  # fair_interactive_share
     default_cap: int = -1  # -1: none
     reserve: int = 0
     default_weight: float = 1.0
@@ -134,6 +141,9 @@ class QueueData:
     vt: dict[str, float] = field(default_factory=dict)
     ready: dict[str, dict[str, float]] = field(
         default_factory=lambda: {c: {} for c in CLASSES})
+    #: soft caps: the over sets (groups at or over their cap with work held), per class
+    over: dict[str, dict[str, float]] = field(
+        default_factory=lambda: {c: {} for c in CLASSES})
     records: dict[str, Record] = field(default_factory=dict)
     leases: dict[str, int] = field(default_factory=dict)  # dispatch id -> deadline ms
     done: dict[str, int] = field(default_factory=dict)  # tombstones: id -> expires ms
@@ -143,7 +153,7 @@ class QueueData:
     cancelled: dict[str, tuple[int, list[tuple[str, bytes]]]] = field(default_factory=dict)
     quarantine: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # id -> why
     quarantine_order: list[str] = field(default_factory=list)  # newest first
-    #: counters: inflight, held:i, held:b, released, skipped, dup, picks
+    #: counters: inflight, inflight:i, held:i, held:b, released, skipped, dup, picks
     stat: dict[str, int] = field(default_factory=dict)
     woken: bool = False  # a dispatcher should look at this queue
     expired_at: int = 0  # when expire() last looked (ms)
@@ -183,30 +193,39 @@ class QueueData:
         """g's place in the ready sets under Harmony (``decisions.harmony_rank``)."""
         return harmony_rank(group.inflight, self.pick_weight(g), group.served, group.jump)
 
+    def _standing(self, klass: str, g: str, n: int) -> str | None:
+        return standing(klass, self._held(klass, g), n, self.cap_of(g), self.reserve,
+                        g in self.pauses, g in self.throttled, self.cap_mode == SOFT)
+
     def _eligible(self, klass: str, g: str, n: int) -> bool:
-        return eligible(klass, self._held(klass, g), n, self.cap_of(g), self.reserve,
-                        g in self.pauses, g in self.throttled)
+        return self._standing(klass, g, n) == READY
 
     def _refresh(self, g: str) -> bool:
-        """Make g's ready-set membership match its eligibility; a group entering starts
-        at the class's virtual time (no credit for being idle), one in it keeps its tag;
-        under Harmony its score is its rank, both classes alike. True when it entered."""
+        """Make g's membership of the ready sets (and the over sets) match where it
+        stands; a group entering starts at the class's virtual time (no credit for being
+        idle), one in a set of the class (ready or over) keeps its tag; under Harmony its
+        score is its rank, both classes alike. True when it entered a set."""
         group = self.groups.get(g)
         n = group.inflight if group else 0
         entered = False
         for klass in CLASSES:
-            if group is not None and self._eligible(klass, g, n) and self.policy == HARMONY:
-                entered = entered or g not in self.ready[klass]
-                self.ready[klass][g] = self._rank(g, group)
-            elif group is not None and self._eligible(klass, g, n):
+            where = None if group is None else self._standing(klass, g, n)
+            if where is None or group is None:
+                self.ready[klass].pop(g, None)
+                self.over[klass].pop(g, None)
+                continue
+            if self.policy == HARMONY:
+                score = self._rank(g, group)
+            else:
                 tag = entry_tag(group.tags.get(klass), self.vt.get(klass),
-                                g in self.ready[klass])
+                                g in self.ready[klass] or g in self.over[klass])
                 if tag is not None:
                     group.tags[klass] = tag
-                entered = entered or g not in self.ready[klass]
-                self.ready[klass][g] = tag or 0.0
-            else:
-                self.ready[klass].pop(g, None)
+                score = tag or 0.0
+            into, out = (self.ready, self.over) if where == READY else (self.over, self.ready)
+            entered = entered or g not in into[klass]
+            into[klass][g] = score
+            out[klass].pop(g, None)
         return entered
 
     def _forget_if_idle(self, g: str) -> None:
@@ -217,9 +236,11 @@ class QueueData:
             return
         del self.groups[g]
 
-    def _free_slot(self, g: str) -> None:
+    def _free_slot(self, g: str, klass: str) -> None:
         self.groups[g].inflight -= 1
         self._count("inflight", -1)
+        if klass == "i":
+            self._count("inflight:i", -1)
         self._refresh(g)
         self._forget_if_idle(g)
 
@@ -252,6 +273,8 @@ class QueueData:
         if state == LOST:
             self.groups.setdefault(rec.group, Group()).inflight += 1
             self._count("inflight", 1)
+            if rec.klass == "i":
+                self._count("inflight:i", 1)
             rec.state, rec.expires_ms = RUNNING, None
             self._refresh(rec.group)
         self.leases[did] = deadline
@@ -286,7 +309,9 @@ class QueueData:
             held={key: list(ids) for key, ids in self.lists.items() if ids},
             total_inflight=self.stat.get("inflight", 0),
             since={(k, g): self.groups[g].since[k] for (k, g), ids in self.lists.items()
-                   if ids})
+                   if ids},
+            over={k: dict(v) for k, v in self.over.items()},
+            inflight_interactive=self.stat.get("inflight:i", 0))
 
     def empty(self) -> bool:
         """Nothing held, delayed, in flight or quarantined (the queue may be forgotten)."""
@@ -303,6 +328,11 @@ class QueueData:
         if not counted == in_groups == live:
             out.append(("inflight", "queue",
                         f"counted {counted}, in groups {in_groups}, live dispatches {live}"))
+        interactive = sum(1 for r in self.records.values()
+                          if r.state in _LIVE and r.klass == "i")
+        if self.stat.get("inflight:i", 0) != interactive:
+            out.append(("inflight", "interactive", f"counted {self.stat.get('inflight:i', 0)}"
+                        f", live interactive dispatches {interactive}"))
         for klass in CLASSES:
             held = sum(len(ids) for (k, _), ids in self.lists.items() if k == klass)
             if held != self.stat.get("held:" + klass, 0):
@@ -312,10 +342,13 @@ class QueueData:
             out.append(("messages", "queue", "a message neither held nor delayed"))
         if set(self.leases) != {d for d, r in self.records.items() if r.state in _LIVE}:
             out.append(("leases", "queue", "a lease without a live dispatch, or the reverse"))
-        for g in set(self.groups).union(*self.ready.values()):
+        for g in set(self.groups).union(*self.ready.values(), *self.over.values()):
             group = self.groups.get(g)
             for klass in CLASSES:
                 eligible = group is not None and self._eligible(klass, g, group.inflight)
                 if eligible != (g in self.ready[klass]):
                     out.append(("ready", f"{klass}:{g}", "ready set and eligibility differ"))
+                over = group is not None and self._standing(klass, g, group.inflight) == "over"
+                if over != (g in self.over[klass]):
+                    out.append(("over", f"{klass}:{g}", "over set and standing differ"))
         return out

@@ -33,7 +33,11 @@ class QueueControls(QueueData):
         limits.check_policy(policy)
         if policy.name != self.policy:  # the sets' scores change meaning: all re-enter
             self.ready = {klass: {} for klass in CLASSES}
+            self.over = {klass: {} for klass in CLASSES}
         self.policy, self.charge = policy.name, policy.charge
+        self.cap_mode, self.share = policy.cap_mode, policy.interactive_share
+        if self.cap_mode != limits.SOFT:  # no group stands over its cap
+            self.over = {klass: {} for klass in CLASSES}
         before = {g: self.rate_of(g) for g in self.tats}  # rerated below
         self.default_cap = -1 if policy.default_cap is None else policy.default_cap
         self.reserve, self.default_weight = policy.interactive_reserve, policy.default_weight
@@ -135,8 +139,9 @@ class QueueControls(QueueData):
         group.tags[klass] = tag
         if tag < (self.vt.get(klass) or 0.0):  # a refresh would take it back to the vt
             self.vt[klass] = tag
-        if g in ready:
-            ready[g] = tag
+        for sets in (ready, self.over[klass]):
+            if g in sets:
+                sets[g] = tag
         return g
 
     def expire_boosts(self, now_ms: int) -> list[str]:
@@ -203,6 +208,7 @@ class QueueControls(QueueData):
             self.throttled[g] = free_at
             for klass in CLASSES:
                 self.ready[klass].pop(g, None)
+                self.over[klass].pop(g, None)
 
     def _lift_throttles(self, now_ms: int, limit: int) -> int | None:
         """Lift up to ``limit`` throttles ending by ``now_ms`` and forget the arrival

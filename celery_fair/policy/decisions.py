@@ -20,20 +20,46 @@ PICKED, QUEUED, RUNNING, LOST, SUPERSEDED = "picked", "queued", "running", "lost
 LIVE = (PICKED, QUEUED, RUNNING)
 
 
+#: Where a group stands in a class (``standing``): in its ready set, or (soft caps) in
+#: its over set, picked only while no group is ready.
+READY, OVER = "ready", "over"
+
+
+def standing(klass: str, held: int, inflight: int, cap: int, reserve: int,
+             paused: bool = False, throttled: bool = False, soft: bool = False
+             ) -> str | None:
+    """Where a group holding ``held`` messages of ``klass`` with ``inflight``
+    dispatches stands under ``cap`` (-1: none; 0: paused in both classes: the reserve is
+    room above a cap, not a way past it, and neither is a soft cap): READY while under
+    its cap (interactive: the cap plus the reserve); with ``soft`` caps OVER at or over
+    it; else None. A ``paused`` group (``fair pause``) or a ``throttled`` one (its rate,
+    ``fair_throttle``) stands nowhere, in either class, whatever its cap."""
+    if held <= 0 or paused or throttled:
+        return None
+    if cap < 0:
+        return READY
+    if cap == 0:
+        return None
+    if inflight < cap + (reserve if klass == INTERACTIVE else 0):
+        return READY
+    return OVER if soft else None
+
+
 def eligible(klass: str, held: int, inflight: int, cap: int, reserve: int,
              paused: bool = False, throttled: bool = False) -> bool:
-    """Whether a group holding ``held`` messages of ``klass`` with ``inflight``
-    dispatches may be picked under ``cap`` (-1: none; 0: paused in both classes: the
-    reserve is room above a cap, not a way past it). A ``paused`` group (``fair pause``)
-    or a ``throttled`` one (its rate, ``fair_throttle``) is never eligible, in either
-    class, whatever its cap."""
-    if held <= 0 or paused or throttled:
-        return False
-    if cap < 0:
-        return True
-    if cap == 0:
-        return False
-    return inflight < cap + (reserve if klass == INTERACTIVE else 0)
+    """Whether the group may be picked in ``klass`` the normal way (``standing`` is
+    READY; the arguments are the same)."""
+    return standing(klass, held, inflight, cap, reserve, paused, throttled) == READY
+
+
+def background_first(inflight_interactive: int, share: float | None,
+                     capacity: int | None) -> bool:
+    """``fair_interactive_share``: whether interactive work holds its share of the
+    capacity already (``inflight_interactive`` ≥ ``share`` × ``capacity``), so that a
+    pick takes background work first while there is some. None share or capacity: never
+    (strict priority). ``pick.lua`` computes the same."""
+    return share is not None and capacity is not None and capacity >= 0 \
+        and inflight_interactive >= share * capacity
 
 
 def entry_tag(tag: float | None, vt: float | None, member: bool = False) -> float | None:

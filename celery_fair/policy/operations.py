@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..errors import GroupFull
-from ..limits import HARMONY, RUNTIME
+from ..limits import HARMONY, RUNTIME, SOFT
 from ..store.base import BeginResult, Picked, check_hold
 from .common import Group, Held, Placement, Record
 from .controls import QueueControls
@@ -19,6 +19,7 @@ from .decisions import (
     RUNNING,
     SUPERSEDED,
     advance,
+    background_first,
     batch_room,
     charged,
     copy_id,
@@ -92,16 +93,30 @@ class FairQueue(QueueControls):
     def _delayed_order(self) -> list[tuple[int, bytes, str]]:
         return sorted((due, i.encode(), i) for i, due in self.delayed.items())
 
-    def _head(self) -> tuple[str, str, float] | None:
-        """The class, group and score picked next: interactive first under wfq; under
-        Harmony the lowest rank of either class, the interactive one of a tie."""
+    def _head(self, capacity: int | None) -> tuple[str, str, float] | None:
+        """The class, group and score picked next: from the ready sets, else (soft caps)
+        the over sets. See ``_head_of``."""
+        first_b = background_first(self.stat.get("inflight:i", 0), self.share, capacity)
+        head = self._head_of(self.ready, first_b)
+        if head is None and self.cap_mode == SOFT:
+            head = self._head_of(self.over, first_b)
+        return head
+
+    def _head_of(self, sets: dict[str, dict[str, float]], background_first: bool
+                 ) -> tuple[str, str, float] | None:
+        """The head of ``sets``: interactive first under wfq; under Harmony the lowest
+        rank of either class, the interactive one of a tie; with ``background_first``
+        (the interactive share is used up) background while it has a group."""
         heads = [(tag, g.encode(), i, klass, g) for i, klass in enumerate(CLASSES)
-                 if self.ready[klass]
-                 for g, tag in [min(self.ready[klass].items(),
+                 if sets[klass]
+                 for g, tag in [min(sets[klass].items(),
                                     key=lambda gt: (gt[1], gt[0].encode()))]]
         if not heads:
             return None
-        tag, _, _, klass, g = heads[0] if self.policy != HARMONY else min(heads)
+        if background_first and heads[-1][3] == "b":
+            tag, _, _, klass, g = heads[-1]
+        else:
+            tag, _, _, klass, g = heads[0] if self.policy != HARMONY else min(heads)
         return klass, g, tag
 
     def pick(self, want: int, capacity: int | None, now_ms: int, lease_ms: int,
@@ -113,7 +128,7 @@ class FairQueue(QueueControls):
         if capacity is not None:
             want = min(want, capacity - self.stat.get("inflight", 0))
         out: list[Picked] = []
-        while len(out) < want and (head := self._head()) is not None:
+        while len(out) < want and (head := self._head(capacity)) is not None:
             klass, g, tag = head
             queue = self.lists[(klass, g)]
             hold_id = queue.popleft()
@@ -131,6 +146,8 @@ class FairQueue(QueueControls):
                 tag = group.tags[klass] = advance(tag, spent, self.pick_weight(g))
                 estimate = spent if self.charge == RUNTIME else None
             group.inflight += 1
+            if klass == "i":
+                self._count("inflight:i", 1)
             group.since[klass] = now_ms  # the next one is the head now (stale if none)
             did = dispatch_id(token, self.stat["picks"], len(out) + 1)
             self.records[did] = Record(PICKED, held.placement, hold_id, held.value,
@@ -213,7 +230,7 @@ class FairQueue(QueueControls):
         if rec.state == LOST:
             return False
         self._correct(rec, runtime_of(runtime))
-        self._free_slot(rec.group)
+        self._free_slot(rec.group, rec.klass)
         self.woken = True
         return True
 
@@ -247,7 +264,7 @@ class FairQueue(QueueControls):
                 rec.state = LOST
                 lost += 1
             rec.expires_ms = tombstone_until_ms
-            self._free_slot(rec.group)
+            self._free_slot(rec.group, rec.klass)
         self.woken = self.woken or requeued + lost > 0
         return requeued, lost
 

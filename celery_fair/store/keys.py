@@ -144,6 +144,10 @@ class QueueKeys:
     def ready(self, klass: str) -> str:
         return f"{self.prefix}:ready:{klass}"
 
+    def over(self, klass: str) -> str:
+        """Soft caps: the groups at or over their cap with work held (``common.lua``)."""
+        return f"{self.prefix}:over:{klass}"
+
     def dispatch(self, dispatch_id: str) -> str:
         return f"{self.prefix}:d:{dispatch_id}"
 

@@ -142,6 +142,7 @@ class DirectPush:
 
 
 WFQ, HARMONY, POLICIES = limits.WFQ, limits.HARMONY, limits.POLICIES
+HARD, SOFT, CAP_MODES = limits.HARD, limits.SOFT, limits.CAP_MODES
 COST = limits.COST
 
 
@@ -162,6 +163,12 @@ class Policy:
     name: str = WFQ
     #: what a dispatch charges a group's share under wfq, one of ``limits.CHARGES``
     charge: str = COST
+    #: 'hard': a group at its cap waits; 'soft': it may go on while no other group has
+    #: work it may run (``fair_cap_mode``)
+    cap_mode: str = HARD
+    #: the most of the capacity interactive work may hold while background work waits
+    #: (None: strict priority; ``fair_interactive_share``)
+    interactive_share: float | None = None
 
 
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------

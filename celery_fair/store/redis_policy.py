@@ -27,7 +27,8 @@ class RedisPolicy:
                   json.dumps(dict(policy.caps)), json.dumps(dict(policy.weights)),
                   json.dumps({g: limits.encode_rate(r) for g, r in policy.rates.items()}),
                   "" if policy.default_rate is None else policy.default_rate.encode(),
-                  policy.name, policy.charge)
+                  policy.name, policy.charge, policy.cap_mode,
+                  "" if policy.interactive_share is None else repr(policy.interactive_share))
 
     def limit(self, queue: str, group: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int | None, float]:

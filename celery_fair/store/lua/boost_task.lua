@@ -44,4 +44,5 @@ if tonumber(tag) < (finite(redis.call('HGET', K_VT, m.cls) or '0') or 0) then
   redis.call('HSET', K_VT, m.cls, tag)
 end
 redis.call('ZADD', k_ready(m.cls), 'XX', tag, m.g)
+if soft_caps() then redis.call('ZADD', k_over(m.cls), 'XX', tag, m.g) end
 return m.g

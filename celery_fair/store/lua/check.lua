@@ -404,6 +404,12 @@ local function check_group(g, want_n, want_d)
               tag .. ' in class ' .. cls, 'ready set refreshed')
       stale = true
     end
+    local over = redis.call('ZSCORE', k_over(cls), g)
+    if (over ~= false) ~= (busy and standing(cls, g, n_now) == 'over') then
+      finding('over_set_mismatch', g, 'its place in the over set of class ' .. cls ..
+              ' differs from where it stands (soft caps)', 'over set refreshed')
+      stale = true
+    end
   end
   if repair and stale then refresh(g) end
 end

@@ -2,7 +2,8 @@
 Runs when a dispatcher starts (settings from app.conf); not on the hot path. Runtime
 limits (limit.lua) live in keys of their own: they stay, and are laid over the settings
 in `caps`/`weights`, the values in force that every script reads.
-Also rebuilds the held counters (`stat` held:i/held:b, `backlog`) from the lists.
+Also rebuilds the held counters (`stat` held:i/held:b, `backlog`) from the lists, and the
+interactive in-flight count (`stat` inflight:i) from the live dispatches' records.
 KEYS[1]  fair queue prefix
 ARGV[1]  default cap (-1: none)
 ARGV[2]  interactive reserve
@@ -13,8 +14,12 @@ ARGV[6]  rate limits as JSON {group: '<interval ms>:<burst>' or 'none'}
 ARGV[7]  default rate limit ('<interval ms>:<burst>'; '' for none)
 ARGV[8]  the policy: 'wfq' or 'harmony' (common.lua POLICIES)
 ARGV[9]  the charge: 'cost', 'count' or 'runtime' (common.lua CHARGES; absent: 'cost')
+ARGV[10] the cap mode: 'hard' or 'soft' (absent: 'hard'); under 'hard' the over sets are
+         emptied, as no group stands over its cap then
+ARGV[11] the interactive share: a number in (0, 1], or '' (absent) for none
 Returns: number of groups re-ranked.
-Error (before anything is written): an unknown policy or charge; a cap, reserve, weight or rate
+Error (before anything is written): an unknown policy, charge or cap mode, a share
+out of range; a cap, reserve, weight or rate
 out of range (common.lua bounds; limits.py checks them first). Buckets and throttles are
 left as they are (a restart with the same settings changes nothing) but for the groups
 whose rate in force changed: as rate.lua does, their buckets start full and their old
@@ -51,15 +56,30 @@ local charge = ARGV[9] or 'cost'
 if not CHARGES[charge] then
   return refuse('charge', charge, "'cost', 'count' or 'runtime'")
 end
+local capmode, ishare = ARGV[10] or 'hard', ARGV[11] or ''
+if capmode ~= 'hard' and capmode ~= 'soft' then
+  return refuse('cap mode', capmode, "'hard' or 'soft'")
+end
+local share = tonumber(ishare)
+if ishare ~= '' and not (share and share > 0 and share <= 1) then
+  return refuse('interactive share', ishare, 'a number greater than 0 and at most 1')
+end
 local before = {}  -- the rates in force of the groups with a bucket (rerate below)
 for _, g in ipairs(redis.call('ZRANGE', K_TATS, 0, -1)) do before[g] = {rate_of(g)} end
 if (redis.call('HGET', K_CONF, 'policy') or 'wfq') ~= ARGV[8] then
   -- the ready sets' scores change meaning (tags, ranks): every group enters them anew
-  for _, cls in ipairs(CLASSES) do redis.call('DEL', k_ready(cls)) end
+  for _, cls in ipairs(CLASSES) do
+    redis.call('DEL', k_ready(cls))
+    redis.call('DEL', k_over(cls))
+  end
 end
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3],
-           'policy', ARGV[8], 'charge', charge)
-policy_read = nil  -- the refreshes below rank under the new policy
+           'policy', ARGV[8], 'charge', charge, 'capmode', capmode)
+if ishare == '' then redis.call('HDEL', K_CONF, 'ishare') else redis.call('HSET', K_CONF, 'ishare', ishare) end
+policy_read, soft_read = nil, nil  -- the refreshes below rank under the new policy
+if capmode == 'hard' then
+  for _, cls in ipairs(CLASSES) do redis.call('DEL', k_over(cls)) end
+end
 if ARGV[7] == '' then redis.call('HDEL', K_CONF, 'rate') else redis.call('HSET', K_CONF, 'rate', ARGV[7]) end
 -- The settings, kept apart (a limit's --reset restores them), then in force with the
 -- runtime limits laid over them.
@@ -94,5 +114,12 @@ for _, g in ipairs(groups) do
   if n > 0 then redis.call('ZADD', K_BACKLOG, n, g) end
 end
 redis.call('HSET', K_STAT, 'held:i', held.i, 'held:b', held.b)
+-- ... and so does the interactive in-flight count (the interactive share), from the live
+-- dispatches (each has a lease): exact again after a version that did not keep it
+local interactive = 0
+for _, did in ipairs(redis.call('ZRANGE', K_LEASES, 0, -1)) do
+  if redis.call('HGET', k_dispatch(did), 'c') == 'i' then interactive = interactive + 1 end
+end
+redis.call('HSET', K_STAT, 'inflight:i', interactive)
 wake()
 return #groups

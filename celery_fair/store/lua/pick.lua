@@ -10,6 +10,11 @@ group interactive goes before background); the group's last-served sequence beco
 queue's pick count `stat` `served` and it is re-ranked in both classes. A rate-limited
 group whose bucket runs empty is throttled: it leaves the ready sets until promote.lua
 lifts it, so the pick never scans a group that may not go.
+Soft caps (conf `capmode` 'soft'): only when both ready sets are empty, the pick falls
+back to the over sets (groups at or over their cap with work held), in the same order.
+Interactive share (conf `ishare`): while the queue's interactive dispatches in flight
+(`stat` `inflight:i`) are at least the share of the capacity and the background set (of
+the same kind) holds a group, the pick takes from it first.
 KEYS[1]  fair queue prefix
 ARGV[1]  now in ms
 ARGV[2]  most messages to take
@@ -107,19 +112,38 @@ local function meter(g)
   local free_at = tat - (burst - 1) * interval
   if free_at > now then
     redis.call('ZADD', K_THROTTLED, free_at, g)
-    for _, cls in ipairs(CLASSES) do redis.call('ZREM', k_ready(cls), g) end
+    for _, cls in ipairs(CLASSES) do
+      redis.call('ZREM', k_ready(cls), g)
+      if soft_caps() then redis.call('ZREM', k_over(cls), g) end
+    end
   end
 end
 
 -- The interactive ready set is skipped while empty; only a full refresh can fill it.
 local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0
-local harmonious = harmony()
-local charge = redis.call('HGET', K_CONF, 'charge') or 'cost'
-local function head()
+-- the companions, read in one call: the policy (harmony()'s), the charge, the cap mode
+-- (soft_caps()'s) and the interactive share
+local conf_policy, conf_charge, conf_capmode, conf_ishare =
+  unpack(redis.call('HMGET', K_CONF, 'policy', 'charge', 'capmode', 'ishare'))
+if policy_read == nil then policy_read = conf_policy or 'wfq' end
+if soft_read == nil then soft_read = conf_capmode == 'soft' end
+local harmonious, soft = harmony(), soft_caps()
+local charge = conf_charge or 'cost'
+-- the interactive share's bound, in dispatches (nil: none), and the interactive in flight
+-- (read only under a share); taken_i: the interactive dispatches this call takes
+local share = capacity >= 0 and tonumber(conf_ishare or '')
+local share_bound = share and share * capacity
+local inflight_i = share_bound and tonumber(redis.call('HGET', K_STAT, 'inflight:i') or '0') or 0
+local taken_i = 0
+local function head_of(k_set, skip_i)
+  if share_bound and inflight_i >= share_bound then  -- background first, while it waits
+    local top = redis.call('ZRANGE', k_set('b'), 0, 0, 'WITHSCORES')
+    if top[1] then return 'b', top[1], tonumber(top[2]) end
+  end
   local best = nil
   for _, cls in ipairs(CLASSES) do
-    if cls ~= 'i' or not interactive_empty then
-      local top = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')
+    if cls ~= 'i' or not skip_i then
+      local top = redis.call('ZRANGE', k_set(cls), 0, 0, 'WITHSCORES')
       if top[1] and not harmonious then return cls, top[1], tonumber(top[2]) end
       local score = top[1] and tonumber(top[2])
       if score and (not best or score < best[3] or (score == best[3] and top[1] < best[2])) then
@@ -128,6 +152,11 @@ local function head()
     end
   end
   if best then return best[1], best[2], best[3] end
+end
+local function head()
+  local cls, g, tag = head_of(k_ready, interactive_empty)
+  if cls or not soft then return cls, g, tag end
+  return head_of(k_over, false)
 end
 
 -- Direct push: may a message with this exchange and routing key go to `target` directly?
@@ -186,6 +215,7 @@ while taken < want do
     write_pending(g)
     if id then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1]) end  -- before a forget
     redis.call('ZREM', k_ready(cls), g)
+    if soft then redis.call('ZREM', k_over(cls), g) end
     refresh(g, default_cap, {cap = cap_in_call(g)})
     forget_if_idle(g)
     interactive_empty = false
@@ -211,6 +241,7 @@ while taken < want do
       tag = tag + spent / weight_in_call(g)
       p['t' .. cls] = tag
     end
+    if cls == 'i' then inflight_i, taken_i = inflight_i + 1, taken_i + 1 end
     local heads = new_head[g] or {}
     heads[cls], new_head[g] = true, heads
     taken = taken + 1
@@ -261,6 +292,7 @@ while taken < want do
   end
 end
 if taken > 0 then redis.call('HINCRBY', K_STAT, 'inflight', taken) end
+if taken_i > 0 then redis.call('HINCRBY', K_STAT, 'inflight:i', taken_i) end
 write_pending(nil)  -- the virtual times
 -- each group taken from: its in-flight count, then one HSET of its tags and the head
 -- times of the lists taken from (the next message is the head since now; a stale time

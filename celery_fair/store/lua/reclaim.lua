@@ -36,12 +36,12 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT',
     redis.call('HDEL', dk, 'v', 'a')
     redis.call('EXPIRE', dk, ttl)
     requeued = requeued + 1
-    free_slot(g)
+    free_slot(g, cls)
   elseif state == 'picked' or state == 'queued' or state == 'running' then
     redis.call('HSET', dk, 's', 'lost')
     redis.call('EXPIRE', dk, ttl)
     lost = lost + 1
-    free_slot(g)
+    free_slot(g, cls)
   end
 end
 if requeued + lost > 0 then wake() end

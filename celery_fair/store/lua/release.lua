@@ -36,7 +36,7 @@ end
 redis.call('ZREM', K_LEASES, did)
 redis.call('HINCRBY', K_STAT, 'released', 1)
 if state == 'lost' then return 0 end
--- A corrected tag must reach the ready set's score too: then refresh whatever the cap.
+-- A corrected tag must reach the ready (or over) set's score too: then refresh whatever the cap.
 local corrected = false
 local runtime, charged = finite(ARGV[4]), finite(estimate)
 if runtime and runtime >= 0 and runtime <= MAX_RUNTIME and charged and not harmony() then
@@ -50,6 +50,6 @@ if runtime and runtime >= 0 and runtime <= MAX_RUNTIME and charged and not harmo
     corrected = true
   end
 end
-free_slot(g, not corrected)
+free_slot(g, cls, not corrected)
 wake()
 return 1

@@ -72,8 +72,9 @@ class SqlBoosting(SqlMixin):
             row[f"tag_{klass}"] = tag
             if tag < (u.vt(klass) or 0.0):  # a refresh would take it back to the vt
                 u.set_vt(klass, tag)
-            if u.ready[(klass, g)] is not None:
-                u.ready[(klass, g)] = tag
+            for known in (u.ready, u.over):  # in whichever it is
+                if known[(klass, g)] is not None:
+                    known[(klass, g)] = tag
             u.flush()
             return str(g)
         return self._do("boost task", queue, work)  # type: ignore[no-any-return]

@@ -119,7 +119,8 @@ class Controls:
                     "default_weight": policy.default_weight,
                     "default_rate": None if policy.default_rate is None
                     else policy.default_rate.encode(), "charge": policy.charge,
-                    "policy": policy.name}
+                    "policy": policy.name, "cap_mode": policy.cap_mode,
+                    "interactive_share": policy.interactive_share}
         conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue)
                      .values(settings))
         u.q.update(settings)

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select, update
 
-from ...policy.decisions import CLASSES, LIVE, eligible, task_of
+from ...policy.decisions import CLASSES, LIVE, OVER, READY, task_of
 from ..base import Location
 from ..locating import CLASS_NAMES, Locating, PlaceReads, place_of
 from .reads import SqlReads
@@ -142,12 +142,14 @@ class SqlInspecting(SqlReads, Locating):
                 if repair and row is not None:
                     row[field] = rows.get(field, 0)
         u.load_ready([(k, name) for k in CLASSES])
+        counts = None if row is None else (row["held_i"], row["held_b"], row["inflight"])
         for klass in CLASSES:
-            ok = row is not None and eligible(klass, row[f"held_{klass}"], row["inflight"],
-                                              u.cap(name), u.q["reserve"], u.paused(name),
-                                              u.throttled(name))
-            if ok != (u.ready[(klass, name)] is not None):
+            where = u.standing_of(klass, name, counts)
+            if (where == READY) != (u.ready[(klass, name)] is not None):
                 out.append(("ready", f"{klass}:{name}", "ready set and eligibility differ",
+                            "re-ranked" if repair else ""))
+            if (where == OVER) != (u.over[(klass, name)] is not None):
+                out.append(("over", f"{klass}:{name}", "over set and standing differ",
                             "re-ranked" if repair else ""))
         if repair:
             u.refresh(name)

@@ -156,12 +156,20 @@ class Lifecycle:
             want = 0
         out: list[Picked] = []
         if want > 0:
-            out = Picking(self.s, u, want, now_ms, now_ms + lease_ms, token).run()
+            shared = u.q.get("interactive_share") is not None and capacity is not None
+            out = Picking(self.s, u, want, now_ms, now_ms + lease_ms, token, capacity,
+                          self.inflight_interactive(conn, queue) if shared else 0).run()
         u.flush()
         return out
 
     def inflight(self, conn: Connection, queue: str) -> int:
         return int(self.s.run(conn, "inflight", {"ns": self.ns, "queue": queue}).scalar_one())
+
+    def inflight_interactive(self, conn: Connection, queue: str) -> int:
+        """The queue's interactive dispatches in flight (the interactive share): its
+        live dispatch rows of class 'i', at most its capacity."""
+        return int(self.s.run(conn, "inflight_interactive",
+                              {"ns": self.ns, "queue": queue}).scalar_one())
 
     # -- confirm, begin, renew, release ---------------------------------------------------
 

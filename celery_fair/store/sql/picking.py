@@ -11,7 +11,14 @@ from typing import Any
 from sqlalchemy import delete, text
 
 from ...limits import COST, RUNTIME
-from ...policy.decisions import PICKED, advance, charged, dispatch_id, task_of
+from ...policy.decisions import (
+    PICKED,
+    advance,
+    background_first,
+    charged,
+    dispatch_id,
+    task_of,
+)
 from ..models import Picked
 from .metering import Meter
 from .statements import Statements
@@ -22,16 +29,22 @@ class Picking:
     """One pick's loop (``FairQueue.pick``) over the ready sets' heads it read."""
 
     def __init__(self, s: Statements, u: Unit, want: int, now_ms: int, deadline_ms: int,
-                 token: str) -> None:
+                 token: str, capacity: int | None = None, inflight_i: int = 0) -> None:
         self.s, self.u, self.want, self.deadline = s, u, want, deadline_ms
         self.token = token
         self.meter = Meter(u, now_ms)
         self.now_ms = now_ms
+        self.capacity, self.inflight_i = capacity, inflight_i  # the interactive share's
         # Groups past the first `want` of a ready set cannot be reached by `want` picks:
-        # each pick moves one group back, and an untouched group read stays ahead.
-        self.heads = {k: dict(u.head_of_ready(k, want)) for k in ("i", "b")}
-        self.order = {k: [(t, g.encode(), g) for g, t in self.heads[k].items()]
-                      for k in ("i", "b")}  # heaps of (tag, name bytes, name)
+        # each pick moves one group back, and an untouched group read stays ahead. The
+        # same holds for the over sets (soft caps), which a group may also enter during
+        # the pick (at its cap now): it is known then, and joins the heap.
+        kinds = ("ready", "over") if u.soft() else ("ready",)
+        self.heads = {(kind, k): dict(u.head_of_ready(k, want) if kind == "ready"
+                                      else u.head_of_over(k, want))
+                      for kind in kinds for k in ("i", "b")}
+        self.order = {key: [(t, g.encode(), g) for g, t in heads.items()]
+                      for key, heads in self.heads.items()}  # heaps of (tag, name bytes, name)
         for heap in self.order.values():
             heapq.heapify(heap)
         self.lists: dict[tuple[str, str], collections.deque[Any]] = {}
@@ -41,38 +54,54 @@ class Picking:
         self.charge = u.q["charge"] or COST  # fair_charge (None: configured before it)
         self.harmony = u.harmony()
 
+    def _known(self, kind: str) -> dict[tuple[str, str], float | None]:
+        return self.u.ready if kind == "ready" else self.u.over
+
+    def _top(self, kind: str, klass: str) -> tuple[str, str, float] | None:
+        """The lowest (tag, name) of a set's groups read, its stale entries (a group
+        whose tag moved or that left) dropped when they come up."""
+        heap = self.order.get((kind, klass), [])
+        known = self._known(kind)
+        while heap:
+            tag, _, g = heap[0]
+            if known.get((klass, g)) == tag:
+                return klass, g, tag
+            heapq.heappop(heap)
+        return None
+
     def _head(self) -> tuple[str, str, float] | None:
-        """The lowest (tag, name) of the ready groups read, interactive first; under
-        Harmony the lower (rank, name) of both classes' heads, interactive on a tie
-        (``FairQueue._head``). A heap per class, whose stale entries (a group whose tag
-        moved or that left) are dropped when they come up."""
-        heads = []
-        for i, klass in enumerate(("i", "b")):
-            heap = self.order[klass]
-            while heap and self.u.ready.get((klass, heap[0][2])) != heap[0][0]:
-                heapq.heappop(heap)
-            if heap:
-                tag, name, g = heap[0]
-                heads.append((tag, name, i, klass, g))
-                if not self.harmony:
-                    break
-        if not heads:
-            return None
-        tag, _, _, klass, g = min(heads)
-        return klass, g, tag
+        """The head of the ready sets read, else (soft caps) of the over sets
+        (``FairQueue._head``): interactive first under wfq; under Harmony the lower
+        (rank, name) of both classes' heads, interactive on a tie; background first while
+        interactive holds its share (``decisions.background_first``)."""
+        first_b = background_first(self.inflight_i, self.u.q.get("interactive_share"),
+                                   self.capacity)
+        for kind in ("ready", "over"):
+            if (kind, "i") not in self.order:
+                break
+            i, b = self._top(kind, "i"), self._top(kind, "b")
+            if first_b and b is not None:
+                return b
+            if self.harmony and i is not None and b is not None:
+                return min(i, b, key=lambda h: (h[2], h[1].encode(), h[0] != "i"))
+            head = i or b
+            if head is not None:
+                return head
+        return None
 
     def _requeue(self, g: str) -> None:
-        """Put g back in the heaps at its tags now (after a pick moved it)."""
-        for klass in ("i", "b"):
-            tag = self.u.ready.get((klass, g))
-            if g in self.heads[klass] and tag is not None:
-                heapq.heappush(self.order[klass], (tag, g.encode(), g))
+        """Put g back in the heaps at its tags now (after a pick moved it): in a ready
+        set it was read from, or in an over set (read from, or entered now)."""
+        for (kind, klass), heap in self.order.items():
+            tag = self._known(kind).get((klass, g))
+            if tag is not None and (kind == "over" or g in self.heads[(kind, klass)]):
+                heapq.heappush(heap, (tag, g.encode(), g))
 
     def run(self) -> list[Picked]:
         u = self.u
         out: list[Picked] = []
         taken: list[str] = []
-        reachable = sorted({g for k in self.heads for g in self.heads[k]})
+        reachable = sorted({g for heads in self.heads.values() for g in heads})
         u.lock_groups(reachable)
         u.load_limits(reachable)
         u.know_throttled(reachable, False)  # in a ready set: not throttled
@@ -80,7 +109,8 @@ class Picking:
         reached = sum(len(heads) for heads in self.heads.values())
         self.per = -(-self.want // max(reached, 1)) + 1  # an even share, and one more
         for klass in ("i", "b"):
-            self._prefetch(klass, sorted(self.heads[klass]))
+            self._prefetch(klass, sorted({g for (_, k), heads in self.heads.items()
+                                          if k == klass for g in heads}))
         while len(out) < self.want and (head := self._head()) is not None:
             klass, g, tag = head
             msg = self._pop(klass, g)
@@ -97,6 +127,7 @@ class Picking:
                 row[f"tag_{klass}"] = advance(tag, spent, u.pick_weight(g))
                 estimate = spent if self.charge == RUNTIME else None
             row["inflight"] += 1
+            self.inflight_i += klass == "i"
             row[f"held_{klass}"] -= 1
             row[f"since_{klass}"] = self.now_ms  # the next one is the head now
             did = dispatch_id(self.token, u.q["picks"], len(out) + 1)

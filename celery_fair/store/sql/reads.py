@@ -339,6 +339,10 @@ class SqlReads:
             for klass, g, tag in c.execute(select(t.ready.c.klass, t.ready.c.grp, t.ready.c.tag)
                                            .where(self._q(t.ready, queue))):
                 ready[klass][g] = tag
+            over: dict[str, dict[str, float]] = {k: {} for k in CLASSES}
+            for klass, g, tag in c.execute(select(t.over.c.klass, t.over.c.grp, t.over.c.tag)
+                                           .where(self._q(t.over, queue))):
+                over[klass][g] = tag
             groups = list(c.execute(select(t.groups).where(self._q(t.groups, queue)))
                           .mappings())
             m = t.messages.c
@@ -346,6 +350,9 @@ class SqlReads:
             for klass, g, hold_id in c.execute(select(m.klass, m.grp, m.hold_id).where(
                     self._q(t.messages, queue), m.seq.is_not(None)).order_by(m.seq)):
                 held.setdefault((klass, g), []).append(hold_id)
+            d = t.dispatches.c
+            interactive = c.execute(select(func.count()).where(
+                self._q(t.dispatches, queue), d.klass == "i", d.state.in_(_LIVE))).scalar()
             return QueueState(
                 ready=ready, vt={k: q[f"vt_{k}"] for k in CLASSES if q[f"vt_{k}"] is not None},
                 tags={(k, r["grp"]): r[f"tag_{k}"] for r in groups for k in CLASSES
@@ -354,7 +361,8 @@ class SqlReads:
                 delayed={r["grp"]: r["delayed"] for r in groups if r["delayed"]},
                 held=held, total_inflight=sum(r["inflight"] for r in groups),
                 since={(k, r["grp"]): r[f"since_{k}"] for r in groups for k in CLASSES
-                       if (k, r["grp"]) in held})
+                       if (k, r["grp"]) in held},
+                over=over, inflight_interactive=int(interactive or 0))
         return self._read("inspect", work)
 
 

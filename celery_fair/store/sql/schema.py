@@ -62,6 +62,16 @@ def _keys(*extra: Column) -> list[Column]:  # type: ignore[type-arg]
             Column("queue", name(QUEUE), primary_key=True), *extra]
 
 
+def _tag_set(md: MetaData, table: str) -> Table:
+    """A set of groups per class ordered by tag, then name (``ready``, ``over``)."""
+    t = Table(table, md, *_keys(
+        Column("klass", String(1), primary_key=True),
+        Column("grp", name(GROUP), primary_key=True),
+        Column("tag", Double, nullable=False)))
+    Index(f"{table}_order", t.c.ns, t.c.queue, t.c.klass, t.c.tag, t.c.grp)
+    return t
+
+
 class Tables:
     """The tables of one prefix (an attribute per table)."""
 
@@ -91,7 +101,12 @@ class Tables:
                 Column("charge", String(8)),
                 # fair_policy (0009): 'wfq' or 'harmony' (None: 'wfq'), and Harmony's pick
                 # sequence (None: 0), ``stat`` ``served`` in Redis
-                Column("policy", String(8)), Column("served", BigInteger)))
+                Column("policy", String(8)), Column("served", BigInteger),
+                # fair_cap_mode ('hard', 'soft') and fair_interactive_share (None: none)
+                # (0008)
+                Column("cap_mode", String(8), nullable=False, default="hard",
+                       server_default="hard"),
+                Column("interactive_share", Double)))
         #: Caps, weights and rate limits (stored rates, ``RATE``) of groups, from the
         #: settings and at runtime (``fair limit``), and a boost (``fair boost``): its
         #: weight wins until ``boost_until_ms`` (None: no end), kept apart so that
@@ -127,13 +142,10 @@ class Tables:
                 Column("served", BigInteger), Column("jump", Double)))
         #: A group that may be picked now, in its class, with its virtual start tag (its
         #: rank under Harmony).
-        self.ready = Table(
-            f"{p}ready", md, *_keys(
-                Column("klass", String(1), primary_key=True),
-                Column("grp", name(GROUP), primary_key=True),
-                Column("tag", Double, nullable=False)))
-        Index(f"{p}ready_order", self.ready.c.ns, self.ready.c.queue, self.ready.c.klass,
-              self.ready.c.tag, self.ready.c.grp)
+        self.ready = _tag_set(md, f"{p}ready")
+        #: Soft caps (0008): a group at or over its cap with work held, in its class, with
+        #: its tag: the pick's fallback when no group is ready. Empty under hard caps.
+        self.over = _tag_set(md, f"{p}over")
         #: A held message (``seq``: its place in its group's list) or a delayed one
         #: (``due_ms``).
         self.messages = Table(

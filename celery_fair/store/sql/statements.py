@@ -118,7 +118,8 @@ class Statements:
     def _queue_new(self, d: str) -> Any:
         return insert_ignoring(d, self.t.queues).values(
             ns=bindparam("ns"), queue=bindparam("queue"), registered=False, default_cap=-1,
-            reserve=0, default_weight=1.0, picks=0, dups=0, pauses=0, throttles=0)
+            reserve=0, default_weight=1.0, picks=0, dups=0, pauses=0, throttles=0,
+            cap_mode="hard")
 
     def _queue_register(self, _: str) -> Any:
         return update(self.t.queues).where(_mine(self.t.queues)).values(registered=True)
@@ -162,6 +163,14 @@ class Statements:
         r = self.t.ready
         return select(r.c.grp, r.c.tag).where(_mine(r, "klass")).order_by(
             r.c.tag, r.c.grp).limit(bindparam("n"))
+
+    def _over_head(self, _: str) -> Any:
+        r = self.t.over
+        return select(r.c.grp, r.c.tag).where(_mine(r, "klass")).order_by(
+            r.c.tag, r.c.grp).limit(bindparam("n"))
+
+    def _over_put(self, d: str) -> Any:
+        return upserting(d, self.t.over, lambda new: {"tag": new.tag})
 
     def _ready_drop(self, _: str) -> Any:
         return delete(self.t.ready).where(_mine(self.t.ready, "klass", "grp"))
@@ -218,6 +227,12 @@ class Statements:
         d = self.t.dispatches
         live: list[Any] = [literal_column(f"'{state}'") for state in LIVE]  # no expanding IN
         return select(func.count()).select_from(d).where(_mine(d), d.c.state.in_(live))
+
+    def _inflight_interactive(self, _: str) -> Any:
+        d = self.t.dispatches
+        live: list[Any] = [literal_column(f"'{state}'") for state in LIVE]
+        return select(func.count()).select_from(d).where(
+            _mine(d), d.c.state.in_(live), d.c.klass == literal_column("'i'"))
 
     def dispatch_set(self, conn: Connection, params: dict[str, Any]) -> None:
         """Set the columns of ``params`` (but its keys) of one dispatch."""

@@ -12,23 +12,22 @@ is written by every release (the counters are sharded).
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import Connection, select, update
 
 from ...limits import HARMONY, Rate, decode_rate
-from ...policy.decisions import CLASSES, entry_tag, harmony_rank, in_force
-from ...policy.decisions import eligible as _eligible
+from ...policy.decisions import CLASSES, harmony_rank, in_force
+from .ready import ReadySets
 from .rows import chunks
 from .statements import GROUP_COLUMNS, Statements
 
 COUNTER_SHARDS = 16
 
 
-class Unit:
+class Unit(ReadySets):
     """Rows of one fair queue that one transaction reads and writes (see the module
     docstring). :meth:`flush` writes what changed.
 
@@ -47,6 +46,9 @@ class Unit:
         self._seen: dict[str, tuple[int, int, int] | None] = {}  # g -> (held i, b, inflight)
         self.ready: dict[tuple[str, str], float | None] = {}  # (klass, g) -> tag / absent
         self._ready_loaded: dict[tuple[str, str], float | None] = {}
+        # soft caps: the over sets, as the ready sets (empty under hard caps)
+        self.over: dict[tuple[str, str], float | None] = {}
+        self._over_loaded: dict[tuple[str, str], float | None] = {}
         # g -> cap, weight, pick weight, rate in force
         self._limits: dict[str, tuple[int, float, float, Rate | None]] = {}
         self._paused: set[str] | None = None  # the paused groups ('' the queue), once read
@@ -244,68 +246,6 @@ class Unit:
             self.throttles_added += step
         self._throttled[g] = throttled
 
-    # -- ready sets ---------------------------------------------------------------------
-
-    def load_ready(self, keys: Iterable[tuple[str, str]]) -> None:
-        """Read ready rows (``check`` compares them with eligibility)."""
-        wanted = [k for k in keys if k not in self.ready]
-        t = self.t.ready
-        for klass in CLASSES:
-            names = sorted({g for c, g in wanted if c == klass})
-            for chunk in chunks(names, 500):
-                rows = self.conn.execute(select(t.c.grp, t.c.tag).where(
-                    t.c.ns == self.ns, t.c.queue == self.queue, t.c.klass == klass,
-                    t.c.grp.in_(chunk)))
-                for g, tag in rows:
-                    self._know((klass, g), tag)
-        for k in wanted:
-            self._know(k, None)
-
-    def _know(self, key: tuple[str, str], tag: float | None) -> None:
-        if key not in self.ready:
-            self.ready[key] = self._ready_loaded[key] = tag
-
-    def head_of_ready(self, klass: str, limit: int) -> list[tuple[str, float]]:
-        """The first ``limit`` groups of the class's ready set, (tag, name) order."""
-        rows: list[Any] = list(self.s.run(self.conn, "ready_head", {
-            **self.key, "klass": klass, "n": limit}))
-        for g, tag in rows:
-            self._know((klass, g), tag)
-        return [(g, tag) for g, tag in rows]
-
-    def _eligible(self, klass: str, g: str, counts: tuple[int, int, int] | None) -> bool:
-        if counts is None:
-            return False
-        held = counts[0] if klass == "i" else counts[1]
-        return held > 0 and _eligible(klass, held, counts[2], self.cap(g), self.q["reserve"],
-                                      self.paused(g), self.throttled(g))
-
-    def _membership(self, klass: str, g: str) -> None:
-        """Know whether g is in the class's ready set, from the counts it had when its
-        row was locked (the invariant); its tag is the group's. Under Harmony its rank
-        then is not known here (its weight or sequence may have moved since): NaN, "in
-        the set at some score", so that it is always written again."""
-        if (klass, g) in self.ready:
-            return
-        if not self._eligible(klass, g, self._seen.get(g)):
-            self._know((klass, g), None)
-        else:
-            row = self.groups[g] or {}
-            self._know((klass, g), math.nan if self.harmony()
-                       else (row.get(f"tag_{klass}") or 0.0))
-
-    def leave_ready(self, g: str) -> None:
-        """Take g out of both ready sets (a pick throttled it), knowing first where it
-        was: from its counts, before its throttle is counted."""
-        for klass in CLASSES:
-            self._membership(klass, g)
-            self.ready[(klass, g)] = None
-
-    def retag(self, g: str, klass: str, tag: float) -> None:
-        """Set g's tag (a release's correction), its ready-set entry known first."""
-        self._membership(klass, g)
-        self.groups[g][f"tag_{klass}"] = tag  # type: ignore[index]
-
     def rerank(self, g: str) -> None:
         """Under Harmony, re-rank g after its pick weight or jump changed (its counts did
         not, so a refresh alone would keep its rank); its limits are read again."""
@@ -314,31 +254,6 @@ class Unit:
             for klass in CLASSES:
                 self._membership(klass, g)
             self.refresh(g)
-
-    def refresh(self, g: str) -> bool:
-        """Match g's ready sets to its eligibility (``common._refresh``), scored by its tag,
-        or its rank under Harmony; True: it entered."""
-        row = self.groups.get(g)
-        now = None if row is None else (row["held_i"], row["held_b"], row["inflight"])
-        seen, entered = self._seen.get(g), False
-        for i, klass in enumerate(CLASSES):
-            if (klass, g) not in self.ready and now is not None and seen is not None \
-                    and (now[i] > 0) == (seen[i] > 0) and now[2] == seen[2]:
-                continue  # eligibility unchanged, so membership and tag are too
-            self._membership(klass, g)
-            if row is not None and self._eligible(klass, g, now) and self.harmony():
-                entered = entered or self.ready[(klass, g)] is None
-                self.ready[(klass, g)] = self.rank(g)
-            elif row is not None and self._eligible(klass, g, now):
-                tag = entry_tag(row[f"tag_{klass}"], self.vt(klass),
-                                self.ready[(klass, g)] is not None)
-                row[f"tag_{klass}"] = tag
-                entered = entered or self.ready[(klass, g)] is None
-                self.ready[(klass, g)] = tag or 0.0
-            else:
-                self.ready[(klass, g)] = None
-        self._seen[g] = now
-        return entered
 
     # -- counters -------------------------------------------------------------------------
 
@@ -379,18 +294,3 @@ class Unit:
         elif rows:
             self.s.many(self.conn, "groups_save", rows)
 
-    def _flush_ready(self) -> None:
-        gone: dict[str, list[str]] = {}
-        put = []
-        for (klass, g), tag in self.ready.items():
-            before = self._ready_loaded.get((klass, g))
-            if tag is None and before is not None:
-                gone.setdefault(klass, []).append(g)
-            elif tag is not None and tag != before:
-                put.append({**self.key, "klass": klass, "grp": g, "tag": tag})
-        t = self.t.ready
-        for klass, names in gone.items():
-            for chunk in chunks(sorted(names), 500):
-                self.conn.execute(delete(t).where(t.c.ns == self.ns, t.c.queue == self.queue,
-                                                  t.c.klass == klass, t.c.grp.in_(chunk)))
-        self.s.many(self.conn, "ready_put", put)

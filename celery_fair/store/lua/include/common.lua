@@ -3,9 +3,9 @@
 -- tag, so one script only ever touches one Redis Cluster slot. keys.py mirrors this layout.
 local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
-local K_STAT = prefix .. ':stat'        -- HASH inflight, held:i, held:b, released, dup, skipped, picks, served
+local K_STAT = prefix .. ':stat'        -- HASH inflight, inflight:i, held:i, held:b, released, dup, skipped, picks, served
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
-local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy, charge
+local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy, charge, capmode, ishare
 local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
 local K_WEIGHTS = prefix .. ':weights'  -- HASH group -> weight in force
 local K_CONF_CAPS = prefix .. ':conf:caps'          -- HASH group -> cap from the settings
@@ -33,6 +33,9 @@ local CLASSES = {'i', 'b'}               -- interactive first
 local function k_list(cls, g) return prefix .. ':q:' .. cls .. ':' .. g end
 local function k_group(g) return prefix .. ':g:' .. g end
 local function k_ready(cls) return prefix .. ':ready:' .. cls end
+-- soft caps: the groups at or over their cap with work held, picked only when no group
+-- is ready (scored as the ready sets are)
+local function k_over(cls) return prefix .. ':over:' .. cls end
 local function k_dispatch(did) return prefix .. ':d:' .. did end
 -- SET of the copies of task id <id> held under <id>~<suffix> (hold.lua; reclaim.lua adds
 -- ~<dispatch id>, to a copy too), so cancel finds them in O(copies), not O(held): the
@@ -167,6 +170,14 @@ local function harmony()
   return policy_read == 'harmony'
 end
 
+-- The cap mode (conf `capmode`, limits.py CAP_MODES), read once per script call as the
+-- policy is; configure.lua sets it and forgets what was read.
+local soft_read = nil
+local function soft_caps()
+  if soft_read == nil then soft_read = redis.call('HGET', K_CONF, 'capmode') == 'soft' end
+  return soft_read
+end
+
 -- What a dispatch charges a group under wfq (conf `charge`, limits.py CHARGES; absent:
 -- 'cost', as before the setting): its cost, 1 per task, or the wall time it ran ('runtime':
 -- its cost is the estimate, corrected at release). MAX_RUNTIME: limits.py's, in seconds.
@@ -248,54 +259,70 @@ local function inflight_of(g)
   return tonumber(redis.call('HGET', k_group(g), 'n') or '0')
 end
 
--- A group may be picked in a class while it holds work there and is under its cap;
--- interactive work may also use the reserve above the cap. `default_cap`: see cap_of.
-local function eligible(cls, g, n, default_cap)
-  if redis.call('LLEN', k_list(cls, g)) == 0 then return false end
-  if redis.call('ZSCORE', K_PAUSES, g) then return false end  -- paused (pause.lua): any class
-  if redis.call('ZSCORE', K_THROTTLED, g) then return false end  -- its rate, or a task's throttle
+-- Where a group stands in a class: 'ready' while it holds work there and is under its
+-- cap (interactive work may also use the reserve above the cap); under soft caps 'over'
+-- while it holds work at or over its cap (not paused, throttled or capped at 0); else
+-- nil. `default_cap`: see cap_of. Policy `decisions.standing`.
+local function standing(cls, g, n, default_cap)
+  if redis.call('LLEN', k_list(cls, g)) == 0 then return nil end
+  if redis.call('ZSCORE', K_PAUSES, g) then return nil end  -- paused (pause.lua): any class
+  if redis.call('ZSCORE', K_THROTTLED, g) then return nil end  -- its rate, or a task's throttle
   local cap = cap_of(g, default_cap)
-  if cap < 0 then return true end
+  if cap < 0 then return 'ready' end
   -- cap 0 pauses the group (`fair limit`): the reserve is room above a cap for
-  -- interactive work, not a way past a pause
-  if cap == 0 then return false end
+  -- interactive work, not a way past a pause, and neither is a soft cap
+  if cap == 0 then return nil end
   if cls == 'i' then cap = cap + (valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0) end
-  return n < cap
+  if n < cap then return 'ready' end
+  if soft_caps() then return 'over' end
+  return nil
 end
 
--- Make g's membership of each ready set match its eligibility. A group entering a ready
--- set starts at the class's virtual time: no credit for having been idle; one in it keeps
+local function eligible(cls, g, n, default_cap)
+  return standing(cls, g, n, default_cap) == 'ready'
+end
+
+-- Make g's membership of each ready set (and under soft caps each over set) match where
+-- it stands (standing's decisions). A group entering a set starts at the class's virtual
+-- time: no credit for having been idle; one in a set of the class (ready or over) keeps
 -- its tag (only a release's correction takes it below: policy `entry_tag`). Under Harmony
 -- its score is its rank, in both classes.
--- Returns true when g entered a ready set it was not in. `default_cap`: see cap_of.
+-- Returns true when g entered a set it was not in. `default_cap`: see cap_of.
 -- `known` (optional): what the caller read in this call already and has not changed
 -- since, so it is not read again: `n` (in flight), `cap` (cap_of), `len_<class>` (the
 -- list's length), `vt_<class>` (the virtual time, as stored), `in_<class>` (g's score
--- in that ready set, as stored; false: not in it). The decisions are eligible's, each
+-- in that ready set, as stored; false: not in it). The decisions are standing's, each
 -- class's once, the group's pause, throttle and cap read once for both classes.
 local function refresh(g, default_cap, known)
   known = known or {}
   local gk = k_group(g)
   local n = known.n or inflight_of(g)
   local entered, rank, blocked, cap, reserve = false, nil, nil, known.cap, nil
-  local function may_go(cls)  -- eligible(cls, g, n, default_cap)
-    if (known['len_' .. cls] or redis.call('LLEN', k_list(cls, g))) == 0 then return false end
+  local soft = soft_caps()  -- else the over sets are empty (configure.lua empties them)
+  local function where_of(cls)  -- standing(cls, g, n, default_cap)
+    if (known['len_' .. cls] or redis.call('LLEN', k_list(cls, g))) == 0 then return nil end
     if blocked == nil then  -- paused (pause.lua), or its rate's or a task's throttle
       blocked = (redis.call('ZSCORE', K_PAUSES, g) or redis.call('ZSCORE', K_THROTTLED, g))
                 and true or false
     end
-    if blocked then return false end
+    if blocked then return nil end
     if cap == nil then cap = cap_of(g, default_cap) end
-    if cap < 0 then return true end
-    if cap == 0 then return false end
-    if cls ~= 'i' then return n < cap end
-    if reserve == nil then reserve = valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0 end
-    return n < cap + reserve
+    if cap < 0 then return 'ready' end
+    if cap == 0 then return nil end  -- a pause: neither the reserve nor a soft cap passes it
+    local room = cap
+    if cls == 'i' then
+      if reserve == nil then reserve = valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0 end
+      room = cap + reserve
+    end
+    if n < room then return 'ready' end
+    if soft then return 'over' end
+    return nil
   end
   for _, cls in ipairs(CLASSES) do
     local member = known['in_' .. cls]
     if member then member = tonumber(member) end
-    if may_go(cls) then
+    local where = where_of(cls)
+    if where then
       local score
       if harmony() then
         rank = rank or string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
@@ -306,19 +333,28 @@ local function refresh(g, default_cap, known)
         if vt == nil then vt = redis.call('HGET', K_VT, cls) end
         vt = finite(vt or '0') or 0
         -- entering behind the virtual time, or a damaged tag: at the virtual time (a
-        -- member keeps its tag, below it after a release's correction: `entry_tag`)
+        -- member of the class's ready or over set keeps its tag, below it after a
+        -- release's correction: `entry_tag`)
         if not score or (vt > score and not (member or (member == nil
-            and redis.call('ZSCORE', k_ready(cls), g)))) then
+            and redis.call('ZSCORE', k_ready(cls), g))
+            or (soft and redis.call('ZSCORE', k_over(cls), g)))) then
           score = vt
           redis.call('HSET', gk, 't' .. cls, score)
         end
       end
-      -- known to be there at this very score: ZADD would change nothing
-      if member ~= tonumber(score) and redis.call('ZADD', k_ready(cls), score, g) == 1 then
-        entered = true
+      if where == 'ready' then
+        -- known to be there at this very score: ZADD would change nothing
+        if member ~= tonumber(score) and redis.call('ZADD', k_ready(cls), score, g) == 1 then
+          entered = true
+        end
+        if soft then redis.call('ZREM', k_over(cls), g) end
+      else  -- over its cap under soft caps
+        if member ~= false then redis.call('ZREM', k_ready(cls), g) end
+        if redis.call('ZADD', k_over(cls), score, g) == 1 then entered = true end
       end
-    elseif member ~= false then
-      redis.call('ZREM', k_ready(cls), g)
+    else
+      if member ~= false then redis.call('ZREM', k_ready(cls), g) end
+      if soft then redis.call('ZREM', k_over(cls), g) end
     end
   end
   return entered
@@ -336,20 +372,29 @@ local function forget_if_idle(g, n)
   redis.call('SREM', K_GROUPS, g)
 end
 
--- One slot of g comes back (release, reclaim). `only`: nothing else of g changed in
--- this call (release): then under wfq the slot changes g's eligibility only when it brings
--- g back under its cap (interactive: cap and reserve), and otherwise its ready sets are
--- left as they are (a refresh would find them right); under Harmony its rank moved, so
--- it is refreshed. Only a group with nothing left in flight may be idle.
-local function free_slot(g, only)
+-- One slot of g comes back (release, reclaim) from a dispatch of class `cls`. `only`:
+-- nothing else of g changed in this call (release): then under wfq the slot changes g's
+-- standing only when it brings g back under its cap (interactive: cap and reserve):
+-- that is also the one step that moves it from an over set (soft caps) to a ready set,
+-- and a member of either keeps its tag, so otherwise its sets are left as they are (a
+-- refresh would find them right); under Harmony its rank moved, so it is refreshed.
+-- Only a group with nothing left in flight may be idle.
+local function free_slot(g, cls, only)
   local n = redis.call('HINCRBY', k_group(g), 'n', -1)
   redis.call('HINCRBY', K_STAT, 'inflight', -1)
+  if cls == 'i' then redis.call('HINCRBY', K_STAT, 'inflight:i', -1) end
   local cap = nil
-  if only and not harmony() then
-    cap = cap_of(g)
-    if cap <= 0 or (n + 1 ~= cap
-                    and n + 1 ~= cap + (valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0))
-    then cap = false end
+  if only then  -- what the decision and a refresh read of conf, in one call
+    local policy, conf_cap, reserve, capmode =
+      unpack(redis.call('HMGET', K_CONF, 'policy', 'cap', 'reserve', 'capmode'))
+    if policy_read == nil then policy_read = policy or 'wfq' end
+    if soft_read == nil then soft_read = capmode == 'soft' end
+    if not harmony() then
+      cap = valid_cap(redis.call('HGET', K_CAPS, g)) or valid_cap(conf_cap) or -1  -- cap_of's
+      if cap <= 0 or (n + 1 ~= cap and n + 1 ~= cap + (valid_cap(reserve) or 0)) then
+        cap = false
+      end
+    end
   end
   if cap ~= false then refresh(g, nil, {n = n, cap = cap}) end
   if n <= 0 then forget_if_idle(g, n) end
@@ -364,9 +409,10 @@ local function hold_lease(did, deadline, state)
   if state == nil then state = redis.call('HGET', dk, 's') end
   if not state or state == 'superseded' or state == 'released' then return state or false end
   if state == 'lost' then
-    local g = redis.call('HGET', dk, 'g')
+    local g, cls = unpack(redis.call('HMGET', dk, 'g', 'c'))
     redis.call('HINCRBY', k_group(g), 'n', 1)
     redis.call('HINCRBY', K_STAT, 'inflight', 1)
+    if cls == 'i' then redis.call('HINCRBY', K_STAT, 'inflight:i', 1) end
     redis.call('SADD', K_GROUPS, g)
     redis.call('PERSIST', dk)
     redis.call('HSET', dk, 's', 'running')

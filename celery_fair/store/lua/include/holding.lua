@@ -44,8 +44,12 @@ local function preflight(g, delayed, id)
     known['len_' .. c] = redis.call('LLEN', k_list(c, g))
     known['in_' .. c] = redis.call('ZSCORE', k_ready(c), g)  -- false: not in it
   end
-  known.cap = valid_cap(redis.call('HGET', K_CAPS, g))
-              or valid_cap(redis.call('HGET', K_CONF, 'cap')) or -1  -- cap_of's
+  known.cap = valid_cap(redis.call('HGET', K_CAPS, g))  -- cap_of's
+  if not known.cap then  -- the default cap, and the cap mode with it (soft_caps())
+    local conf_cap, capmode = unpack(redis.call('HMGET', K_CONF, 'cap', 'capmode'))
+    if soft_read == nil then soft_read = capmode == 'soft' end
+    known.cap = valid_cap(conf_cap) or -1
+  end
   redis.call('LLEN', K_WAKE)
   return known
 end

@@ -19,7 +19,7 @@ from sqlalchemy import BigInteger, Column, Double, String
 from celery_fair.store.sql.migrations.versions import table_prefix
 
 revision = "0009"
-down_revision = "0007"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
