@@ -1,8 +1,9 @@
 """The SQL store's worker registry (see ``registry.py``): the ``workers`` table, a row
 per worker and fair queue. A newcomer's slot is the lowest no live worker holds, read
 and written in one transaction; the unique index on (ns, queue, slot) turns a slot two
-transactions chose at once into an IntegrityError for the second, which tries again in
-a savepoint with the slots it can now see."""
+transactions chose at once into an IntegrityError for the second, whose transaction is
+run again from the start, seeing the first's slot (not in a savepoint: MariaDB's
+deadlock rolls back the whole transaction, savepoints with it)."""
 
 from __future__ import annotations
 
@@ -45,31 +46,35 @@ class SqlRegistry:
             # expired registrations free their slots (a live worker's slot is never freed)
             c.execute(update(w).where(self._q(w, queue), w.c.expires_ms < now_ms,
                                       w.c.slot.is_not(None)).values(slot=None))
-            for _ in range(SLOT_TRIES):
-                was = c.execute(select(w.c.expires_ms, w.c.started_ms, w.c.slot)
-                                .where(*mine).with_for_update()).first()
-                values = {"concurrency": concurrency, "expires_ms": expires_ms}
-                if was is None or was.slot is None or was.expires_ms < now_ms:
-                    taken = c.execute(select(w.c.slot).where(
-                        self._q(w, queue), w.c.worker != worker, w.c.slot.is_not(None),
-                        w.c.expires_ms >= now_ms)).scalars()
-                    values.update(started_ms=now_ms, slot=lowest_free(taken))
-                try:
-                    with c.begin_nested():
-                        if was is None:
-                            c.execute(insert(w).values(ns=self.namespace, queue=queue,
-                                                       worker=worker, **values))
-                        else:
-                            c.execute(update(w).where(*mine).values(**values))
-                except IntegrityError:
-                    continue  # its slot (or its row) was taken at the same instant
-                c.execute(delete(w).where(self._q(w, queue),
-                                          w.c.expires_ms < now_ms - PRUNE_GRACE_MS))
-                return was is None
-            raise StoreError(f"store {self.where}: worker {worker!r} found no free slot in "
-                             f"{SLOT_TRIES} tries")
-        if self._read("register worker", work):
-            self.wakes.wake(queue)  # a new worker brings capacity
+            was = c.execute(select(w.c.expires_ms, w.c.slot)
+                            .where(*mine).with_for_update()).first()
+            values = {"concurrency": concurrency, "expires_ms": expires_ms}
+            if was is None or was.slot is None or was.expires_ms < now_ms:
+                taken = c.execute(select(w.c.slot).where(
+                    self._q(w, queue), w.c.worker != worker, w.c.slot.is_not(None),
+                    w.c.expires_ms >= now_ms)).scalars()
+                values.update(started_ms=now_ms, slot=lowest_free(taken))
+            if was is None:
+                c.execute(insert(w).values(ns=self.namespace, queue=queue, worker=worker,
+                                           **values))
+            else:
+                c.execute(update(w).where(*mine).values(**values))
+            c.execute(delete(w).where(self._q(w, queue),
+                                      w.c.expires_ms < now_ms - PRUNE_GRACE_MS))
+            return was is None
+
+        for _ in range(SLOT_TRIES):
+            try:
+                new = self._read("register worker", work)
+            except StoreError as exc:
+                if isinstance(exc.__cause__, IntegrityError):
+                    continue  # its slot (or its row) was taken at the same instant: again
+                raise
+            if new:
+                self.wakes.wake(queue)  # a new worker brings capacity
+            return
+        raise StoreError(f"store {self.where}: worker {worker!r} found no free slot in "
+                         f"{SLOT_TRIES} tries")
 
     def unregister_worker(self, queue: str, worker: str) -> None:
         w = self.t.workers
