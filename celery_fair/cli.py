@@ -15,8 +15,9 @@ from .cli_controls import audit, boost, mark_pauses, pause, resume
 from .cli_dispatch import dispatch
 from .cli_migrate import migrate
 from .cli_queues import known_queues, queue_option, require_known
-from .cli_render import render_groups, render_status, show
+from .cli_render import render_groups, render_status, show, view_options
 from .cli_simulate import simulate
+from .cli_workers import workers
 from .errors import FairError, InvalidLimit, UnknownQueue
 
 
@@ -60,12 +61,7 @@ def _for_group(ctx: click.Context) -> str:
 
 
 @fair.command(cls=CeleryCommand)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.",
-              cls=CeleryOption, help_group="Status Options")
-@click.option("--watch", type=click.FloatRange(min=0.1), is_flag=False, flag_value=2.0,
-              default=None, metavar="[SECONDS]",
-              help="Refresh every SECONDS (default 2) until Ctrl-C.",
-              cls=CeleryOption, help_group="Status Options")
+@view_options("Status Options")
 @click.option("--top", type=click.IntRange(0, 10_000), default=10, show_default=True,
               help="Groups shown per queue (the ones holding the most tasks).",
               cls=CeleryOption, help_group="Status Options")
@@ -294,6 +290,7 @@ fair.add_command(migrate)
 fair.add_command(held)
 fair.add_command(purge)
 fair.add_command(simulate)
+fair.add_command(workers)
 
 
 @click.group()

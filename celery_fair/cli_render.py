@@ -1,4 +1,5 @@
-"""How ``celery fair status`` and ``celery fair groups`` look: rich views and the watch loop.
+"""How ``celery fair status`` and ``celery fair groups`` look: rich views, the ``--json``
+and ``--watch`` options (``fair workers`` has them too) and the watch loop.
 
 The commands (cli.py) read the store; this module only turns what they read into text.
 """
@@ -7,11 +8,28 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import click
+from celery.bin.base import CeleryOption
 
 from .summary import format_wait
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def view_options(help_group: str) -> Callable[[F], F]:
+    """``--json`` and ``--watch [SECONDS]`` of a command that :func:`show` prints."""
+    def apply(command: F) -> F:
+        command = click.option(
+            "--watch", type=click.FloatRange(min=0.1), is_flag=False, flag_value=2.0,
+            default=None, metavar="[SECONDS]",
+            help="Refresh every SECONDS (default 2) until Ctrl-C.",
+            cls=CeleryOption, help_group=help_group)(command)
+        return click.option("--json", "as_json", is_flag=True,
+                            help="Print JSON instead of a table.", cls=CeleryOption,
+                            help_group=help_group)(command)
+    return apply
 
 
 def show(ctx: click.Context, read: Callable[[], list[dict[str, Any]]], as_json: bool,

@@ -152,7 +152,31 @@ def test_migrating_again_changes_nothing_and_keeps_the_rows(database: str, engin
     assert migrate(database, prefix) == (SCHEMA_VERSION, SCHEMA_VERSION)
     with engine.connect() as conn:
         workers = Tables(prefix).workers
-        assert conn.execute(workers.select()).all() == [("n", "q", "w1", 4, 1)]
+        assert conn.execute(workers.select()).all() == [("n", "q", "w1", 4, 1, None, None)]
+
+
+def test_a_0009_worker_upgraded_has_no_slot_until_it_registers_again(
+        database: str, engine: Engine, prefix: str) -> None:
+    """Revision 0010 (worker slots) leaves a worker registered before it without a start
+    time or slot (an old worker still running); its next registration takes both."""
+    from alembic import command
+
+    from celery_fair.store.models import LiveWorker
+    from celery_fair.store.sql.migrate import alembic_config
+    from celery_fair.store.sql.store import SqlStore
+
+    with engine.connect() as conn:
+        command.upgrade(alembic_config(prefix, connection=conn), "0009")
+        row = dict(ns="n", queue="q", worker="w1", concurrency=4, expires_ms=10_000)
+        conn.execute(table(prefix + "workers", *map(column, row)).insert().values(row))
+        conn.commit()
+    assert migrate(database, prefix) == ("0009", SCHEMA_VERSION)
+    store = SqlStore(engine, "n", prefix)
+    assert store.live_workers("q", 5_000) == [LiveWorker("w1", 4, None, None)]
+    store.register_worker("q", "w2", 2, 20_000, 5_000)
+    store.register_worker("q", "w1", 4, 20_000, 6_000)
+    assert store.live_workers("q", 6_000) == [LiveWorker("w2", 2, 5_000, 0),
+                                              LiveWorker("w1", 4, 6_000, 1)]
 
 
 def test_a_0001_schema_is_refused_until_upgraded_keeping_its_rows(
@@ -173,7 +197,8 @@ def test_a_0001_schema_is_refused_until_upgraded_keeping_its_rows(
     assert migrate(database, prefix) == ("0001", SCHEMA_VERSION)
     assert schema_differences(engine, Tables(prefix)) == []
     with engine.connect() as conn:
-        assert conn.execute(Tables(prefix).workers.select()).all() == [("n", "q", "w1", 4, 1)]
+        assert conn.execute(Tables(prefix).workers.select()).all() == [
+            ("n", "q", "w1", 4, 1, None, None)]
 
 
 def test_a_0004_queue_upgraded_has_no_throttles_and_no_default_rate(

@@ -2,6 +2,7 @@
 time (the Redis store's Lua scripts on the real redis-server; the SQL store on SQLite,
 PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
 with the same operations and the same clock: hold, pick,
+register and unregister workers (their slots and start times),
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
 configure (either policy, wfq or harmony, with hard or soft caps and with or without an
 interactive share, on every backend; any charge: cost, count or runtime, whose releases
@@ -63,6 +64,7 @@ from .backends import SQL_BACKENDS
 
 Q = "modelq"
 GROUPS = ["a", "b", "c", "dd"]
+WORKERS = ["w1", "w2", "w3"]  # the worker registry: start times and slots (register.lua)
 #: ten a second; 3 at once; one a second, 2 at once; none (whatever the default)
 RATES = [Rate(100.0), Rate(100.0, 3), Rate(1000.0, 2), None]
 PICK_LEASE, LEASE = 10_000, 30_000
@@ -288,6 +290,15 @@ class StoreMachine(RuleBasedStateMachine):
     def set_rate(self, group: str, rate: Rate | str | None) -> None:
         self.both("set_rate", group, rate)
 
+    @rule(worker=st.sampled_from(WORKERS), pool=st.sampled_from([1, 4]),
+          ms=st.sampled_from([5_000, 20_000, 120_000]))
+    def register_worker(self, worker: str, pool: int, ms: int) -> None:
+        self.both("register_worker", worker, pool, self.now + ms, self.now)
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def unregister_worker(self, worker: str) -> None:
+        self.both("unregister_worker", worker)
+
     @rule(group=st.sampled_from(GROUPS), ms=st.sampled_from([50, 400, 5_000]))
     def throttle(self, group: str, ms: int) -> None:
         self.both("throttle", group, self.now + ms)
@@ -358,6 +369,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.both_read("boosts")
         self.both_read("throttles")
         self.both_read("rates")
+        self.both_read("live_workers", self.now)  # slots and start times
         for did in self.dispatched:
             self.both_read("dispatch_state", did)
         for i in range(1, self.ids + 1):  # where each task stands, held or dispatched

@@ -5,10 +5,11 @@ kombu stay in ``holding.py`` and ``publisher.py``. All times are milliseconds si
 passed in by the caller, so the operations are deterministic and testable.
 
 :class:`Store` groups its methods in families: the lifecycle of a held message, the
-policy, the worker registry, wake-ups, reads and maintenance; and families in mixins of
-their own: heartbeats (``beats.py``), the audit log (``audit.py``), pauses (``pausing.py``),
-boosts (``boosting.py``), rate limits and throttles (``throttling.py``), head waits
-(``heads.py``), held messages (``held.py``), many holds (``bulk.py``). Every one may raise
+policy, wake-ups, reads and maintenance; and families in mixins of their own: the
+worker registry (``registry.py``), heartbeats (``beats.py``), the audit log
+(``audit.py``), pauses (``pausing.py``), boosts (``boosting.py``), rate limits and
+throttles (``throttling.py``), head waits (``heads.py``), held messages (``held.py``),
+many holds (``bulk.py``). Every one may raise
 :class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
 store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
 docstrings name the others and what a resend does (a client resends a call whose reply a
@@ -61,6 +62,7 @@ from .models import (
     wall_clock_ms,
 )
 from .pausing import Pausing
+from .registry import Registry
 from .throttling import Throttling
 
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRUNE_GRACE_MS",
@@ -71,7 +73,8 @@ __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRU
            "snapshot_of"]
 
 
-class Store(BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Throttling):
+class Store(Registry, BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting,
+            Throttling):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).
@@ -277,27 +280,6 @@ class Store(BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting, Th
     def forget_queue(self, queue: str) -> bool:
         """Atomically drop ``queue`` from :meth:`queues` if nothing is held, delayed, in
         flight or quarantined in it; True when dropped. A later hold adds it again."""
-
-    # -- the worker registry (the caller's clock) ------------------------------------
-
-    @abc.abstractmethod
-    def register_worker(self, queue: str, worker: str, concurrency: int, expires_ms: int,
-                        now_ms: int) -> None:
-        """A worker consuming ``queue`` with ``concurrency`` slots is alive until
-        ``expires_ms``. Idempotent. A new worker wakes the dispatchers (it brings
-        capacity); entries expired :data:`PRUNE_GRACE_MS` before ``now_ms`` are dropped."""
-
-    @abc.abstractmethod
-    def unregister_worker(self, queue: str, worker: str) -> None:
-        """The worker left (idempotent)."""
-
-    @abc.abstractmethod
-    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
-        """The live workers consuming ``queue`` at ``now_ms``: {worker: pool size}."""
-
-    def worker_capacity(self, queue: str, now_ms: int) -> int:
-        """Sum of the pool sizes of the live workers consuming ``queue``."""
-        return sum(self.worker_pools(queue, now_ms).values())
 
     # -- wake-ups -------------------------------------------------------------------
 

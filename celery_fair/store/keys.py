@@ -97,6 +97,10 @@ class QueueKeys:
         return f"{self.prefix}:workers"
 
     @property
+    def wmeta(self) -> str:
+        return f"{self.prefix}:wmeta"
+
+    @property
     def summary(self) -> str:
         return f"{self.prefix}:summary"
 

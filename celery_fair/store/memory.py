@@ -27,7 +27,6 @@ from ..policy import CLASSES, KEEP, FairQueue, Placement, QueueState
 from .audit import AuditEntry
 from .base import (
     CANCELLED_SECONDS,
-    PRUNE_GRACE_MS,
     QUARANTINE_MAX,
     TOMBSTONE_SECONDS,
     BeginAnswer,
@@ -46,6 +45,7 @@ from .base import (
 )
 from .bulk import Hold, check_holds
 from .memory_reads import MemoryReads
+from .memory_registry import MemoryRegistry, Registration
 
 
 def wall_ms() -> int:
@@ -53,7 +53,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class MemoryStore(MemoryReads, Store):
+class MemoryStore(MemoryReads, MemoryRegistry, Store):
     """Fair queues of one namespace in this process (thread-safe: one lock)."""
 
     def __init__(self, namespace: str = "fair") -> None:
@@ -62,7 +62,7 @@ class MemoryStore(MemoryReads, Store):
         self._cond = threading.Condition(threading.Lock())
         self._queues: dict[str, FairQueue] = {}
         self._registered: set[str] = set()  # fair queues that have held a message
-        self._workers: dict[str, dict[str, tuple[int, int]]] = {}  # queue -> worker
+        self._workers: dict[str, dict[str, Registration]] = {}  # queue -> worker ->
         self._writers: dict[str, int] = {}  # queue -> until when its summary writer holds
         self._summaries: dict[str, tuple[int, str]] = {}  # queue -> (expires ms, document)
         self._beats: dict[str, tuple[DispatcherBeat, int]] = {}  # id -> (beat, expires ms)
@@ -295,34 +295,6 @@ class MemoryStore(MemoryReads, Store):
         writes, one operation at a time); nothing to repair, so ``action`` is empty."""
         with self._queue(queue) as fq:
             return [(kind, subject, detail, "") for kind, subject, detail in fq.problems()]
-
-    # -- the worker registry (the caller's clock) ----------------------------------
-
-    def register_worker(self, queue: str, worker: str, concurrency: int, expires_ms: int,
-                        now_ms: int) -> None:
-        with self._queue(queue) as fq:
-            workers = self._workers.setdefault(queue, {})
-            if worker not in workers:
-                fq.woken = True  # a new worker brings capacity
-            workers[worker] = (expires_ms, concurrency)
-        self.prune_workers(queue, now_ms - PRUNE_GRACE_MS)
-
-    def unregister_worker(self, queue: str, worker: str) -> None:
-        with self._cond:
-            self._workers.get(queue, {}).pop(worker, None)
-
-    def prune_workers(self, queue: str, before_ms: int) -> int:
-        with self._cond:
-            workers = self._workers.get(queue, {})
-            dead = [w for w, (expires, _) in workers.items() if expires < before_ms]
-            for worker in dead:
-                del workers[worker]
-        return len(dead)
-
-    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
-        with self._cond:
-            return {w: n for w, (expires, n) in self._workers.get(queue, {}).items()
-                    if expires >= now_ms}
 
     def ping(self) -> None:
         """Always answers."""

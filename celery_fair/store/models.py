@@ -361,3 +361,19 @@ class DispatcherBeat:
                    int(doc["started_ms"]), int(doc["last_step_ms"]),
                    tuple(str(q) for q in doc["queues"]), bool(doc["every_queue"]),
                    str(doc["app"]))
+
+
+@dataclass(frozen=True)
+class LiveWorker:
+    """A live worker of a fair queue (``Store.live_workers``): its hostname, pool size,
+    when it registered first (ms since the epoch) and its slot (see ``registry.py``);
+    ``started_ms`` and ``slot`` are None for a worker of a version before slots."""
+
+    hostname: str
+    pool: int
+    started_ms: int | None
+    slot: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"hostname": self.hostname, "pool": self.pool,
+                "started_ms": self.started_ms, "slot": self.slot}

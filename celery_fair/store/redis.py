@@ -53,6 +53,7 @@ from .redis_bulk import RedisBulk
 from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
 from .redis_policy import RedisPolicy
 from .redis_reads import RedisReads
+from .redis_registry import RedisRegistry
 from .scripts import OPERATIONS, source
 
 # Kept importable from here, where they were defined before connection.py and
@@ -68,7 +69,7 @@ _WHERE = ("host", "port", "db", "path")
 
 
 class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, RedisBoosting,
-                 RedisThrottling, Store):
+                 RedisThrottling, RedisRegistry, Store):
     """Fair queues of one namespace in one Redis database."""
 
     supports_direct_push = True

@@ -1,6 +1,6 @@
-"""The store's reads and worker registry, outside the hot path: figures for status,
-metrics and dashboards; the live workers of each queue and their pools; the wake-ups a
-dispatcher waits on. Plain Redis commands, no Lua where a read needs none."""
+"""The store's reads, outside the hot path: figures for status, metrics and dashboards;
+the dispatchers' beats; the wake-ups a dispatcher waits on (the worker registry is
+``redis_registry.py``). Plain Redis commands, no Lua where a read needs none."""
 
 from __future__ import annotations
 
@@ -97,43 +97,6 @@ class RedisReads(Locating):
             forgotten = bool(self._scripts["forget"](
                 keys=[self.keys(queue).prefix, queues_key(self.namespace)], args=[queue]))
         return forgotten  # a later hold from any process adds it again
-
-    def register_worker(self, queue: str, worker: str, concurrency: int, expires_ms: int,
-                        now_ms: int) -> None:
-        """A worker consuming ``queue`` with ``concurrency`` slots is alive until then.
-
-        A worker seen for the first time wakes the dispatchers: it brings capacity. The
-        entries of workers long dead are dropped here (:meth:`prune_workers`), so the
-        hash stays as small as the set of live workers while reads stay reads.
-        """
-        k = self.keys(queue)
-        with _wrapped(self.where):
-            if self.client.hset(k.workers, worker, f"{expires_ms}:{concurrency}"):
-                pipe = self.client.pipeline(transaction=False)
-                pipe.lpush(k.wake, "1")
-                pipe.ltrim(k.wake, 0, 0)
-                pipe.execute()
-        self.prune_workers(queue, now_ms - PRUNE_GRACE_MS)
-
-    def unregister_worker(self, queue: str, worker: str) -> None:
-        with _wrapped(self.where):
-            self.client.hdel(self.keys(queue).workers, worker)
-
-    def prune_workers(self, queue: str, before_ms: int) -> int:
-        """Forget the workers of ``queue`` whose registration expired before
-        ``before_ms``; returns how many. (A worker that registers again is back.)"""
-        key = self.keys(queue).workers
-        with _wrapped(self.where):
-            dead = [worker for worker, (expires, _) in _workers(self.client.hgetall(key))
-                    if expires < before_ms]
-            return int(self.client.hdel(key, *dead)) if dead else 0
-
-    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
-        """The live workers consuming ``queue``: {worker: pool size} (reads only)."""
-        with _wrapped(self.where):
-            entries = self.client.hgetall(self.keys(queue).workers)
-        return {worker: concurrency for worker, (expires, concurrency) in _workers(entries)
-                if expires >= now_ms}
 
     def beat(self, dispatcher: DispatcherBeat, now_ms: int, ttl_ms: int) -> None:
         """One HSET of the beat (JSON with its expiry) in the namespace's ``dispatchers``
@@ -371,7 +334,7 @@ class RedisReads(Locating):
         pattern = self.namespace.replace("[", "\\[").replace("*", "\\*") + ":*"
         with _wrapped(self.where):
             doomed = [key for key in client.scan_iter(match=pattern, count=1000)
-                      if not key.endswith((b":workers", b":dispatchers"))]
+                      if not key.endswith((b":workers", b":wmeta", b":dispatchers"))]
             for start in range(0, len(doomed), 500):
                 client.delete(*doomed[start:start + 500])
             client.delete(queues_key(self.namespace))
@@ -381,13 +344,6 @@ class RedisReads(Locating):
         from .safety import unsafe_settings
 
         return unsafe_settings(self.client)
-
-
-def _workers(entries: Mapping[Any, Any]) -> Iterator[tuple[str, tuple[int, int]]]:
-    """The ``workers`` hash as ``(worker, (expires_ms, concurrency))``."""
-    for worker, value in entries.items():
-        expires, _, concurrency = _text(value).partition(":")
-        yield _text(worker), (int(expires), int(concurrency))
 
 
 def _beats(entries: Mapping[Any, Any]) -> Iterator[tuple[DispatcherBeat, int]]:

@@ -1,5 +1,6 @@
-"""The SQL store's reads, worker registry, summaries and maintenance: plain queries
-(not atomic across calls; for status, metrics, dashboards and ``fair inspect``)."""
+"""The SQL store's reads, summaries and maintenance: plain queries (not atomic across
+calls; for status, metrics, dashboards and ``fair inspect``). The worker registry is
+``registry.py``."""
 
 from __future__ import annotations
 
@@ -124,39 +125,6 @@ class SqlReads:
             if c.execute(select(func.count()).select_from(table).where(where)).scalar_one():
                 return False
         return True
-
-    def register_worker(self, queue: str, worker: str, concurrency: int, expires_ms: int,
-                        now_ms: int) -> None:
-        w = self.t.workers
-
-        def work(c: Connection) -> bool:
-            new = c.execute(select(func.count()).select_from(w).where(
-                self._q(w, queue), w.c.worker == worker)).scalar_one() == 0
-            upsert(c, w, [{"ns": self.namespace, "queue": queue, "worker": worker,
-                           "concurrency": concurrency, "expires_ms": expires_ms}],
-                   ["concurrency", "expires_ms"])
-            c.execute(delete(w).where(self._q(w, queue),
-                                      w.c.expires_ms < now_ms - PRUNE_GRACE_MS))
-            return bool(new)
-        if self._read("register worker", work):
-            self.wakes.wake(queue)  # a new worker brings capacity
-
-    def unregister_worker(self, queue: str, worker: str) -> None:
-        w = self.t.workers
-        self._read("unregister worker", lambda c: c.execute(delete(w).where(
-            self._q(w, queue), w.c.worker == worker)))
-
-    def prune_workers(self, queue: str, before_ms: int) -> int:
-        w = self.t.workers
-        return int(self._read("prune workers", lambda c: c.execute(delete(w).where(
-            self._q(w, queue), w.c.expires_ms < before_ms)).rowcount))
-
-    def worker_pools(self, queue: str, now_ms: int) -> dict[str, int]:
-        w = self.t.workers.c
-        rows = self._read("worker pools", lambda c: list(c.execute(
-            select(w.worker, w.concurrency).where(self._q(self.t.workers, queue),
-                                                  w.expires_ms >= now_ms))))
-        return {worker: int(n) for worker, n in rows}
 
     def beat(self, dispatcher: DispatcherBeat, now_ms: int, ttl_ms: int) -> None:
         t = self.t.dispatchers

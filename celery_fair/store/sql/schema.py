@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0009"
+SCHEMA_VERSION = "0010"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -207,12 +207,19 @@ class Tables:
                 Column("value", blob(), nullable=False),
                 Column("reason", Text, nullable=False),
                 Column("at_ns", BigInteger, nullable=False)))
-        #: Workers consuming a fair queue, until their registration expires.
+        #: Workers consuming a fair queue, until their registration expires; when each
+        #: registered first and its slot (``registry.py``; NULL: a row of a version
+        #: before slots, or a slot freed because its registration expired). The unique
+        #: index keeps two workers from ever taking one slot.
         self.workers = Table(
             f"{p}workers", md, *_keys(
                 Column("worker", name(255), primary_key=True),
                 Column("concurrency", Integer, nullable=False),
-                Column("expires_ms", BigInteger, nullable=False)))
+                Column("expires_ms", BigInteger, nullable=False),
+                Column("started_ms", BigInteger),
+                Column("slot", Integer)))
+        Index(f"{p}workers_slot", self.workers.c.ns, self.workers.c.queue,
+              self.workers.c.slot, unique=True)
         #: The summary document dashboards read, and which dispatcher writes it.
         self.summaries = Table(
             f"{p}summaries", md, *_keys(

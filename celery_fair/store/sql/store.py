@@ -41,6 +41,7 @@ from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
 from .lifecycle import Lifecycle
 from .pausing import SqlPausing
+from .registry import SqlRegistry
 from .schema import DEFAULT_PREFIX, Tables
 from .statements import Statements
 from .throttling import SqlThrottling
@@ -54,7 +55,8 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, Store):
+class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, SqlRegistry,
+               Store):
     """Fair queues of one namespace in one SQL database."""
 
     def __init__(self, engine: Engine, namespace: str = "fair",

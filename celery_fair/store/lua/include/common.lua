@@ -27,6 +27,8 @@ local K_LEASES = prefix .. ':leases'    -- ZSET dispatch id -> lease deadline (m
 local K_WAKE = prefix .. ':wake'        -- LIST of at most one marker: dispatchers BLPOP it
 local K_QUARANTINE = prefix .. ':quarantine'  -- HASH id -> value that cannot be decoded
 local K_QUARANTINE_ORDER = prefix .. ':quarantine:order'  -- LIST its ids, newest first
+local K_WORKERS = prefix .. ':workers'  -- HASH worker -> '<expires ms>:<pool>' (register.lua)
+local K_WMETA = prefix .. ':wmeta'      -- HASH worker -> '<started ms>:<slot>' (register.lua)
 
 local CLASSES = {'i', 'b'}               -- interactive first
 

@@ -5,7 +5,7 @@ pick (``g:<group>`` ``s`` and ``j``). Nullable: a queue configured before this r
 runs 'wfq' (as before), a group never served under Harmony has no sequence (0).
 
 Revision ID: 0009
-Revises: 0007 (0008 is another branch's; the merge renumbers)
+Revises: 0008
 Create Date: 2026-11-27
 
 Frozen history, as 0001: the columns are written out here, not taken from ``Tables``.
