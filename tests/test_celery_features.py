@@ -298,11 +298,11 @@ def test_plain_task_on_the_same_app_is_untouched(app, worker, redis_client, name
         with fair_context(group="acme"):
             assert plain.delay(5).get(timeout=30) == 10
         assert store_for(app).queues() == []
-        # The only celery_fair keys are the worker's capacity registration and the wake-up
-        # it gives dispatchers: nothing held, delayed or in flight.
+        # The only celery_fair keys are the worker's capacity registration (with its start
+        # and slot) and the wake-up it gives dispatchers: nothing held, delayed or in flight.
         prefix = store_for(app).keys(_queue(app)).prefix
         assert set(_namespace_keys(redis_client, namespace)) <= \
-            {f"{prefix}:workers", f"{prefix}:wake"}
+            {f"{prefix}:workers", f"{prefix}:wmeta", f"{prefix}:wake"}
 
 
 def test_plain_task_headers_carry_no_fair_fields(app, worker):

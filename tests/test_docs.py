@@ -64,14 +64,13 @@ def test_ci_runs_the_readme_test_command_on_the_whole_suite():
     assert any(shlex.split(line)[:2] == ["bash", "-euo"] and line.endswith('"$cmd"')
                for line in CI.splitlines() if line.strip().startswith("bash "))
     # The command makes a venv, installs the package with its test extra, and runs pytest
-    # in that venv with no selection: the whole suite (pyproject's testpaths), in two
-    # xdist processes that each take whole files.
+    # in that venv with no selection: the whole suite (pyproject's testpaths).
     steps = [shlex.split(step) for step in command.split("&&")]
     assert steps[0][:3] == ["python3", "-m", "venv"]
     venv = steps[0][3]
     install = next(s for s in steps if "install" in s)
     assert install[0] == f"{venv}/bin/pip" and "-e" in install and ".[test]" in install
-    assert steps[-1] == [f"{venv}/bin/python", "-m", "pytest", "-n", "2", "--dist", "loadfile"]
+    assert steps[-1] == [f"{venv}/bin/python", "-m", "pytest"]
 
 
 def _tox() -> configparser.ConfigParser:
