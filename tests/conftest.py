@@ -24,7 +24,7 @@ from kombu.asynchronous import set_event_loop
 from bench.sqlstores import RabbitVhost
 from celery_fair.config import reset_config
 from celery_fair.dispatcher import Dispatcher
-from celery_fair.store import store_for_url
+from celery_fair.store import close_stores, open_stores, store_for_url
 from celery_fair.store.base import Store
 from celery_fair.store.redis import RedisStore
 from celery_fair.testing import MemoryStore, RedisServer, free_port, redis_server_binary  # noqa: F401
@@ -66,6 +66,17 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     for a long time, wherever the collection happens (once, in the terminal summary,
     the run hung there)."""
     gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _close_the_tests_stores() -> Iterator[None]:
+    """Close the stores a test opened in this process once its fixtures are done. Every
+    test has a namespace of its own, so its stores are never used again; left open, a SQL
+    store's pool and listener would keep up to 31 PostgreSQL connections each, and the
+    suite ran out of the server's 100 halfway."""
+    before = open_stores()
+    yield
+    close_stores(keep=before)
 
 
 @pytest.fixture(scope="session")

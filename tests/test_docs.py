@@ -64,13 +64,14 @@ def test_ci_runs_the_readme_test_command_on_the_whole_suite():
     assert any(shlex.split(line)[:2] == ["bash", "-euo"] and line.endswith('"$cmd"')
                for line in CI.splitlines() if line.strip().startswith("bash "))
     # The command makes a venv, installs the package with its test extra, and runs pytest
-    # in that venv with no selection: the whole suite (pyproject's testpaths).
+    # in that venv with no selection: the whole suite (pyproject's testpaths), in two
+    # xdist processes that each take whole files.
     steps = [shlex.split(step) for step in command.split("&&")]
     assert steps[0][:3] == ["python3", "-m", "venv"]
     venv = steps[0][3]
     install = next(s for s in steps if "install" in s)
     assert install[0] == f"{venv}/bin/pip" and "-e" in install and ".[test]" in install
-    assert steps[-1] == [f"{venv}/bin/python", "-m", "pytest"]
+    assert steps[-1] == [f"{venv}/bin/python", "-m", "pytest", "-n", "2", "--dist", "loadfile"]
 
 
 def _tox() -> configparser.ConfigParser:

@@ -7,7 +7,7 @@ chooses the backend by the URL's scheme (:data:`BACKENDS`).
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable, Collection
 
 from celery import Celery
 
@@ -28,8 +28,8 @@ from .redis import Bounds, RedisStore
 from .sentinel import RedisOptions, SentinelStore
 
 __all__ = ["BACKENDS", "BeginResult", "Bounds", "ClusterStore", "Picked", "RedisOptions",
-           "RedisStore", "SentinelStore", "Store", "bounds_of", "redis_options_of", "store_for",
-           "store_for_url"]
+           "RedisStore", "SentinelStore", "Store", "bounds_of", "close_stores", "open_stores",
+           "redis_options_of", "store_for", "store_for_url"]
 
 Opener = Callable[[str, str, Bounds, str, RedisOptions], Store]
 
@@ -105,6 +105,24 @@ def store_for_url(url: str, namespace: str, bounds: Bounds | None = None,
     if store is None:
         store = _stores[key] = _backend(url)(url, namespace, bounds, table_prefix, options)
     return store
+
+
+def open_stores() -> list[Store]:
+    """The stores :func:`store_for_url` has opened in this process and not closed."""
+    return [store for key, store in _stores.items() if key[0] == os.getpid()]
+
+
+def close_stores(keep: Collection[Store] = ()) -> None:
+    """Close and forget this process's stores but those in ``keep``, and so their
+    connections (a SQL store's pool and listener): for a test's teardown, or a process
+    that is done with a namespace. The next :func:`store_for` opens a new one."""
+    for key, store in list(_stores.items()):
+        if key[0] == os.getpid() and all(store is not kept for kept in keep):
+            del _stores[key]
+            try:
+                store.close()
+            except Exception:  # noqa: BLE001 - a broken connection has nothing to release
+                pass
 
 
 def _backend(url: str) -> Opener:
