@@ -205,10 +205,11 @@ class Measure:
                             if n.startswith(role))
         return out
 
-    def window(self, count: Callable[[], int], n: int, timeout: float = 600
-               ) -> dict[str, Any]:
-        """Rate and CPU µs per task from 10 % to 90 % of ``n`` counted."""
-        deadline = time.monotonic() + timeout
+    def window(self, count: Callable[[], int], n: int) -> dict[str, Any]:
+        """Rate and CPU µs per task from 10 % to 90 % of ``n`` counted; an error naming
+        the count and the dispatchers' last lines below 5 tasks/s (a smoke run stalled
+        once in CI under load: this says where, before pytest's timeout hides it)."""
+        deadline = time.monotonic() + min(600.0, max(120.0, n / 5))
         marks: list[tuple[float, int, dict[str, float]]] = []
         for threshold in (max(1, n // 10), n * 9 // 10):
             while (counted := count()) < threshold or (marks and counted == marks[0][1]):
@@ -227,7 +228,10 @@ class Measure:
                 raise RuntimeError(f"the {name} exited ({proc.returncode}); see "
                                    f"{self.workdir / f'{self.ns}-{name}.log'}")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"only {counted} of {n} counted in time")
+            logs = "\n".join(f"--- {name} ---\n" + (self.workdir / f"{self.ns}-{name}.log")
+                             .read_text(errors="replace")[-2000:]
+                             for name in self.procs if name.startswith("dispatcher"))
+            raise TimeoutError(f"only {counted} of {n} counted in time\n{logs}")
 
     def stop(self) -> None:
         stop_all(self.procs.values())

@@ -292,5 +292,6 @@ def subprocess_env(app_conf: dict[str, Any], broker: str, namespace: str,
     env = dict(os.environ)
     env.update(FAIR_TEST_BROKER=broker, FAIR_TEST_NS=namespace,
                FAIR_TEST_QUEUE="q-" + namespace, FAIR_TEST_CONF=json.dumps(app_conf),
-               FAIR_TEST_STORE=store or "")
+               FAIR_TEST_STORE=store or "",
+               PYTHONFAULTHANDLER="1")  # CeleryProcess.stacks(): SIGABRT prints every thread
     return env

@@ -66,6 +66,16 @@ class CeleryProcess:
         self._log.close()
         return code
 
+    def stacks(self, timeout: float = 10) -> str:
+        """Every thread's stack of a process that hangs (faulthandler prints them on
+        SIGABRT, see ``subprocess_env``), with the rest of its output."""
+        try:
+            self.proc.send_signal(signal.SIGABRT)
+            self.proc.wait(timeout)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        return self.output(tail=20000)
+
     def output(self, tail: int = 6000) -> str:
         if not self._log.closed:
             self._log.flush()
