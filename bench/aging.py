@@ -24,6 +24,8 @@ import time
 import uuid
 from typing import Any
 
+from celery_fair.config import get_config
+from celery_fair.directory import policy_of
 from celery_fair.store.base import Placement
 from celery_fair.task import FairTask, store_for
 
@@ -66,6 +68,9 @@ def _run(bench: Bench, aging_s: float, window: float) -> dict[str, Any]:
              shared=False)(timed)
     queue = app.conf.task_default_queue
     store = store_for(app)
+    # as the dispatcher does at its start, before the feed: what is held before that
+    # keeps the FIFO order of the previous policy
+    store.configure(queue, policy_of(get_config(app), queue))
     envelope = captured_envelope(app, ("g",), "proj.timed")
     held = 0
     with dispatching(app), worker(app, concurrency=SLOTS):

@@ -67,14 +67,15 @@ SETTINGS: tuple[Setting, ...] = (
             "Per-group limits overriding fair_group_max_held: {group: n or None}."),
     Setting("fair_policy", "wfq",
             "Scheduling policy of every fair queue: 'wfq' (weighted fair queueing: each "
-            "group gets its weight's share of the dispatches) or 'harmony' (the group "
+            "group gets its weight's share of the dispatches), 'harmony' (the group "
             "with the fewest tasks in flight per unit of weight goes first; ties go to "
             "the group served least recently) or 'smallest' (groups as under wfq; inside "
             "a group the held task with the smallest declared cost first, aged by "
             "fair_aging_seconds). Every store runs all three. See docs/policies.md."),
     Setting("fair_charge", "cost",
-            "What a dispatch charges its group's share under 'wfq': 'cost' (the task's "
-            "declared fair_cost), 'count' (1 per task, whatever its cost) or 'runtime' "
+            "What a dispatch charges its group's share under 'wfq' and 'smallest': 'cost' "
+            "(the task's declared fair_cost), 'count' (1 per task, whatever its cost) or "
+            "'runtime' "
             "(the wall time the task ran, measured by the worker: the group's mean "
             "runtime, or the declared cost in seconds until it has one, is charged at "
             "dispatch and corrected at release). See docs/policies.md."),

@@ -20,6 +20,7 @@ import pytest
 
 from celery_fair.cli_render import policy_cell
 from celery_fair.config import get_config
+from celery_fair.directory import policy_of
 from celery_fair.summary import queue_status
 from celery_fair.task import store_for
 
@@ -30,9 +31,17 @@ def smallest_app(make_app: Any, aging: float) -> Any:
         queue: {"fair_policy": "smallest", "fair_aging_seconds": aging}})
 
 
+def configured(app: Any) -> None:
+    """Configure the queue as a dispatcher does at its start: tasks held before that keep
+    the order they were held in under the previous policy (wfq, the default)."""
+    queue = app.conf.task_default_queue
+    store_for(app).configure(queue, policy_of(get_config(app), queue))
+
+
 def test_the_smallest_declared_cost_starts_first(make_app: Any, worker: Any, dispatcher: Any,
                                                  store_backend: str) -> None:
     app = smallest_app(make_app, aging=1.0)
+    configured(app)
     work = app.tasks["proj.work"]
     costs = [5, 1, 3, 2, 4]
     results = [work.apply_async(("a", f"c{c}", 0.01), fair_cost=c) for c in costs]
@@ -49,6 +58,7 @@ def test_a_big_task_is_passed_only_by_tasks_held_before_its_bound(
     backlogged, so without aging the big one would wait for the stream to end."""
     aging, big_cost, run_s = 0.1, 10, 0.06
     app = smallest_app(make_app, aging)
+    configured(app)  # else what is held before the dispatcher's start stays in FIFO order
     work = app.tasks["proj.work"]
     published: dict[str, float] = {}
     results = []
@@ -73,6 +83,8 @@ def test_a_big_task_is_passed_only_by_tasks_held_before_its_bound(
     # few ms after its time here: 0.05 s of slack, under the 40 ms between two)
     late = [label for label in ahead if published[label] > bound + 0.05]
     assert not late, (late, order)
+    # ... while smaller ones held after it did pass it (FIFO would have run it 11th)
+    assert sum(published[label] > published["big"] for label in ahead) >= 5, order
     # ... and not starved: tasks published after its bound start after it
     after = [label for label in order[order.index("big"):] if published[label] > bound]
     assert len(after) >= 5, order
