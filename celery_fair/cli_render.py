@@ -104,11 +104,13 @@ QUEUE_COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
 def policy_cell(q: dict[str, Any]) -> str:
     """The policy with its companions where not the default (``PolicyChoice.describe``:
     a charge other than 'cost' under wfq, soft caps, an interactive share)."""
+    from .limits import DEFAULT_AGING
     from .policies import PolicyChoice
 
     return PolicyChoice(name=q["policy"], charge=q.get("charge") or "cost",
                         cap_mode=q.get("cap_mode") or "hard",
-                        interactive_share=q.get("interactive_share")).describe()
+                        interactive_share=q.get("interactive_share"),
+                        aging_seconds=q.get("aging_seconds", DEFAULT_AGING)).describe()
 
 
 def queue_table(queues: list[dict[str, Any]]) -> Any:

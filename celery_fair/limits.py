@@ -189,14 +189,29 @@ def max_held(value: Any, what: str) -> int | None:
     return value
 
 
-#: The scheduling policies (``fair_policy``): weighted start-time fair queueing, and
-#: Harmony's fewest tasks in flight first (DESIGN.md, "Scheduling"); common.lua has them.
-WFQ, HARMONY = "wfq", "harmony"
-POLICIES = (WFQ, HARMONY)
+#: The scheduling policies (``fair_policy``): weighted start-time fair queueing,
+#: Harmony's fewest tasks in flight first, and wfq's group order with the smallest
+#: declared cost first inside a group, aged (DESIGN.md, "Scheduling"); common.lua has them.
+WFQ, HARMONY, SMALLEST = "wfq", "harmony", "smallest"
+POLICIES = (WFQ, HARMONY, SMALLEST)
+#: ``fair_aging_seconds`` under 'smallest': a held task of cost c ranks as if it had
+#: become dispatchable c times this many seconds later (0: arrival order); common.lua has
+#: the default and the bound (a year, as MAX_RUNTIME).
+DEFAULT_AGING = 1.0
+MAX_AGING = 31_536_000.0
 #: How a group's cap binds (``fair_cap_mode``): always ('hard'), or only while no other
 #: group has work waiting ('soft': an over-cap group is picked only as a fallback).
 HARD, SOFT = "hard", "soft"
 CAP_MODES = (HARD, SOFT)
+
+
+def aging(value: Any, what: str) -> float:
+    """``fair_aging_seconds``: a number of seconds from 0 to ``MAX_AGING``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= MAX_AGING:
+        raise InvalidLimit(f"{what} must be a number of seconds from 0 to {MAX_AGING:g} "
+                           f"(seconds of waiting worth one unit of cost), got {value!r}")
+    return float(value)
 
 
 def interactive_share(value: Any, what: str) -> float | None:
@@ -244,6 +259,7 @@ def check_policy(policy: Policy) -> Policy:
         raise InvalidLimit(f"cap mode must be one of {', '.join(map(repr, CAP_MODES))}, "
                            f"got {policy.cap_mode!r}")
     interactive_share(policy.interactive_share, "interactive share")
+    aging(policy.aging_seconds, "aging")
     if policy.charge not in CHARGES:
         raise InvalidLimit(f"charge must be one of {', '.join(map(repr, CHARGES))}, "
                            f"got {policy.charge!r}")

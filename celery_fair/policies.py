@@ -17,19 +17,32 @@ from typing import Any, Callable
 
 from .config_keys import invalid_setting as _fail
 from .errors import ConfigurationError, InvalidLimit
-from .limits import CAP_MODES, CHARGES, COST, HARD, HARMONY, POLICIES, SOFT, WFQ
+from .limits import (
+    CAP_MODES,
+    CHARGES,
+    COST,
+    DEFAULT_AGING,
+    HARD,
+    HARMONY,
+    POLICIES,
+    SMALLEST,
+    SOFT,
+    WFQ,
+)
+from .limits import aging as _aging_in_range
 from .limits import interactive_share as _share_in_range
 
-__all__ = ["CAP_MODES", "CHARGES", "COMPANIONS", "HARD", "HARMONY", "POLICIES", "SOFT", "WFQ",
-           "PolicyChoice", "read_policies"]
+__all__ = ["CAP_MODES", "CHARGES", "COMPANIONS", "HARD", "HARMONY", "POLICIES", "SMALLEST",
+           "SOFT", "WFQ", "PolicyChoice", "read_policies"]
 
 
 @dataclass(frozen=True)
 class PolicyChoice:
     """The behaviour selected for one fair queue."""
 
-    #: ``fair_policy``: 'wfq' (weighted start-time fair queueing) or 'harmony' (fewest
-    #: tasks in flight first)
+    #: ``fair_policy``: 'wfq' (weighted start-time fair queueing), 'harmony' (fewest
+    #: tasks in flight first) or 'smallest' (wfq's group order, the smallest declared
+    #: cost first inside a group, aged by ``aging_seconds``)
     name: str = WFQ
     #: ``fair_charge``: what a dispatch charges a group's share under 'wfq': 'cost' (its
     #: declared cost), 'count' (1 per task) or 'runtime' (the wall time it ran)
@@ -40,15 +53,21 @@ class PolicyChoice:
     #: ``fair_interactive_share``: the most of the capacity interactive work may hold
     #: while background work waits (None: strict priority)
     interactive_share: float | None = None
+    #: ``fair_aging_seconds``: under 'smallest', the seconds of waiting worth one unit of
+    #: declared cost (a task of cost c ranks as if it had come c times this later)
+    aging_seconds: float = DEFAULT_AGING
 
     def describe(self) -> str:
         """The policy with its companions where they are not the default, as ``fair
         status`` and the dispatcher's start line show it: 'wfq', 'wfq, charge runtime',
-        'wfq, soft-cap', 'harmony, i≤0.8', 'wfq, charge count, soft-cap, i≤0.8' (a
-        charge only under 'wfq': Harmony charges nothing)."""
+        'wfq, soft-cap', 'harmony, i≤0.8', 'wfq, charge count, soft-cap, i≤0.8',
+        'smallest, aging 1s' (a charge only under 'wfq' and 'smallest': Harmony charges
+        nothing; the aging, always, only under 'smallest', the bound depends on it)."""
         parts = [self.name]
         if self.name != HARMONY and self.charge != COST:
             parts.append(f"charge {self.charge}")
+        if self.name == SMALLEST:
+            parts.append(f"aging {self.aging_seconds:g}s")
         if self.cap_mode != HARD:
             parts.append(f"{self.cap_mode}-cap")
         if self.interactive_share is not None:
@@ -74,6 +93,15 @@ def _cap_mode(setting: str, value: Any) -> str:
     return str(value)
 
 
+def _aging(setting: str, value: Any) -> float:
+    try:
+        return _aging_in_range(value, setting)
+    except InvalidLimit:
+        raise _fail(setting, value, "a number of seconds from 0 to 31536000: the wait "
+                                    "worth one unit of declared cost under 'smallest' "
+                                    "(0: arrival order)") from None
+
+
 def _interactive_share(setting: str, value: Any) -> float | None:
     try:
         return _share_in_range(value, setting)
@@ -88,6 +116,7 @@ COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
     "fair_charge": ("charge", _charge),
     "fair_cap_mode": ("cap_mode", _cap_mode),
     "fair_interactive_share": ("interactive_share", _interactive_share),
+    "fair_aging_seconds": ("aging_seconds", _aging),
 }
 
 

@@ -67,13 +67,15 @@ SETTINGS: tuple[Setting, ...] = (
             "Per-group limits overriding fair_group_max_held: {group: n or None}."),
     Setting("fair_policy", "wfq",
             "Scheduling policy of every fair queue: 'wfq' (weighted fair queueing: each "
-            "group gets its weight's share of the dispatches) or 'harmony' (the group "
+            "group gets its weight's share of the dispatches), 'harmony' (the group "
             "with the fewest tasks in flight per unit of weight goes first; ties go to "
-            "the group served least recently). Every store runs both. See "
-            "docs/policies.md."),
+            "the group served least recently) or 'smallest' (groups as under wfq; inside "
+            "a group the held task with the smallest declared cost first, aged by "
+            "fair_aging_seconds). Every store runs all three. See docs/policies.md."),
     Setting("fair_charge", "cost",
-            "What a dispatch charges its group's share under 'wfq': 'cost' (the task's "
-            "declared fair_cost), 'count' (1 per task, whatever its cost) or 'runtime' "
+            "What a dispatch charges its group's share under 'wfq' and 'smallest': 'cost' "
+            "(the task's declared fair_cost), 'count' (1 per task, whatever its cost) or "
+            "'runtime' "
             "(the wall time the task ran, measured by the worker: the group's mean "
             "runtime, or the declared cost in seconds until it has one, is charged at "
             "dispatch and corrected at release). See docs/policies.md."),
@@ -87,10 +89,15 @@ SETTINGS: tuple[Setting, ...] = (
             "background tasks wait: a number in (0, 1], such as 0.8; None (the default) "
             "is strict priority, interactive first. Needs a capacity (fair_max_inflight). "
             "See docs/policies.md."),
+    Setting("fair_aging_seconds", 1.0,
+            "Under fair_policy 'smallest': the seconds of waiting worth one unit of declared "
+            "cost. A held task of cost c ranks as if it had come c times this many seconds "
+            "later, so a task is never passed by tasks of its group that became "
+            "dispatchable more than that later (0: arrival order). See docs/policies.md."),
     Setting("fair_queue_policies", {},
             "Per fair queue, companion settings overriding the app-wide ones: {queue: "
             "{'fair_policy': 'harmony', 'fair_charge': 'runtime', 'fair_cap_mode': "
-            "'soft', 'fair_interactive_share': 0.8}}."),
+            "'soft', 'fair_interactive_share': 0.8, 'fair_aging_seconds': 2}}."),
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
             "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "

@@ -69,6 +69,23 @@ def test_harmony_keeps_slots_for_the_group_with_fewer_in_flight() -> None:
     assert waits["harmony"]["slow"] == pytest.approx(3.0)  # 2 at once, then the rest
 
 
+def test_smallest_runs_a_groups_small_tasks_before_its_big_one() -> None:
+    """One slot: a task of cost 10 (1 s) published first, then twenty of cost 1 (0.1 s)
+    in the same group. Under wfq (and smallest without aging) the big one goes first;
+    under smallest with aging 1 s it ranks 10 s later, behind all twenty."""
+    tasks = [TraceTask(0, "a", 10, 1.0, False)] + [TraceTask(0, "a", 1, 0.1, False)] * 20
+
+    def starts(policy: str, aging: float = 1.0) -> list[float | None]:
+        run = simulate(tasks, 1, policy, "cost",
+                       Policy(None, 0, 1.0, {}, {}, aging_seconds=aging))
+        return [start for _, _, start, _ in run.tasks]
+
+    assert starts("wfq")[0] == 0.0 and starts("smallest", aging=0)[0] == 0.0
+    smallest = starts("smallest")
+    assert smallest[0] == pytest.approx(2.0)  # after the twenty small ones
+    assert max(smallest[1:]) == pytest.approx(1.9)
+
+
 def test_charging_the_declared_cost_evens_worker_time() -> None:
     tasks = read_trace(EXAMPLES / "mixed-durations.csv")
     by_charge = {c: figures(simulate(tasks, 4, "wfq", c)) for c in ("count", "cost")}

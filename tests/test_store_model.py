@@ -5,7 +5,9 @@ with the same operations and the same clock: hold, pick,
 register and unregister workers (their slots and start times),
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
 configure (either policy, wfq or harmony, with hard or soft caps and with or without an
-interactive share, on every backend; any charge: cost, count or runtime, whose releases
+interactive share, on every backend; smallest with any aging, whose held lists are kept
+in sort-key order, switched to and from the others with messages held; any
+charge: cost, count or runtime, whose releases
 report runtimes that correct the tags), limit, pause, boost (a
 group's weight, with expiry; a task to the front), rate limits (GCRA tokens in the
 pick, throttles lifted by promote), a task's throttle and cancel (resent under its
@@ -18,7 +20,8 @@ After every step both must agree: what each operation returned (the dispatch ids
 messages a pick took, in order), and, through the common inspection
 (:class:`~celery_fair.policy.QueueState`), every ready set with its tags, the groups'
 tags, virtual time, in-flight and delayed counts, the held lists in order with when
-each list's head became the head, the queue's
+each list's head became the head (on Redis under smallest also the sort keys of
+each list, ``k_keys``), the queue's
 figures, each group's figures and each dispatch's state (Redis's state is read from its
 keys here, so the policy knows nothing of Redis; the SQL store answers ``inspect`` as the
 memory store does). At the end of each run the backend's invariant checker must find
@@ -72,6 +75,9 @@ PICK_LEASE, LEASE = 10_000, 30_000
 #: capacity
 SHARES = (None, 0.8, 0.5, 1 / 3, 0.25)
 HOST = "r"  # the runs r1 and r2 are this host's
+#: fair_aging_seconds under smallest: arrival order, and costs worth 0.5 s to 4 s of
+#: waiting (the ticks and holds are ms to seconds apart, so keys cross both ways)
+AGINGS = (0.0, 0.5, 1.0, 4.0)
 #: What a release reports the task ran (seconds; None: nothing, an older worker)
 RUNTIMES = [None, 0.0, 0.1, 0.25, 1.0, 3.5]
 
@@ -164,7 +170,8 @@ class StoreMachine(RuleBasedStateMachine):
         return {"name": data.draw(st.sampled_from(self.policies)),
                 "charge": data.draw(st.sampled_from(CHARGES)),
                 "cap_mode": data.draw(st.sampled_from(self.cap_modes)),
-                "interactive_share": data.draw(st.sampled_from(self.shares))}
+                "interactive_share": data.draw(st.sampled_from(self.shares)),
+                "aging_seconds": data.draw(st.sampled_from(AGINGS))}
 
     @rule(group=st.sampled_from(GROUPS), klass=st.sampled_from(CLASSES),
           cost=st.sampled_from([1, 1, 2, 0.5, 3]), front=st.booleans(),
@@ -380,9 +387,31 @@ class StoreMachine(RuleBasedStateMachine):
             getattr(self.other, operation)(Q, *args), (operation, args)
 
 
+class RedisMachine(StoreMachine):
+    """The Redis store, whose smallest sort keys (``k_keys``) are compared too."""
+
+    @invariant()
+    def same_keys(self) -> None:
+        store: Any = self.other
+        k = store.keys(Q)
+        pipe = store.client.pipeline(transaction=False)
+        for klass in CLASSES:
+            for g in GROUPS:
+                pipe.zrange(k.held_keys(klass, g), 0, -1, withscores=True)
+        replies = iter(pipe.execute())
+        got = {}
+        for klass in CLASSES:
+            for g in GROUPS:
+                entries = [(score, i.decode()) for i, score in next(replies)]
+                if entries:
+                    got[(klass, g)] = entries
+        with self.memory._queue(Q) as fq:
+            assert got == fq.keys
+
+
 def redis_machine(server: RedisServer) -> StoreMachine:
     store = RedisStore(redis.Redis(port=server.port), "m" + uuid.uuid4().hex[:10])
-    return StoreMachine(store, lambda queue: redis_state(store, queue, GROUPS))
+    return RedisMachine(store, lambda queue: redis_state(store, queue, GROUPS))
 
 
 def sql_machine(url: str) -> StoreMachine:

@@ -4,10 +4,11 @@ index), plus the reads of that state."""
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..limits import COST, HARD, HARMONY, SOFT, WFQ, Rate
+from ..limits import COST, DEFAULT_AGING, HARD, HARMONY, SMALLEST, SOFT, WFQ, Rate
 from ..store.base import KEEP as KEEP  # values of the store contract
 from ..store.base import RESET as RESET
 from ..store.base import Placement as Placement
@@ -20,6 +21,7 @@ from .decisions import (
     SUPERSEDED,
     entry_tag,
     harmony_rank,
+    smallest_key,
     standing,
 )
 
@@ -109,6 +111,7 @@ class QueueData:
     charge: str = COST  # fair_charge
     cap_mode: str = HARD  # fair_cap_mode
     share: float | None = None  # fair_interactive_share
+    aging: float = DEFAULT_AGING  # fair_aging_seconds
     default_cap: int = -1  # -1: none
     reserve: int = 0
     default_weight: float = 1.0
@@ -136,6 +139,9 @@ class QueueData:
     tats: dict[str, float] = field(default_factory=dict)
     msgs: dict[str, Held] = field(default_factory=dict)
     lists: dict[tuple[str, str], deque[str]] = field(default_factory=dict)
+    #: 'smallest': (class, group) -> (sort key, hold id) of the ids held in key order,
+    #: ascending (Redis's k_keys); empty under the other policies
+    keys: dict[tuple[str, str], list[tuple[float, str]]] = field(default_factory=dict)
     delayed: dict[str, int] = field(default_factory=dict)  # hold id -> due ms
     groups: dict[str, Group] = field(default_factory=dict)
     vt: dict[str, float] = field(default_factory=dict)
@@ -257,11 +263,39 @@ class QueueData:
 
     def _enqueue(self, hold_id: str, p: Placement, now_ms: int) -> bool:
         queue = self._list(p.klass, p.group)
-        if p.front or not queue:  # a new head
-            self.groups[p.group].since[p.klass] = now_ms
-        queue.appendleft(hold_id) if p.front else queue.append(hold_id)
+        if not p.front and self.policy == SMALLEST:
+            self._insert(hold_id, p, now_ms, queue)
+        else:
+            if p.front or not queue:  # a new head
+                self.groups[p.group].since[p.klass] = now_ms
+            queue.appendleft(hold_id) if p.front else queue.append(hold_id)
         self._count("held:" + p.klass, 1)
         return self._refresh(p.group)
+
+    def _insert(self, hold_id: str, p: Placement, now_ms: int, queue: deque[str]) -> None:
+        """'smallest': ``hold_id`` into its list before the next id in key order, else
+        at the tail (``insert_held``); ids without a key (held under another policy, or
+        at the front) stay before every keyed one."""
+        index = self.keys.setdefault((p.klass, p.group), [])
+        entry = (smallest_key(now_ms, p.cost, self.aging), hold_id)
+        at = bisect.bisect_left(index, entry)
+        index.insert(at, entry)
+        place = queue.index(index[at + 1][1]) if at + 1 < len(index) else len(queue)
+        if place == 0:  # a new head
+            self.groups[p.group].since[p.klass] = now_ms
+        queue.insert(place, hold_id)
+
+    def _unkey(self, klass: str, g: str, hold_id: str) -> None:
+        """``hold_id`` left g's class list: out of the 'smallest' index too."""
+        index = self.keys.get((klass, g))
+        if not index:
+            return
+        for i, (_, held) in enumerate(index):
+            if held == hold_id:
+                del index[i]
+                break
+        if not index:
+            del self.keys[(klass, g)]
 
     def _hold_lease(self, did: str, deadline: int) -> str | None:
         """A worker holds dispatch ``did``: extend its lease; a lost one takes a slot

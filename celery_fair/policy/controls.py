@@ -31,11 +31,14 @@ class QueueControls(QueueData):
                 nothing was changed.
         """
         limits.check_policy(policy)
+        if self.policy == limits.SMALLEST and policy.name != limits.SMALLEST:
+            self.keys.clear()  # the lists keep their order (configure.lua)
         if policy.name != self.policy:  # the sets' scores change meaning: all re-enter
             self.ready = {klass: {} for klass in CLASSES}
             self.over = {klass: {} for klass in CLASSES}
         self.policy, self.charge = policy.name, policy.charge
         self.cap_mode, self.share = policy.cap_mode, policy.interactive_share
+        self.aging = policy.aging_seconds
         if self.cap_mode != limits.SOFT:  # no group stands over its cap
             self.over = {klass: {} for klass in CLASSES}
         before = {g: self.rate_of(g) for g in self.tats}  # rerated below
@@ -129,6 +132,7 @@ class QueueControls(QueueData):
         if queue[0] != hold_id:  # a new head
             group.since[klass] = now_ms
         queue.remove(hold_id)
+        self._unkey(klass, g, hold_id)
         queue.appendleft(hold_id)
         if self.policy == limits.HARMONY:  # first in the queue, until its next pick
             heads = [s for k in CLASSES for s in self.ready[k].values()]

@@ -108,6 +108,16 @@ def harmony_rank(inflight: int, weight: float, served: int, jump: float | None) 
     return math.floor(inflight / weight) + (served % SERVED_SPAN) / SERVED_SPAN
 
 
+def smallest_key(now_ms: float, cost: float, aging: float) -> float:
+    """Policy 'smallest': the sort key of a message held now (not at the front) in its
+    group's class list: when it became held (ms) plus its cost times the aging
+    (``fair_aging_seconds``) in ms, so a task of cost c ranks as if it had come c times
+    the aging later. Keys are static: the list is kept in their order (ties by hold id),
+    and a task is passed only by tasks held before its own key. ``common.lua``
+    ``insert_held`` computes it in the same order of operations."""
+    return float(now_ms) + cost * aging * 1000
+
+
 def advance(tag: float, cost: float, weight: float) -> float:
     """A group's tag after one dispatch of ``cost``: start-time fair queueing."""
     return tag + cost / weight

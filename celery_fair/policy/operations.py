@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..errors import GroupFull
-from ..limits import HARMONY, RUNTIME, SOFT
+from ..limits import HARMONY, RUNTIME, SMALLEST, SOFT
 from ..store.base import BeginResult, Picked, check_hold
 from .common import Group, Held, Placement, Record
 from .controls import QueueControls
@@ -132,6 +132,8 @@ class FairQueue(QueueControls):
             klass, g, tag = head
             queue = self.lists[(klass, g)]
             hold_id = queue.popleft()
+            if self.policy == SMALLEST:
+                self._unkey(klass, g, hold_id)
             held = self.msgs.pop(hold_id)
             self._unindex_copy(hold_id)
             self._count("held:" + klass, -1)
@@ -329,6 +331,7 @@ class FairQueue(QueueControls):
             if queue[0] == hold_id:  # the head goes: the next one is the head now
                 self.groups[p.group].since[p.klass] = now_ms
             queue.remove(hold_id)
+            self._unkey(p.klass, p.group, hold_id)
             self._count("held:" + p.klass, -1)
             self._drop_empty(p.klass, p.group)
         self._refresh(p.group)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from .engine import CHARGES, POLICIES, BadSimulation, simulate
+from .engine import CHARGES, CHARGING, POLICIES, BadSimulation, simulate
 from .report import figures, plot, render
 from .trace import BadTrace, read_trace
 
@@ -33,10 +33,12 @@ def options(command: Any) -> Any:
         click.option("--policy", "policies", default="fifo,wfq", show_default=True,
                      callback=_names(POLICIES),
                      help="Policies to replay, comma separated (fifo: plain Celery; "
-                          "wfq, harmony: fair_policy)."),
+                          "wfq, harmony, smallest: fair_policy; smallest ages by the "
+                          "app's fair_aging_seconds, default 1)."),
         click.option("--charge", "charges", default="cost", show_default=True,
                      callback=_names(CHARGES),
-                     help="What a dispatch charges a group under wfq, comma separated "
+                     help="What a dispatch charges a group under wfq and smallest, comma "
+                          "separated "
                           "(fair_charge): count (1 per task), cost (the declared cost, the "
                           "default) or runtime (the time the task ran)."),
         click.option("--plot", "plot_path", default=None, metavar="PNG",
@@ -52,7 +54,7 @@ def run(trace: str, slots: int, policies: list[str], charges: list[str],
     try:
         tasks = read_trace(trace)
         runs = [simulate(tasks, slots, p, c, settings) for p in policies
-                for c in (charges if p == "wfq" else charges[:1])]  # only wfq charges
+                for c in (charges if p in CHARGING else charges[:1])]  # harmony: none
         if plot_path:
             plot(runs, plot_path)
     except (BadTrace, BadSimulation) as exc:

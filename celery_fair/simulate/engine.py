@@ -1,7 +1,8 @@
 """Replaying a trace through the real policy: the memory store (``celery_fair.policy``,
 the same decisions the Redis scripts and the SQL store make, held equal by the model
 test) with a virtual clock and N virtual worker slots. No copy of the scheduling logic:
-``wfq`` and ``harmony`` are the store itself, configured with that policy; ``fifo`` is
+``wfq``, ``harmony`` and ``smallest`` are the store itself, configured with that policy
+(``smallest`` with the settings' ``aging_seconds``); ``fifo`` is
 what plain Celery does (one queue, arrival order), the baseline to compare with."""
 
 from __future__ import annotations
@@ -11,19 +12,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import FairError
-from ..limits import COST, RUNTIME
+from ..limits import COST, COUNT, RUNTIME, SMALLEST, WFQ
 from ..store.base import Placement, Policy
 from ..store.memory import MemoryStore
 from ..store.models import POLICIES as STORE_POLICIES
 from .trace import TraceTask
 
-__all__ = ["CHARGES", "POLICIES", "BadSimulation", "Run", "simulate"]
+__all__ = ["CHARGES", "CHARGING", "POLICIES", "BadSimulation", "Run", "simulate"]
 
 #: Policies the simulator replays: plain Celery's FIFO, and the store's policies.
 POLICIES = ("fifo", *STORE_POLICIES)
 #: What a dispatch charges a group's share (``fair_charge``): 1 per task, the task's
 #: declared cost, or the time it ran (each release reports the task's duration).
 CHARGES = ("count", "cost", "runtime")
+#: The policies that charge a share (harmony charges none).
+CHARGING = (WFQ, SMALLEST)
 _Q = "simulated"
 _NEVER = 10 ** 15  # a lease that never runs out in a replay
 
@@ -60,12 +63,13 @@ def simulate(tasks: Sequence[TraceTask], slots: int, policy: str = "wfq",
                             f"{', '.join(CHARGES)}")
     if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
         raise BadSimulation(f"slots must be an integer >= 1, got {slots!r}")
-    if charge == "count":
+    if charge == COUNT and policy != SMALLEST:  # smallest orders by the costs: kept
         tasks = [replace(t, cost=1.0) for t in tasks]
     run = Run(policy, charge, slots)
+    store_charge = charge if policy == SMALLEST else RUNTIME if charge == RUNTIME else COST
     starts = _fifo(tasks, slots) if policy == "fifo" else _fair(
         tasks, slots, replace(settings or Policy(None, 0, 1.0, {}, {}), name=policy,
-                              charge=RUNTIME if charge == RUNTIME else COST))
+                              charge=store_charge))
     run.tasks = [(t.group, t.at, start, t.duration) for t, start in zip(tasks, starts)]
     return run
 

@@ -145,7 +145,8 @@ def plot(runs: list[Run], path: str) -> None:
 
 
 def _described(policy: str, charge: str) -> str:
-    """A run's policy in words: only wfq charges a share (fifo and harmony charge none)."""
+    """A run's policy in words: only wfq and smallest charge a share (fifo and harmony
+    charge none)."""
     if policy == "fifo":
         return "fifo (plain Celery: one queue)"
     if policy == "harmony":

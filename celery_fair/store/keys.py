@@ -142,6 +142,10 @@ class QueueKeys:
     def held(self, klass: str, group: str) -> str:
         return f"{self.prefix}:q:{klass}:{group}"
 
+    def held_keys(self, klass: str, group: str) -> str:
+        """'smallest': ZSET hold id -> sort key of the held ids placed in key order."""
+        return f"{self.prefix}:qk:{klass}:{group}"
+
     def group(self, group: str) -> str:
         return f"{self.prefix}:g:{group}"
 

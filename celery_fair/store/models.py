@@ -141,7 +141,7 @@ class DirectPush:
     binding_key: str  # kombu's binding set of that exchange
 
 
-WFQ, HARMONY, POLICIES = limits.WFQ, limits.HARMONY, limits.POLICIES
+WFQ, HARMONY, SMALLEST, POLICIES = limits.WFQ, limits.HARMONY, limits.SMALLEST, limits.POLICIES
 HARD, SOFT, CAP_MODES = limits.HARD, limits.SOFT, limits.CAP_MODES
 COST = limits.COST
 
@@ -169,6 +169,9 @@ class Policy:
     #: the most of the capacity interactive work may hold while background work waits
     #: (None: strict priority; ``fair_interactive_share``)
     interactive_share: float | None = None
+    #: 'smallest': seconds of waiting worth one unit of declared cost
+    #: (``fair_aging_seconds``; 0: arrival order)
+    aging_seconds: float = limits.DEFAULT_AGING
 
 
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------

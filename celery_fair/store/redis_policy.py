@@ -28,7 +28,8 @@ class RedisPolicy:
                   json.dumps({g: limits.encode_rate(r) for g, r in policy.rates.items()}),
                   "" if policy.default_rate is None else policy.default_rate.encode(),
                   policy.name, policy.charge, policy.cap_mode,
-                  "" if policy.interactive_share is None else repr(policy.interactive_share))
+                  "" if policy.interactive_share is None else repr(policy.interactive_share),
+                  repr(float(policy.aging_seconds)))
 
     def limit(self, queue: str, group: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int | None, float]:

@@ -17,7 +17,7 @@ local id = ARGV[1]
 local value = redis.call('HGET', K_MSG, id)
 local m = value and decode(value)
 local was_head = m and redis.call('LINDEX', k_list(m.cls, m.g), 0) == id
-if not m or redis.call('LREM', k_list(m.cls, m.g), 1, id) == 0 then return false end
+if not m or unlist_held(m.cls, m.g, id) == 0 then return false end
 redis.call('LPUSH', k_list(m.cls, m.g), id)
 if not was_head then redis.call('HSET', k_group(m.g), 'h' .. m.cls, ARGV[2]) end
 if harmony() then

@@ -34,7 +34,7 @@ local function remove(id)
   else
     local list = k_list(cls, g)
     local was_head = redis.call('LINDEX', list, 0) == id
-    if redis.call('LREM', list, 1, id) == 1 then
+    if unlist_held(cls, g, id) == 1 then
       count_held(cls, g, -1)
       -- the next message is the head now (a stale time when none: the next in stamps it)
       if was_head then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[3]) end

@@ -126,7 +126,7 @@ local function check_queue_numbers()
   local function is_reserve(s) return (valid_cap(s) or -1) >= 0 end
   local function is_policy(v) return POLICIES[v] end
   for _, fv in ipairs({{'cap', valid_cap}, {'reserve', is_reserve}, {'weight', valid_weight},
-                       {'rate', parse_rate}, {'policy', is_policy}}) do
+                       {'rate', parse_rate}, {'policy', is_policy}, {'aging', valid_aging}}) do
     local field, valid = fv[1], fv[2]
     local value = redis.call('HGET', K_CONF, field)
     if value and not valid(value) then
@@ -184,7 +184,7 @@ local function check_list(g, cls, offset, budget)
     if not m then
       finding('held_without_body', g, 'id ' .. id .. ' in ' .. key .. ' has no message',
               'removed from the list')
-      if repair then redis.call('LREM', key, 1, id) else tally('bad:' .. cls .. ':' .. g, 1) end
+      if repair then unlist_held(cls, g, id) else tally('bad:' .. cls .. ':' .. g, 1) end
     elseif m.g ~= g or m.cls ~= cls or in_batch[id] or redis.call('ZSCORE', K_DELAYED, id) then
       finding('misplaced_id', g, 'id ' .. id .. ' in ' .. key .. ' belongs to group ' ..
               m.g .. ' class ' .. m.cls .. ' and is referred to more than once',

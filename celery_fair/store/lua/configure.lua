@@ -12,11 +12,15 @@ ARGV[4]  cap overrides as JSON {group: cap}
 ARGV[5]  weight overrides as JSON {group: weight}
 ARGV[6]  rate limits as JSON {group: '<interval ms>:<burst>' or 'none'}
 ARGV[7]  default rate limit ('<interval ms>:<burst>'; '' for none)
-ARGV[8]  the policy: 'wfq' or 'harmony' (common.lua POLICIES)
+ARGV[8]  the policy: 'wfq', 'harmony' or 'smallest' (common.lua POLICIES); leaving
+         'smallest' drops the lists' sort keys (k_keys): the lists stay in the order
+         they are, and a later return to 'smallest' places new holds after them
 ARGV[9]  the charge: 'cost', 'count' or 'runtime' (common.lua CHARGES; absent: 'cost')
 ARGV[10] the cap mode: 'hard' or 'soft' (absent: 'hard'); under 'hard' the over sets are
          emptied, as no group stands over its cap then
 ARGV[11] the interactive share: a number in (0, 1], or '' (absent) for none
+ARGV[12] the aging under 'smallest' in seconds per unit of cost (fair_aging_seconds):
+         a number from 0 to MAX_AGING (absent: DEFAULT_AGING)
 Returns: number of groups re-ranked.
 Error (before anything is written): an unknown policy, charge or cap mode, a share
 out of range; a cap, reserve, weight or rate
@@ -51,7 +55,13 @@ end
 if ARGV[7] ~= '' and not parse_rate(ARGV[7]) then
   return refuse('default rate limit', ARGV[7], rate_form)
 end
-if not POLICIES[ARGV[8]] then return refuse('policy', ARGV[8], "'wfq' or 'harmony'") end
+if not POLICIES[ARGV[8]] then
+  return refuse('policy', ARGV[8], "'wfq', 'harmony' or 'smallest'")
+end
+local conf_aging = ARGV[12] or tostring(DEFAULT_AGING)
+if not valid_aging(conf_aging) then
+  return refuse('aging', conf_aging, 'a number of seconds from 0 to ' .. MAX_AGING)
+end
 local charge = ARGV[9] or 'cost'
 if not CHARGES[charge] then
   return refuse('charge', charge, "'cost', 'count' or 'runtime'")
@@ -66,7 +76,14 @@ if ishare ~= '' and not (share and share > 0 and share <= 1) then
 end
 local before = {}  -- the rates in force of the groups with a bucket (rerate below)
 for _, g in ipairs(redis.call('ZRANGE', K_TATS, 0, -1)) do before[g] = {rate_of(g)} end
-if (redis.call('HGET', K_CONF, 'policy') or 'wfq') ~= ARGV[8] then
+local policy_before = redis.call('HGET', K_CONF, 'policy') or 'wfq'
+if policy_before == 'smallest' and ARGV[8] ~= 'smallest' then
+  -- the lists keep their order; the sort keys would go stale as ids come and go
+  for _, g in ipairs(redis.call('SMEMBERS', K_GROUPS)) do
+    for _, cls in ipairs(CLASSES) do redis.call('DEL', k_keys(cls, g)) end
+  end
+end
+if policy_before ~= ARGV[8] then
   -- the ready sets' scores change meaning (tags, ranks): every group enters them anew
   for _, cls in ipairs(CLASSES) do
     redis.call('DEL', k_ready(cls))
@@ -74,9 +91,9 @@ if (redis.call('HGET', K_CONF, 'policy') or 'wfq') ~= ARGV[8] then
   end
 end
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3],
-           'policy', ARGV[8], 'charge', charge, 'capmode', capmode)
+           'policy', ARGV[8], 'charge', charge, 'capmode', capmode, 'aging', conf_aging)
 if ishare == '' then redis.call('HDEL', K_CONF, 'ishare') else redis.call('HSET', K_CONF, 'ishare', ishare) end
-policy_read, soft_read = nil, nil  -- the refreshes below rank under the new policy
+policy_read, soft_read, aging_read = nil, nil, nil  -- the refreshes below rank under the new policy
 if capmode == 'hard' then
   for _, cls in ipairs(CLASSES) do redis.call('DEL', k_over(cls)) end
 end

@@ -197,7 +197,7 @@ local new_head = {}  -- group -> {class -> true}: a message taken off that list'
 while taken < want do
   local cls, g, tag = head()
   if not cls then break end
-  local id = redis.call('LPOP', k_list(cls, g))
+  local id = pop_held(cls, g)
   if id then
     popped[g] = (popped[g] or 0) + 1
     popped_total[cls] = popped_total[cls] + 1

@@ -12,7 +12,7 @@ from ... import limits
 from ...names import validate_group
 from ...policy.decisions import CLASSES, front_tag
 from ..models import now_ms as wall_ms
-from .controls import drop_empty_limits, list_head
+from .controls import drop_empty_limits
 from .mixin import SqlMixin
 from .rows import upsert
 from .unit import Unit
@@ -53,12 +53,12 @@ class SqlBoosting(SqlMixin):
             row = None if msg is None or msg.seq is None else u.group(msg.grp)
             if msg is None or row is None:
                 return None  # not held: delayed (no seq), dispatched or unknown
-            if msg.seq != list_head(u, msg.grp, msg.klass):  # a new head
+            if hold_id != u.list_head(msg.grp, msg.klass):  # a new head
                 row[f"since_{msg.klass}"] = wall_ms() if now_ms is None else now_ms
             row["head"] -= 1  # the front of its group's list (as a hold with front)
             c.execute(update(self.s.t.messages).where(
                 m.ns == self.namespace, m.queue == queue, m.hold_id == hold_id
-            ).values(seq=row["head"]))
+            ).values(seq=row["head"], sort_key=None))
             klass, g = msg.klass, msg.grp
             if u.harmony():  # first in the queue, until its next pick
                 heads = [t for k in CLASSES for _, t in u.head_of_ready(k, 1)]

@@ -16,7 +16,7 @@ from ...errors import GroupFull
 from ...policy import Placement
 from ...policy.decisions import batch_room, task_of
 from ..bulk import Hold
-from .lifecycle import Lifecycle, stamp_head
+from .lifecycle import Lifecycle, stamp_head, stamp_keyed_head
 from .unit import Unit
 
 
@@ -57,22 +57,30 @@ def _insert_all(life: Lifecycle, u: Unit, holds: Sequence[Hold], now_ms: int) ->
     """Insert every message (new ids) in one executemany; returns whether to wake."""
     rows: list[dict[str, Any]] = []
     delayed: set[str] = set()
+    keyed: dict[tuple[str, str], list[str]] = {}  # 'smallest': held by sort key
     for h in holds:
         p = h.placement
         later = h.due_ms > now_ms
         group = u.groups[p.group]
         assert group is not None
+        key = None if later else u.sort_key(p.cost, p.front, now_ms)
         if later:
             delayed.add(h.hold_id)
             group["delayed"] += 1
         else:
-            stamp_head(u, p, now_ms)
+            if key is None:
+                stamp_head(u, p, now_ms)
+            else:
+                keyed.setdefault((p.group, p.klass), []).append(h.hold_id)
             group[f"held_{p.klass}"] += 1
         rows.append({**u.key, "hold_id": h.hold_id, "task_id": task_of(h.hold_id),
                      "grp": p.group, "klass": p.klass, "cost": p.cost, "front": p.front,
                      "seq": None if later else life.place(u, p.group, p.front),
-                     "due_ms": h.due_ms if later else None, "value": h.value})
+                     "due_ms": h.due_ms if later else None, "value": h.value,
+                     "sort_key": key})
     life.s.run(u.conn, "message_new", rows)
+    for (g, klass), ids in keyed.items():
+        stamp_keyed_head(u, Placement(g, klass, 1.0, False), ids, now_ms)
     woken = False
     for g in sorted({h.placement.group for h in holds}):
         woken = u.refresh(g) or woken

@@ -8,7 +8,7 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, select, update
+from sqlalchemy import Connection, and_, delete, select, update
 
 from ... import limits
 from ...policy.decisions import CLASSES, task_of
@@ -63,8 +63,7 @@ class Controls:
     def _remove(self, u: Unit, hold_id: str, now_ms: int) -> bytes | None:
         m = self.t.messages.c
         mine = and_(m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id)
-        row = u.conn.execute(select(m.grp, m.klass, m.due_ms, m.seq, m.value).where(mine)
-                             ).first()
+        row = u.conn.execute(select(m.grp, m.klass, m.due_ms, m.value).where(mine)).first()
         if row is None:
             return None
         group = u.group(row.grp)
@@ -72,7 +71,7 @@ class Controls:
         if row.due_ms is not None:
             group["delayed"] -= 1
         else:
-            if row.seq == list_head(u, row.grp, row.klass):  # the next one is the head now
+            if hold_id == u.list_head(row.grp, row.klass):  # the next one is the head now
                 group[f"since_{row.klass}"] = now_ms
             group[f"held_{row.klass}"] -= 1
         u.conn.execute(delete(self.t.messages).where(mine))
@@ -106,6 +105,10 @@ class Controls:
         u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))
                       .scalars())
         u.load_ready([(k, name) for name in u.groups for k in CLASSES])  # before the change
+        if u.q["policy"] == limits.SMALLEST and policy.name != limits.SMALLEST:
+            for row in u.groups.values():  # what is held keeps its order; later holds
+                if row is not None:  # go after it (configure.lua drops the sort keys)
+                    row["tail"] += 1
         if policy.name != (u.q["policy"] or limits.WFQ):  # the scores change meaning:
             u.ready.update((key, None) for key in u.ready)  # every group enters anew
         tc = self.t.tats.c  # the rates in force of the groups with a bucket (rerate below)
@@ -120,7 +123,8 @@ class Controls:
                     "default_rate": None if policy.default_rate is None
                     else policy.default_rate.encode(), "charge": policy.charge,
                     "policy": policy.name, "cap_mode": policy.cap_mode,
-                    "interactive_share": policy.interactive_share}
+                    "interactive_share": policy.interactive_share,
+                    "aging": policy.aging_seconds}
         conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue)
                      .values(settings))
         u.q.update(settings)
@@ -189,10 +193,3 @@ def _answer(data: bytes) -> list[tuple[str, bytes]]:
     return [(h, base64.b64decode(v)) for h, v in doc]
 
 
-def list_head(u: Unit, g: str, klass: str) -> int | None:
-    """The place (``seq``) of the head of group ``g``'s list of ``klass`` (an index range
-    of ``messages_list``); None when it is empty."""
-    m = u.t.messages.c
-    return u.conn.execute(select(func.min(m.seq)).where(
-        m.ns == u.ns, m.queue == u.queue, m.grp == g, m.klass == klass,
-        m.seq.is_not(None))).scalar()

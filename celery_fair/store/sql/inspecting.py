@@ -11,6 +11,7 @@ from ...policy.decisions import CLASSES, LIVE, OVER, READY, task_of
 from ..base import Location
 from ..locating import CLASS_NAMES, Locating, PlaceReads, place_of
 from .reads import SqlReads
+from .statements import LAST_KEY, after_place
 from .unit import Unit
 
 
@@ -21,13 +22,15 @@ class SqlInspecting(SqlReads, Locating):
         m = self.t.messages.c
 
         def work(c: Connection) -> tuple[Any, int | None] | None:
-            row = c.execute(select(m.grp, m.klass, m.seq, m.due_ms).where(
+            row = c.execute(select(m.grp, m.klass, m.seq, m.due_ms, m.sort_key).where(
                 self._q(self.t.messages, queue), m.hold_id == task_id)).first()
             if row is None or row.seq is None:
                 return (row, None) if row is not None else None
             before = c.execute(select(func.count()).where(
                 self._q(self.t.messages, queue), m.klass == row.klass, m.grp == row.grp,
-                m.seq < row.seq)).scalar_one()
+                m.seq.is_not(None), ~after_place(m)).params(
+                    after=row.seq, after_key=LAST_KEY if row.sort_key is None
+                    else row.sort_key, after_id=task_id)).scalar_one() - 1
             return row, int(before)
         found = self._read("locate", work)
         if found is None:

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, select, update
 
 from ...errors import GroupFull
+from ...limits import SMALLEST
 from ...policy import Placement
 from ...policy.decisions import (
     LIVE,
@@ -52,32 +53,40 @@ class Lifecycle:
         return None if row is None else dict(row)
 
     def place(self, u: Unit, g: str, front: bool) -> int:
-        """The next place at the head or tail of group ``g``'s lists."""
+        """The next place at the head or tail of group ``g``'s lists; under 'smallest' a
+        tail hold shares the tail's place, not taking it (its sort key orders it there)."""
         row = u.groups[g]
         assert row is not None
         if front:
             row["head"] -= 1
             return int(row["head"])
+        if u.q.get("policy") == SMALLEST:
+            return int(row["tail"])
         row["tail"] += 1
         return int(row["tail"]) - 1
 
     def _insert_message(self, u: Unit, hold_id: str, value: bytes, p: Placement,
-                        seq: int | None, due_ms: int | None) -> bool:
+                        seq: int | None, due_ms: int | None,
+                        sort_key: float | None = None) -> bool:
         """Insert a message; False (nothing written) when one is held under that id."""
         result = self.s.run(u.conn, "message_new", {
             **u.key, "hold_id": hold_id, "task_id": task_of(hold_id), "grp": p.group,
             "klass": p.klass, "cost": p.cost, "front": p.front, "seq": seq, "due_ms": due_ms,
-            "value": value})
+            "value": value, "sort_key": sort_key})
         return (len(result.all()) if result.returns_rows else result.rowcount) == 1
 
     def _enqueue(self, u: Unit, hold_id: str, p: Placement, now_ms: int) -> bool:
         """Move a delayed message into its group's list."""
-        stamp_head(u, p, now_ms)
+        key = u.sort_key(p.cost, p.front, now_ms)
+        if key is None:
+            stamp_head(u, p, now_ms)
         seq = self.place(u, p.group, p.front)
         m = self.t.messages.c
         u.conn.execute(update(self.t.messages).where(
             m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id
-        ).values(seq=seq, due_ms=None))
+        ).values(seq=seq, due_ms=None, sort_key=key))
+        if key is not None:
+            stamp_keyed_head(u, p, [hold_id], now_ms)
         u.groups[p.group][f"held_{p.klass}"] += 1  # type: ignore[index]
         return u.refresh(p.group)
 
@@ -95,19 +104,23 @@ class Lifecycle:
         delayed = due_ms > now_ms
         seq = None if delayed else self.place(u, p.group, p.front)
         due = due_ms if delayed else None
-        if not self._insert_message(u, hold_id, value, p, seq, due):
+        key = None if delayed else u.sort_key(p.cost, p.front, now_ms)
+        if not self._insert_message(u, hold_id, value, p, seq, due, key):
             held = self._message(conn, queue, hold_id)
             if held is not None and bytes(held["value"]) == value:
                 return hold_id, False
             hold_id = copy_id(hold_id, self._next_dup(conn, queue))
-            self._insert_message(u, hold_id, value, p, seq, due)
+            self._insert_message(u, hold_id, value, p, seq, due, key)
         row = u.groups[p.group]
         assert row is not None
         if delayed:
             row["delayed"] += 1
             u.woken = self.first_due(conn, queue) == hold_id
         else:
-            stamp_head(u, p, now_ms)
+            if key is None:
+                stamp_head(u, p, now_ms)
+            else:
+                stamp_keyed_head(u, p, [hold_id], now_ms)
             row[f"held_{p.klass}"] += 1
             u.woken = u.refresh(p.group)
         u.flush()
@@ -359,6 +372,15 @@ class Lifecycle:
         if lift is not None and (nxt is None or lift <= nxt):
             return len(due), lift
         return len(due), None if nxt is None else int(nxt)
+
+
+def stamp_keyed_head(u: Unit, p: Placement, held: list[str], now_ms: int) -> None:
+    """'smallest': messages ``held`` just entered ``p``'s list by sort key; one of them
+    is its head now, so it became the head (``insert_held``): the group's head time of
+    that class is ``now_ms``. (Only an insert changes the head between two picks, so a
+    head that is not new was the head before them.)"""
+    if u.list_head(p.group, p.klass) in held:
+        u.groups[p.group][f"since_{p.klass}"] = now_ms  # type: ignore[index]
 
 
 def stamp_head(u: Unit, p: Placement, now_ms: int) -> None:

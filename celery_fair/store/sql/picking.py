@@ -21,7 +21,7 @@ from ...policy.decisions import (
 )
 from ..models import Picked
 from .metering import Meter
-from .statements import Statements
+from .statements import LAST_KEY, Statements
 from .unit import Unit
 
 
@@ -49,7 +49,8 @@ class Picking:
             heapq.heapify(heap)
         self.lists: dict[tuple[str, str], collections.deque[Any]] = {}
         self.records: list[dict[str, Any]] = []
-        self.last: dict[tuple[str, str], int] = {}  # the place of the last message taken
+        #: the place of the last message taken: (seq, sort key or LAST_KEY, hold id)
+        self.last: dict[tuple[str, str], tuple[int, float, str]] = {}
         self.per = want + 1  # messages read at once from one group
         self.charge = u.q["charge"] or COST  # fair_charge (None: configured before it)
         self.harmony = u.harmony()
@@ -159,22 +160,26 @@ class Picking:
     def _lateral(self) -> Any:
         table = self.s.t.messages.name  # a validated prefix and a fixed name
         return text(
-            "SELECT h.grp, h.hold_id, h.cost, h.front, h.value, h.seq "
+            "SELECT h.grp, h.hold_id, h.cost, h.front, h.value, h.seq, h.sort_key "
             "FROM unnest(CAST(:groups AS text[])) AS g(grp) CROSS JOIN LATERAL ("
-            f"SELECT m.grp, m.hold_id, m.cost, m.front, m.value, m.seq FROM {table} m "
+            "SELECT m.grp, m.hold_id, m.cost, m.front, m.value, m.seq, m.sort_key "
+            f"FROM {table} m "
             "WHERE m.ns = :ns AND m.queue = :queue AND m.klass = :klass "
             'AND m.grp = g.grp COLLATE "C" AND m.seq IS NOT NULL '
-            "ORDER BY m.seq LIMIT :per) AS h ORDER BY h.grp, h.seq")
+            f"ORDER BY m.seq, COALESCE(m.sort_key, {LAST_KEY!r}), m.hold_id LIMIT :per) AS h "
+            f"ORDER BY h.grp, h.seq, COALESCE(h.sort_key, {LAST_KEY!r}), h.hold_id")
 
     def _pop(self, klass: str, g: str) -> Any:
         key = (klass, g)
         queue = self.lists.setdefault(key, collections.deque())
         if not queue:
-            after = self.last.get(key, -(2 ** 62))
+            after, after_key, after_id = self.last.get(key, (-(2 ** 62), -LAST_KEY, ""))
             queue.extend(self.s.run(self.u.conn, "message_heads", {
-                **self.u.key, "klass": klass, "grp": g, "n": self.per, "after": after}))
+                **self.u.key, "klass": klass, "grp": g, "n": self.per, "after": after,
+                "after_key": after_key, "after_id": after_id}))
         msg = queue.popleft()
-        self.last[key] = msg.seq
+        self.last[key] = (msg.seq, LAST_KEY if msg.sort_key is None else msg.sort_key,
+                          msg.hold_id)
         return msg
 
     def _record(self, did: str, msg: Any, klass: str, g: str,

@@ -31,7 +31,7 @@ from .engine import transaction
 from .migrate import check_schema
 from .rows import counter_totals, insert_ignore, upsert
 from .schema import Tables
-from .statements import Statements
+from .statements import Statements, list_order
 
 T = TypeVar("T")
 _LIVE = list(LIVE)
@@ -94,7 +94,7 @@ class SqlReads:
             where.append(m.klass == klass)
         rows = self._read("held messages", lambda c: c.execute(
             select(m.hold_id, m.klass, m.value).where(*where)
-            .order_by(m.klass.desc(), m.seq).limit(limit)).all())
+            .order_by(m.klass.desc(), *list_order(m)).limit(limit)).all())
         return [HeldMessage(r.hold_id, r.klass, bytes(r.value)) for r in rows]
 
     # -- queues and workers ------------------------------------------------------------
@@ -217,7 +217,7 @@ class SqlReads:
             m = self.t.messages.c
             value = c.execute(select(m.value).where(
                 self._q(self.t.messages, queue), m.klass == klass, m.grp == g,
-                m.seq.is_not(None)).order_by(m.seq).limit(1)).scalar()
+                m.seq.is_not(None)).order_by(*list_order(m)).limit(1)).scalar()
             return None if value is None else due_of(bytes(value))
 
         def work(c: Connection) -> list[GroupHeads]:
@@ -316,7 +316,7 @@ class SqlReads:
             m = t.messages.c
             held: dict[tuple[str, str], list[str]] = {}
             for klass, g, hold_id in c.execute(select(m.klass, m.grp, m.hold_id).where(
-                    self._q(t.messages, queue), m.seq.is_not(None)).order_by(m.seq)):
+                    self._q(t.messages, queue), m.seq.is_not(None)).order_by(*list_order(m))):
                 held.setdefault((klass, g), []).append(hold_id)
             d = t.dispatches.c
             interactive = c.execute(select(func.count()).where(

@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0010"
+SCHEMA_VERSION = "0011"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -99,14 +99,17 @@ class Tables:
                 Column("default_rate", String(RATE)),
                 # fair_charge (0007): 'cost', 'count' or 'runtime'; None: 'cost'
                 Column("charge", String(8)),
-                # fair_policy (0009): 'wfq' or 'harmony' (None: 'wfq'), and Harmony's pick
+                # fair_policy (0009): 'wfq', 'harmony' or 'smallest' (0011) (None: 'wfq'),
+                # and Harmony's pick
                 # sequence (None: 0), ``stat`` ``served`` in Redis
                 Column("policy", String(8)), Column("served", BigInteger),
                 # fair_cap_mode ('hard', 'soft') and fair_interactive_share (None: none)
                 # (0008)
                 Column("cap_mode", String(8), nullable=False, default="hard",
                        server_default="hard"),
-                Column("interactive_share", Double)))
+                Column("interactive_share", Double),
+                # fair_aging_seconds under 'smallest' (0011; None: limits.DEFAULT_AGING)
+                Column("aging", Double)))
         #: Caps, weights and rate limits (stored rates, ``RATE``) of groups, from the
         #: settings and at runtime (``fair limit``), and a boost (``fair boost``): its
         #: weight wins until ``boost_until_ms`` (None: no end), kept apart so that
@@ -147,7 +150,9 @@ class Tables:
         #: its tag: the pick's fallback when no group is ready. Empty under hard caps.
         self.over = _tag_set(md, f"{p}over")
         #: A held message (``seq``: its place in its group's list) or a delayed one
-        #: (``due_ms``).
+        #: (``due_ms``). Under 'smallest' (0011) a message held at the tail gets the
+        #: group's tail without taking it and its sort key as ``sort_key``: the list's
+        #: order is (seq, sort_key, hold_id), a NULL sort_key last (``statements.list_order``).
         self.messages = Table(
             f"{p}messages", md, *_keys(
                 Column("hold_id", name(HOLD), primary_key=True),
@@ -157,7 +162,7 @@ class Tables:
                 Column("cost", Double, nullable=False),
                 Column("front", Boolean, nullable=False),
                 Column("seq", BigInteger), Column("due_ms", BigInteger),
-                Column("value", blob(), nullable=False)))
+                Column("value", blob(), nullable=False), Column("sort_key", Double)))
         m = self.messages.c
         Index(f"{p}messages_list", m.ns, m.queue, m.klass, m.grp, m.seq)
         # Partial (PostgreSQL, SQLite): only delayed messages, so a planner on stale

@@ -23,6 +23,7 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    or_,
     select,
     update,
 )
@@ -34,7 +35,10 @@ from .schema import Tables
 GROUP_COLUMNS = ("inflight", "delayed", "held_i", "held_b", "tag_i", "tag_b", "since_i",
                  "since_b", "head", "tail", "runtime", "served", "jump")
 MESSAGE_COLUMNS = ("hold_id", "task_id", "grp", "klass", "cost", "front", "seq", "due_ms",
-                   "value")
+                   "value", "sort_key")
+#: A NULL sort key sorts after every key (a message held at the tail under another
+#: policy goes after the keyed ones of its place: list_order).
+LAST_KEY = 1e300
 DISPATCH_COLUMNS = ("did", "state", "hold_id", "task_id", "grp", "klass", "cost", "front",
                     "value", "kept", "runner", "lease_ms", "expires_ms")
 
@@ -44,6 +48,21 @@ def _mine(table: Table, *more: str) -> Any:
     c = table.c
     return and_(c.ns == bindparam("ns"), c.queue == bindparam("queue"),
                 *(c[name] == bindparam(name) for name in more))
+
+
+def list_order(m: Any) -> tuple[Any, Any, Any]:
+    """The order of a group's list (``m``: the messages' columns): its place, then under
+    'smallest' the sort key (none last), then the hold id (``common.lua``'s ties)."""
+    return m.seq, func.coalesce(m.sort_key, LAST_KEY), m.hold_id
+
+
+def after_place(m: Any) -> Any:
+    """Messages after the place ``:after``, ``:after_key``, ``:after_id`` in list order."""
+    seq, key, hold_id = list_order(m)
+    after: Any = bindparam("after")
+    after_key: Any = bindparam("after_key")
+    return or_(seq > after, and_(seq == after, or_(
+        key > after_key, and_(key == after_key, hold_id > bindparam("after_id")))))
 
 
 def _values(columns: Sequence[str]) -> dict[str, Any]:
@@ -202,9 +221,9 @@ class Statements:
 
     def _message_heads(self, _: str) -> Any:
         m = self.t.messages.c
-        return select(m.hold_id, m.cost, m.front, m.value, m.seq).where(
-            _mine(self.t.messages, "klass", "grp"), m.seq > bindparam("after")
-        ).order_by(m.seq).limit(bindparam("n"))
+        return select(m.hold_id, m.cost, m.front, m.value, m.seq, m.sort_key).where(
+            _mine(self.t.messages, "klass", "grp"), after_place(m)
+        ).order_by(*list_order(m)).limit(bindparam("n"))
 
     def _first_due(self, _: str) -> Any:
         m = self.t.messages.c

@@ -18,11 +18,11 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from ...limits import HARMONY, Rate, decode_rate
-from ...policy.decisions import CLASSES, harmony_rank, in_force
+from ...limits import DEFAULT_AGING, HARMONY, SMALLEST, Rate, decode_rate
+from ...policy.decisions import CLASSES, harmony_rank, in_force, smallest_key
 from .ready import ReadySets
 from .rows import chunks
-from .statements import GROUP_COLUMNS, Statements
+from .statements import GROUP_COLUMNS, Statements, list_order
 
 COUNTER_SHARDS = 16
 
@@ -97,6 +97,21 @@ class Unit(ReadySets):
 
     def vt(self, klass: str) -> float | None:
         return self.q[f"vt_{klass}"]  # type: ignore[no-any-return]
+
+    def sort_key(self, cost: float, front: bool, now_ms: int) -> float | None:
+        """'smallest': the sort key of a message held at the tail now (None: another
+        policy, or the front)."""
+        if front or self.q.get("policy") != SMALLEST:
+            return None
+        aging = self.q.get("aging")
+        return smallest_key(now_ms, cost, DEFAULT_AGING if aging is None else aging)
+
+    def list_head(self, g: str, klass: str) -> str | None:
+        """The hold id at the head of group ``g``'s list of ``klass`` (None: empty)."""
+        m = self.t.messages.c
+        return self.conn.execute(select(m.hold_id).where(
+            m.ns == self.ns, m.queue == self.queue, m.grp == g, m.klass == klass,
+            m.seq.is_not(None)).order_by(*list_order(m)).limit(1)).scalar()
 
     def set_vt(self, klass: str, value: float) -> None:
         self.q[f"vt_{klass}"] = value

@@ -33,6 +33,8 @@ local K_WMETA = prefix .. ':wmeta'      -- HASH worker -> '<started ms>:<slot>' 
 local CLASSES = {'i', 'b'}               -- interactive first
 
 local function k_list(cls, g) return prefix .. ':q:' .. cls .. ':' .. g end
+-- smallest: ZSET hold id -> sort key of the ids its hold placed in order (push_held)
+local function k_keys(cls, g) return prefix .. ':qk:' .. cls .. ':' .. g end
 local function k_group(g) return prefix .. ':g:' .. g end
 local function k_ready(cls) return prefix .. ':ready:' .. cls end
 -- soft caps: the groups at or over their cap with work held, picked only when no group
@@ -165,11 +167,32 @@ end
 
 -- The policy (conf `policy`, limits.py POLICIES): read once per script call, as every
 -- refresh asks; configure.lua sets it and forgets what was read.
-local POLICIES = {wfq = true, harmony = true}
+local POLICIES = {wfq = true, harmony = true, smallest = true}
 local policy_read = nil
 local function harmony()
   if policy_read == nil then policy_read = redis.call('HGET', K_CONF, 'policy') or 'wfq' end
   return policy_read == 'harmony'
+end
+-- smallest: groups go as under wfq, and inside a group's class list the held message
+-- with the lowest sort key goes first (push_held)
+local function smallest()
+  harmony()
+  return policy_read == 'smallest'
+end
+
+-- fair_aging_seconds (conf `aging`, limits.py DEFAULT_AGING, MAX_AGING): read once per
+-- script call, as the policy is; configure.lua sets it and forgets what was read.
+local DEFAULT_AGING, MAX_AGING = 1, 31536000
+local function valid_aging(s)
+  local n = tonumber(s)
+  if n and n >= 0 and n <= MAX_AGING then return n end  -- NaN fails both
+end
+local aging_read = nil
+local function aging()
+  if aging_read == nil then
+    aging_read = valid_aging(redis.call('HGET', K_CONF, 'aging')) or DEFAULT_AGING
+  end
+  return aging_read
 end
 
 -- The cap mode (conf `capmode`, limits.py CAP_MODES), read once per script call as the
@@ -206,11 +229,52 @@ local function rank_backlog(g, delta)
   if redis.call('ZINCRBY', K_BACKLOG, delta, g) + 0 <= 0 then redis.call('ZREM', K_BACKLOG, g) end
 end
 
--- Put hold id `id` in group g's list of class cls (at its head when `front`, a retry);
+-- The parsed prefix of a stored value, or nil when it is not one we wrote.
+local function decode(v)
+  local ok, cls, front, cost, g = pcall(parse, v)
+  if ok and (cls == 'i' or cls == 'b') and cost and cost > 0 and cost <= MAX_COST
+     and g and #g > 0 then
+    return {cls = cls, front = front, cost = cost, g = g}
+  end
+end
+
+-- smallest: put hold id `id` into g's class list at its place by sort key (decisions.py
+-- `smallest_key`: when it became held, in ms, plus its cost times the aging in ms: a
+-- task of cost c ranks as if it had come c * aging seconds later). The keys of the ids
+-- placed so are kept in k_keys (ZSET, ties by hold id), so the place is before the next
+-- one in that order (ZRANK, then LINSERT: O(list) in C), else at the tail. Ids the
+-- index does not know (held under another policy, or at the front) stay where they are:
+-- before every keyed one. An index entry whose id left the list some way that did not
+-- drop it is dropped when met. Returns the list's length.
+local function insert_held(cls, g, id, now)
+  local list, index = k_list(cls, g), k_keys(cls, g)
+  local m = decode(redis.call('HGET', K_MSG, id) or '')
+  local key = tonumber(now) + (m and m.cost or 1) * aging() * 1000
+  redis.call('ZADD', index, string.format('%.17g', key), id)
+  local rank = redis.call('ZRANK', index, id)
+  while true do
+    local after = redis.call('ZRANGE', index, rank + 1, rank + 1)[1]
+    if not after then break end
+    local was_head = redis.call('LINDEX', list, 0) == after
+    local len = redis.call('LINSERT', list, 'BEFORE', after, id)
+    if len > 0 then
+      if was_head then redis.call('HSET', k_group(g), 'h' .. cls, now) end
+      return len
+    end
+    redis.call('ZREM', index, after)  -- stale: its id is not in the list
+  end
+  local len = redis.call('RPUSH', list, id)
+  if len == 1 then redis.call('HSET', k_group(g), 'h' .. cls, now) end
+  return len
+end
+
+-- Put hold id `id` in group g's list of class cls (at its head when `front`, a retry;
+-- under smallest anything else at its place by sort key: insert_held);
 -- a message that becomes the head (to the front, or into an empty list) stamps the
 -- group's head time of that class (`h<class>`) with `now`, the time its wait counts from.
 -- Returns the list's length.
 local function push_held(cls, g, id, front, now)
+  if not front and smallest() then return insert_held(cls, g, id, now) end
   local len
   if front then
     len = redis.call('LPUSH', k_list(cls, g), id)
@@ -221,18 +285,23 @@ local function push_held(cls, g, id, front, now)
   return len
 end
 
+-- The head of g's class list taken off (pick), out of the smallest index too.
+local function pop_held(cls, g)
+  local id = redis.call('LPOP', k_list(cls, g))
+  if id and smallest() then redis.call('ZREM', k_keys(cls, g), id) end
+  return id
+end
+
+-- Hold id `id` taken out of g's class list (cancel, boost_task, check): out of the
+-- smallest index too. Returns 1 when it was listed.
+local function unlist_held(cls, g, id)
+  redis.call('ZREM', k_keys(cls, g), id)
+  return redis.call('LREM', k_list(cls, g), 1, id)
+end
+
 local function count_held(cls, g, delta)
   redis.call('HINCRBY', K_STAT, 'held:' .. cls, delta)
   rank_backlog(g, delta)
-end
-
--- The parsed prefix of a stored value, or nil when it is not one we wrote.
-local function decode(v)
-  local ok, cls, front, cost, g = pcall(parse, v)
-  if ok and (cls == 'i' or cls == 'b') and cost and cost > 0 and cost <= MAX_COST
-     and g and #g > 0 then
-    return {cls = cls, front = front, cost = cost, g = g}
-  end
 end
 
 -- A copy (<id>~<suffix>) held, and no longer held: in its task id's index, or out of it.
