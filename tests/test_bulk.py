@@ -51,6 +51,21 @@ def test_a_group_of_fair_tasks_is_held_in_batches_by_itself(
     assert held == 12 and len(result.results) == 13
 
 
+def test_with_on_store_error_publish_a_groups_members_keep_their_own_holds(
+        make_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a bulk hold never falls back to the broker: there each member is held on its own
+    app = make_app(fair_on_store_error="publish")
+    store = store_for(app)
+    singles: list[str] = []
+    hold = type(store).hold
+    monkeypatch.setattr(type(store), "hold_many", lambda *_: pytest.fail("held in bulk"))
+    monkeypatch.setattr(type(store), "hold", lambda self, queue, hold_id, *rest: (
+        singles.append(hold_id), hold(self, queue, hold_id, *rest))[1])
+    add = app.tasks["proj.add"]
+    result = group(add.s(i, 1) for i in range(3)).apply_async()
+    assert singles == [r.id for r in result.results]
+
+
 def _held(app: Celery, task_id: str) -> tuple[Envelope, Any]:
     """The held message of ``task_id``, its id replaced by ``ID`` and its due time
     dropped (the only things two calls of the same arguments differ in)."""
