@@ -25,17 +25,18 @@ TARGET = 20_000
 TENANTS = 10
 #: Why the target is missed, as measured (shown while it is).
 WHERE_THE_TIME_GOES = (
-    "**Where the time goes.** Measured beside the run (10,000 tasks, `time.process_time` "
-    "in the publishing process, Redis's `INFO commandstats`): `fair_bulk` costs ~120 µs "
-    "of CPU per task in the process against ~900 µs for a fair `delay()`, and ~20 µs in "
-    "Redis (`hold_many.lua`). In the process, what Celery would do for each message is "
-    "still done for each: the argument check, `argsrepr`/`kwargsrepr`, the body's, "
-    "headers' and properties' JSON, a task id, the group rule, an `AsyncResult` (~17 "
-    "µs). On this machine, shared (load 7-14 during the work), `delay()` ran at 260-330/s "
-    "where the issue measured ~1,600/s: the same ratio (~10x) on a quiet core would be "
-    "~16,000/s; 20,000/s from one process was not measured here. What would move it: "
-    "encoding the headers once per call with the per-task fields spliced in, and an "
-    "`AsyncResult` made lazily.")
+    "**Where the time goes.** Measured beside the run (20,000 tasks, `time.process_time` "
+    "in the publishing process, Redis's `INFO commandstats`): `fair_bulk` costs ~25 µs "
+    "of CPU per task in the process (~55 µs before the JSON was written once per call), "
+    "about 10 to build the message (Celery's argument check, `argsrepr`, one JSON encode "
+    "of the arguments, the headers' JSON filled in, a task id), 9 for the `AsyncResult` "
+    "and the result backend's subscription, 5 for the batches' arguments; and ~10 µs in "
+    "Redis (`hold_many.lua`: 2 µs of Redis commands per message, the rest the script's "
+    "own work). The process waits for each batch's script (one batch at a time, so that a "
+    "failure leaves the batches after it unheld), so the two add up; on this shared "
+    "machine the wall time per task was 2-3x the CPU when loaded. What would move it: "
+    "sending the next batch (and making the `AsyncResult`s) while Redis runs the "
+    "current one, and a leaner per-message loop in `hold_many.lua`.")
 
 
 def _rate(n: int, publish: Callable[[], Any]) -> float:

@@ -120,15 +120,20 @@ class Side:
 
         return Celery(broker=self.env["CPU_BROKER"], set_as_current=False)
 
-    def publish(self, n: int, groups: int) -> float:
-        """Run the publisher to its end; its CPU seconds."""
+    def publish(self, n: int, groups: int) -> tuple[float, float]:
+        """Run the publisher to its end; its CPU seconds, and its publish loop's wall
+        seconds (what it printed: its start-up is left out)."""
         proc = subprocess.Popen([sys.executable, "-m", "bench_cpu_proj", str(n), str(groups),
-                                 "fair" if self.fair else "plain"], cwd=ROOT, env=self.env)
+                                 "fair" if self.fair else "plain"], cwd=ROOT, env=self.env,
+                                stdout=subprocess.PIPE)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
+        assert proc.stdout is not None
+        printed = proc.stdout.read().decode().split()
+        proc.stdout.close()
         if proc.returncode:
             raise RuntimeError(f"the publisher exited with {proc.returncode}")
-        return usage.ru_utime + usage.ru_stime
+        return usage.ru_utime + usage.ru_stime, float(printed[-1])
 
     def done(self) -> int:
         return int(self.counter.get(self.key) or 0)
@@ -173,7 +178,7 @@ def measure(name: str, n: int, groups: int, published_first: bool, env: dict[str
     try:
         side.start_consumers(hold_back=published_first)
         before, started = side.cpu(), time.monotonic()
-        app_cpu = side.publish(n, groups)
+        app_cpu, publishing = side.publish(n, groups)
         if published_first:  # the rate is the drain's alone
             started = time.monotonic()
             side.release()
@@ -189,7 +194,8 @@ def measure(name: str, n: int, groups: int, published_first: bool, env: dict[str
     used["app"] = app_cpu
     per_task = {name: round(used.get(name, 0.0) / n * 1e6) for name in PARTS}
     per_task["total"] = sum(per_task[p] for p in PARTS)
-    return {"tasks_per_s": round(n / seconds, 1), "us_cpu_per_task": per_task}
+    return {"tasks_per_s": round(n / seconds, 1), "us_cpu_per_task": per_task,
+            "published_per_s": round(n / publishing, 1)}
 
 
 def run(tasks: int, groups: int, published_first: bool, hiredis: bool,
@@ -216,6 +222,9 @@ def run(tasks: int, groups: int, published_first: bool, hiredis: bool,
                                  for n, s in sides.items() if n != "plain"},
            "drain_ratio": {n: round(s["tasks_per_s"] / sides["plain"]["tasks_per_s"], 3)
                            for n, s in sides.items() if n != "plain"},
+           # the publisher's delay() loop: holds/s against plain delay()/s (issue 17)
+           "hold_ratio": {n: round(s["published_per_s"] / sides["plain"]["published_per_s"],
+                                   3) for n, s in sides.items() if n != "plain"},
            "commit": commit(), "at": time.time(), "load_before": os.getloadavg()[0],
            "machine": machine()}
     results.mkdir(exist_ok=True)
@@ -255,11 +264,13 @@ def _print(row: dict[str, Any]) -> None:
     print(f"µs CPU per no-op task ({row['tasks']} tasks, {row['groups']} groups, "
           f"{'published first' if row['published_first'] else 'published while draining'}, "
           f"{'hiredis' if row['hiredis'] else 'no hiredis'})")
-    print(f"{'':16}" + "".join(f"{p:>11}" for p in (*PARTS, "total", "tasks/s", "added",
-                                                      "ratio")))
+    print(f"{'':16}" + "".join(f"{p:>11}" for p in (*PARTS, "total", "tasks/s", "publish/s",
+                                                      "added", "ratio", "hold ratio")))
     for side in sides:
         cells = row[side]["us_cpu_per_task"]
         extra = "" if side == "plain" else \
-            f"{row['added_us_per_task'][side]:>11,}{row['drain_ratio'][side]:>11}"
+            f"{row['added_us_per_task'][side]:>11,}{row['drain_ratio'][side]:>11}" \
+            f"{row['hold_ratio'][side]:>11}"
         print(f"{side:16}" + "".join(f"{cells[p]:>11,}" for p in (*PARTS, "total"))
-              + f"{row[side]['tasks_per_s']:>11,.0f}" + extra)
+              + f"{row[side]['tasks_per_s']:>11,.0f}{row[side]['published_per_s']:>11,.0f}"
+              + extra)

@@ -1,7 +1,8 @@
-"""``python -m bench.profile {hold,dispatch,pick} [--store S] [-n N] [--groups G]``:
-cProfile of the fair ``delay()``, of the dispatcher's steps, or of the store's ``pick``
-(500 at a time, over G backlogged groups) on a store, as the benchmark runs them (same
-harness, same broker), printing the top costs by own time and by cumulative time.
+"""``python -m bench.profile {hold,bulk,dispatch,pick} [--store S] [-n N] [--groups G]``:
+cProfile of the fair ``delay()``, of ``fair_bulk`` (N tasks over 10 tenants, as ``python
+-m bench bulk``), of the dispatcher's steps, or of the store's ``pick`` (500 at a time,
+over G backlogged groups) on a store, as the benchmark runs them (same harness, same
+broker), printing the top costs by own time and by cumulative time.
 For whoever optimizes a store: the benchmark says how fast, this says where the time goes.
 """
 
@@ -28,6 +29,18 @@ def profile_hold(bench: Bench, n: int) -> cProfile.Profile:
     for _ in range(n):
         task.delay("acme")
     profiler.disable()
+    return profiler
+
+
+def profile_bulk(bench: Bench, n: int) -> cProfile.Profile:
+    task = bench.app().tasks["proj.fair"]
+    task.delay("warm")
+    items = [(f"t{i % 10}",) for i in range(n)]
+    profiler = cProfile.Profile()
+    profiler.enable()
+    results = task.fair_bulk(items)
+    profiler.disable()
+    del results
     return profiler
 
 
@@ -65,7 +78,7 @@ def profile_pick(bench: Bench, n: int, groups: int) -> cProfile.Profile:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
-    parser.add_argument("what", choices=("hold", "dispatch", "pick"))
+    parser.add_argument("what", choices=("hold", "bulk", "dispatch", "pick"))
     parser.add_argument("--store", choices=STORES, default="postgresql")
     parser.add_argument("-n", type=int, default=2000, help="tasks (default 2,000)")
     parser.add_argument("--groups", type=int, default=10000, help="pick: backlogged "
@@ -77,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.what == "pick":
             profiler = profile_pick(bench, args.n, args.groups)
         else:
-            run = profile_hold if args.what == "hold" else profile_dispatch
+            run = {"hold": profile_hold, "bulk": profile_bulk}.get(args.what,
+                                                                  profile_dispatch)
             profiler = run(bench, args.n)
         stats = pstats.Stats(profiler, stream=sys.stdout)
     finally:

@@ -193,9 +193,13 @@ def _cpu_lines() -> list[str]:
            "plain Celery and celery-fair one after the other in the same run (`fair@REV`: "
            "celery-fair as of that commit, `--baseline REV`). The load average before the "
            "run is given: on a loaded 2-core machine the rates (tasks/s) swing much more "
-           "than the CPU per task.", "",
+           "than the CPU per task. `publish/s`: the publisher's `delay()` loop alone (its "
+           "start-up left out), while the worker and dispatcher drain (or, published "
+           "first, with nothing consuming); `hold ratio`: fair over plain (target ≥ 1.0 "
+           "both ways).", "",
            "| way | side | app | redis | worker | dispatcher | total | tasks/s | added "
-           "| drain ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "| drain ratio | publish/s | hold ratio |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (first, hiredis), row in sorted(latest.items()):
         way = ("published first" if first else "while draining") + \
             (", hiredis" if hiredis else ", no hiredis") + \
@@ -204,6 +208,9 @@ def _cpu_lines() -> list[str]:
             cpu = row[side]["us_cpu_per_task"]
             tail = " | " if side == "plain" else \
                 f"{row['added_us_per_task'][side]:,} | {row['drain_ratio'][side]}"
+            published = row[side].get("published_per_s")  # rows before it have none
+            tail += f" | {published:,.0f} | " if published else " | – | "
+            tail += str(row.get("hold_ratio", {}).get(side, "")) if published else ""
             out.append(f"| {way} (`{row['commit']}`) | {side} | {cpu['app']:,} | "
                        f"{cpu['redis']:,} | {cpu['worker']:,} | {cpu['dispatcher']:,} | "
                        f"{cpu['total']:,} | {row[side]['tasks_per_s']:,.0f} | {tail} |")

@@ -23,8 +23,9 @@ from celery.canvas import Signature
 from .bulk_messages import Stamper, results, templatable
 from .config import get_config
 from .errors import BulkHoldFailed, FairError, GroupFull, InvalidOption
+from .events import enabled
 from .headers import DISPATCH_HEADER, QUEUE_HEADER
-from .holding import COLLECTING, Collected, Collector, log_hold
+from .holding import COLLECTING, Collected, Collector, log_hold, logger
 from .store.base import Store, now_ms
 from .store.bulk import HOLD_BATCH
 
@@ -37,10 +38,12 @@ BULK_OPTIONS = ("group", "interactive", "cost")
 def bulk_holds(app: Celery, *, batch_size: int = HOLD_BATCH) -> Iterator[Collector]:
     """Hold the fair tasks published in the block in batches, when the block ends.
 
-    ``group([...]).apply_async()`` of fair signatures holds each member on its own (a
-    round trip each); inside ``with bulk_holds(app):`` their messages are built as usual
-    and held together when the block ends, ``batch_size`` per round trip. If the block
-    raises, nothing it published fair is held (its ``AsyncResult`` stay PENDING).
+    Each ``delay()``/``apply_async()`` of a fair task holds its message in a round trip
+    of its own (a ``group``'s members are held in batches by themselves: canvas.py);
+    inside ``with bulk_holds(app):`` every fair message the block publishes is built as
+    usual and held with the others when the block ends, ``batch_size`` per round trip.
+    If the block raises, nothing it published fair is held (its ``AsyncResult`` stay
+    PENDING).
 
     Raises:
         GroupFull: a group's ``fair_group_max_held`` has no room for the block's tasks
@@ -55,7 +58,7 @@ def bulk_holds(app: Celery, *, batch_size: int = HOLD_BATCH) -> Iterator[Collect
         yield collector
     finally:
         COLLECTING.reset(token)
-    write(collector.holds, batch_size)
+    write(list(collector.queues.values()), batch_size)
 
 
 def fair_bulk(task: Task, items: Iterable[Any], *, group: Any = None,
@@ -84,9 +87,7 @@ def fair_bulk(task: Task, items: Iterable[Any], *, group: Any = None,
         for index, (args, kwargs, own) in enumerate(calls):
             try:
                 if stamper is not None and not own:
-                    task_id, held = stamper.make(args, kwargs)
-                    collector.holds.append(held)
-                    made.append(task_id)
+                    made.append(stamper.make(args, kwargs))
                     continue
                 collector.last = None
                 made.append(task.apply_async(args, kwargs, producer=producer,
@@ -133,48 +134,46 @@ def write(collected: Sequence[Collected], batch_size: int) -> None:
         GroupFull: a group has no room for its new tasks; nothing held.
         BulkHoldFailed: a batch failed; the ones before it are held.
     """
-    by_queue: dict[tuple[int, str], list[Collected]] = {}
-    for item in collected:
-        by_queue.setdefault((id(item.store), item.queue), []).append(item)
-    _check_room(by_queue.values())
-    batches = [items[i:i + batch_size] for items in by_queue.values()
-               for i in range(0, len(items), batch_size)]
+    _check_room(collected)
+    batches = [Collected(c.store, c.queue, c.holds[i:i + batch_size]) for c in collected
+               for i in range(0, len(c.holds), batch_size)]
     _hold_batches(batches, [])
 
 
-def _hold_batches(batches: list[list[Collected]], held: list[str]) -> None:
+def _hold_batches(batches: list[Collected], held: list[str]) -> None:
     for number, batch in enumerate(batches):
-        store, queue = batch[0].store, batch[0].queue
+        store, queue = batch.store, batch.queue
         now = now_ms()
         try:
-            store.hold_many(queue, [c.hold for c in batch], now)
+            store.hold_many(queue, batch.holds, now)
         except FairError as exc:
             rest = batches[number:]
-            pending = [c.hold.hold_id for b in rest for c in b]
+            pending = [h.hold_id for b in rest for h in b.holds]
             raise BulkHoldFailed(
                 f"bulk hold: {len(held)} tasks held, {len(pending)} not (or, after a lost "
-                f"reply, maybe the first {len(batch)} of them): {exc}; retry() holds "
+                f"reply, maybe the first {len(batch.holds)} of them): {exc}; retry() holds "
                 "them again (the same ids and messages: each is held once)",
                 held=held, pending=pending,
                 retry=functools.partial(_hold_batches, rest, list(held))) from exc
-        for c in batch:
-            log_hold(queue, c.hold.hold_id, c.hold.placement, c.hold.due_ms, now)
-            held.append(c.hold.hold_id)
+        if enabled(logger):
+            for h in batch.holds:
+                log_hold(queue, h.hold_id, h.placement, h.due_ms, now)
+        held.extend(h.hold_id for h in batch.holds)
 
 
-def _check_room(queues: Iterable[list[Collected]]) -> None:
+def _check_room(queues: Iterable[Collected]) -> None:
     """Refuse the whole bulk hold before anything is written when a group's
     ``fair_group_max_held`` has no room for its new tasks (each batch is checked again
     atomically as it is held: a race with other holds may still refuse a later batch)."""
-    for items in queues:
+    for collected in queues:
         wanted: dict[str, tuple[int, int]] = {}
-        for c in items:
-            p = c.hold.placement
+        for h in collected.holds:
+            p = h.placement
             if p.max_held is not None and not p.front:
                 count, limit = wanted.get(p.group, (0, p.max_held))
                 wanted[p.group] = (count + 1, limit)
         if wanted:
-            _room_in(items[0].store, items[0].queue, wanted)
+            _room_in(collected.store, collected.queue, wanted)
 
 
 def _room_in(store: Store, queue: str, wanted: dict[str, tuple[int, int]]) -> None:

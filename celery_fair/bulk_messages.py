@@ -17,21 +17,26 @@ through ``apply_async``.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
-import uuid
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from celery import Celery, Task
 from celery._state import task_join_will_block
 from celery.app.routes import MapRoute
 from celery.signals import after_task_publish, before_task_publish
 from celery.utils.saferepr import saferepr
+from kombu.exceptions import EncodeError
+from kombu.utils.json import dumps
 
 from .config import FairConfig
-from .envelope import Envelope
+from .envelope import Envelope, value_prefix
 from .headers import CLASS_HEADER, COST_HEADER, GROUP_HEADER
-from .holding import Built, Collected, placement_context
+from .holding import Built, placement_context, unruled_group
+from .json_text import ENCODER, body_tail, json_format, quoted
+from .names import validate_group
 from .store.base import Placement
 from .store.bulk import Hold
 
@@ -86,51 +91,147 @@ def _defined_by_fair_task(cls: type, name: str) -> bool:
     return owner is not None and "is_fair_task" in vars(owner)
 
 
+#: The RFC 4122 variant digit of a version-4 uuid from any hex digit (its bits 10xx).
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
+
+
+def task_ids() -> Iterator[str]:
+    """Task ids as Celery makes them (``str(uuid.uuid4())``: 122 random bits, version 4,
+    RFC 4122 variant), from one ``os.urandom`` call per 1,024 (a call and a ``UUID``
+    each cost more than the rest of a made message's id)."""
+    while True:
+        chunk = os.urandom(16 * 1024).hex()
+        for i in range(0, len(chunk), 32):
+            h = chunk[i:i + 32]
+            yield f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:]}"
+
+
+class _Group(NamedTuple):
+    """What the messages of one group share: their placement and fair headers, the start
+    of their stored value (prefix and meta) and the group's JSON."""
+
+    placement: Placement
+    fair: dict[str, Any]
+    head: bytes
+    quoted: str
+
+
 class Stamper:
-    """Makes the messages of other calls from ``built`` (the template's)."""
+    """Makes the messages of other calls from ``built`` (the template's) and collects
+    their holds where the template's went."""
 
     def __init__(self, task: Task, built: Built, config: FairConfig,
                  headers: Mapping[str, Any], explicit: tuple[Any, Any, Any]) -> None:
         self.task, self.built, self.config = task, built, config
-        self.headers, self.explicit = headers, explicit
         template = built.envelope.headers
         self.own_root = template.get("root_id") == template.get("id")
-        self.amqp = task._get_app().amqp
+        amqp = task._get_app().amqp
+        self.sizes = (amqp.argsrepr_maxsize, amqp.kwargsrepr_maxsize)
+        self.check = task.__header__ if task.typing else None  # Celery's argument check
         self.meta = built.envelope.meta()  # the same for every call: due, destination
-        self.context = placement_context(task._get_app())  # likewise
+        self.holds, self.due = built.holds, built.hold.due_ms
+        # Only the group differs between calls' placements (fair_bulk's options, the
+        # headers, fair_context and the parent are the call's): holding.placement's
+        # order, the task's rule asked only when neither the options nor headers say.
+        self.fixed = explicit[0] if explicit[0] is not None else headers.get(GROUP_HEADER)
+        scope, parent = placement_context(task._get_app())
+        fallback = unruled_group(scope, parent)
+        self.fallback = config.default_group if fallback is None else fallback
+        self.rule = task._resolver()
+        self.klass, self.cost = template[CLASS_HEADER], template[COST_HEADER]
+        self.groups: dict[tuple[type, Any], _Group] = {}
+        self.quick = _quick_format(built, self.own_root)
+        self.ids = task_ids()
 
-    def make(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Collected]:
-        """The task id and hold of the call ``task(*args, **kwargs)``."""
-        task, built = self.task, self.built
-        if task.typing:
-            task.__header__(*args, **kwargs)  # Celery's check of the arguments
-        task_id = str(uuid.uuid4())
-        fair = task._placement(args, kwargs, self.headers, self.explicit,
-                               self.config.default_group, self.context)
-        headers = {**built.envelope.headers, **fair, "id": task_id,
-                   "argsrepr": plain_repr(args, self.amqp.argsrepr_maxsize),
-                   "kwargsrepr": plain_repr(kwargs, self.amqp.kwargsrepr_maxsize)}
+    def make(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """Collect the hold of the call ``task(*args, **kwargs)``; its task id."""
+        if self.check is not None:
+            self.check(*args, **kwargs)
+        task_id = next(self.ids)
+        group = self._group(args, kwargs)
+        argsrepr = plain_repr(args, self.sizes[0])
+        kwargsrepr = plain_repr(kwargs, self.sizes[1]) if kwargs else "{}"  # saferepr's
+        if self.quick is None:
+            value = self._made_by_producer(task_id, args, kwargs, argsrepr, kwargsrepr,
+                                           group)
+        else:
+            form, tail = self.quick
+            try:
+                body = ENCODER.encode((args, kwargs))
+            except Exception as exc:  # what kombu's dumps raises for it (_reraise_errors)
+                raise EncodeError(exc) from exc
+            value = b"".join((group.head, form.format(
+                quoted(task_id), quoted(argsrepr), quoted(kwargsrepr), group.quoted).encode(),
+                body[:-1].encode(), tail))
+        self.holds.append(Hold(task_id, value, group.placement, self.due))
+        return task_id
+
+    def _group(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Group:
+        raw = self.fixed
+        if raw is None:
+            raw = self.rule(args, kwargs)
+            if raw is None:
+                raw = self.fallback
+        try:
+            return self.groups[(type(raw), raw)]
+        except KeyError:
+            group = self.groups[(type(raw), raw)] = self._new_group(raw)
+            return group
+        except TypeError:  # not hashable: validate_group refuses it
+            return self._new_group(raw)
+
+    def _new_group(self, raw: Any) -> _Group:
+        name, klass, cost = validate_group(raw), self.klass, self.cost
+        return _Group(Placement(name, klass, cost, False, self.config.max_held_of(name)),
+                      {GROUP_HEADER: name, CLASS_HEADER: klass, COST_HEADER: cost},
+                      value_prefix(name, klass, cost, False) + self.meta + b"\n",
+                      quoted(name))
+
+    def _made_by_producer(self, task_id: str, args: tuple[Any, ...],
+                          kwargs: dict[str, Any], argsrepr: str, kwargsrepr: str,
+                          group: _Group) -> bytes:
+        """The stored value serialized by the producer's ``_prepare`` (another
+        serializer than kombu's JSON, a compression)."""
+        built, t = self.built, self.built.envelope
+        headers = {**t.headers, **group.fair, "id": task_id, "argsrepr": argsrepr,
+                   "kwargsrepr": kwargsrepr}
         if self.own_root:
             headers["root_id"] = task_id
-        serializer, content_type, content_encoding, compression = built.prepare
-        raw, ctype, cenc = built.producer._prepare(
-            (args, kwargs, built.body[2]), serializer, content_type, content_encoding,
-            compression, headers)
+        raw, ctype, cenc = built.producer._prepare((args, kwargs, built.body[2]),
+                                                   *built.prepare, headers)
         if isinstance(raw, str):
             raw = raw.encode(cenc or "utf-8")
-        t = built.envelope
         envelope = Envelope(raw, ctype, cenc, headers, t.exchange, t.routing_key, t.queue,
                             t.delivery_mode, t.priority,
                             {**t.properties, "correlation_id": task_id}, t.due_at)
-        group = fair[GROUP_HEADER]
-        where = Placement(group, fair[CLASS_HEADER], fair[COST_HEADER], False,
-                          self.config.max_held_of(group))
         same = (ctype, cenc) == (t.content_type, t.content_encoding)
-        value = envelope.encode(where.group, where.klass, where.cost, where.front,
-                                meta=self.meta if same else None)
-        template = built.collected
-        return task_id, Collected(template.store, template.queue,
-                                  Hold(task_id, value, where, template.hold.due_ms))
+        p = group.placement
+        return envelope.encode(p.group, p.klass, p.cost, p.front,
+                               meta=self.meta if same else None)
+
+
+def _quick_format(built: Built, own_root: bool) -> tuple[str, bytes] | None:
+    """The headers and properties of a made message as one format (task id, argsrepr,
+    kwargsrepr, group JSON), and its body's tail after ``[args, kwargs`` (json_text.py);
+    None unless the template, made again so, is the very one Celery built."""
+    t = built.envelope
+    tail = body_tail(built.producer, built.prepare, built.body[2])
+    texts = (t.task_id, t.headers.get("argsrepr"), t.headers.get("kwargsrepr"),
+             t.headers.get(GROUP_HEADER))
+    if tail is None or not all(isinstance(text, str) for text in texts):
+        return None
+    fields = {"id": 0, "argsrepr": 1, "kwargsrepr": 2, GROUP_HEADER: 3}
+    if own_root:
+        fields["root_id"] = 0
+    try:
+        form = f"{json_format(t.headers, fields)}\n" \
+            f"{json_format(t.properties, {'correlation_id': 0})}\n"
+        again = form.format(*(quoted(str(text)) for text in texts)) + \
+            ENCODER.encode((built.body[0], built.body[1]))[:-1] + tail
+    except (ValueError, TypeError):
+        return None
+    made = f"{dumps(t.headers)}\n{dumps(t.properties)}\n".encode() + t.body
+    return (form, tail.encode()) if again.encode() == made else None
 
 
 def results(app: Celery, task: Task, producer: Any, ids: Sequence[str],
@@ -141,8 +242,11 @@ def results(app: Celery, task: Task, producer: Any, ids: Sequence[str],
         _announce(app.backend, producer, ids)
     parent = app.current_worker_task
     out = []
+    # Task.AsyncResult's own making, its lookups done once (unless the task has its own)
+    make = functools.partial(app.AsyncResult, backend=task.backend, task_name=task.name) \
+        if type(task).AsyncResult is Task.AsyncResult else task.AsyncResult
     for task_id in ids:
-        result = task.AsyncResult(task_id)
+        result = make(task_id)
         result.ignored = ignore_result
         if parent:
             parent.add_trail(result)

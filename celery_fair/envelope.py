@@ -24,10 +24,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kombu.utils.json import dumps, loads
+from kombu.utils.json import loads
 
 from . import limits
 from .errors import CorruptMessage
+from .json_text import ENCODER
 from .store.models import Placement
 
 INTERACTIVE = "i"
@@ -66,7 +67,7 @@ class Envelope:
         """The meta part of the stored value (JSON): due time, destination, content type
         and encoding, delivery mode and priority."""
         fields: dict[str, Any] = {} if self.due_at is None else {"t": self.due_at}
-        text: str = dumps({
+        text: str = ENCODER.encode({
             **fields, "e": self.exchange, "r": self.routing_key, "q": self.queue,
             "ct": self.content_type, "ce": self.content_encoding,
             "dm": self.delivery_mode, "pr": self.priority,
@@ -78,10 +79,9 @@ class Envelope:
         """The stored value: routing prefix for the scripts, then meta and body. ``meta``:
         :meth:`meta` when the caller has it already (many envelopes that share it)."""
         meta = self.meta() if meta is None else meta
-        group_bytes = group.encode()
-        prefix = f"{klass}{1 if front else 0}{_cost_text(cost)}:{len(group_bytes)}:".encode()
-        return b"".join((prefix, group_bytes, meta, b"\n", dumps(self.headers).encode(),
-                         b"\n", dumps(self.properties).encode(), b"\n", self.body))
+        return b"".join((value_prefix(group, klass, cost, front), meta, b"\n",
+                         ENCODER.encode(self.headers).encode(), b"\n",
+                         ENCODER.encode(self.properties).encode(), b"\n", self.body))
 
     @classmethod
     def decode(cls, value: bytes) -> tuple[str, str, Envelope]:
@@ -105,6 +105,14 @@ class Envelope:
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise CorruptMessage(f"held message could not be decoded: {exc!r}") from None
         return group, klass, envelope
+
+
+def value_prefix(group: str, klass: str, cost: float, front: bool) -> bytes:
+    """The start of a stored value, up to its meta: ``<class><front><cost>:<group byte
+    length>:<group>``."""
+    group_bytes = group.encode()
+    return f"{klass}{1 if front else 0}{_cost_text(cost)}:{len(group_bytes)}:".encode() \
+        + group_bytes
 
 
 def placement_of(value: bytes, hold_id: str = "") -> Placement:

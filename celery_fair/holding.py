@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -36,33 +36,42 @@ logger = logging.getLogger("celery_fair.task")
 
 @dataclass(frozen=True)
 class Collected:
-    """A hold a bulk hold (``bulk.py``) collected instead of writing: its store, fair
-    queue and the hold."""
+    """What a bulk hold (``bulk.py``) collected for one fair queue of one store instead of
+    writing it: its holds, in order."""
 
     store: Store
     queue: str
-    hold: Hold
+    holds: list[Hold] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Built:
     """The last message a collector took, with what built it: what ``bulk_messages.py``
     makes the other calls' messages from (the Python body, ``_prepare``'s arguments, the
-    real producer)."""
+    real producer), its hold and the list it went into."""
 
     envelope: Envelope
     body: Any
     prepare: tuple[Any, ...]  # serializer, content type, content encoding, compression
     producer: Any
-    collected: Collected
+    hold: Hold
+    holds: list[Hold]
 
 
 class Collector:
     """Where the holding producer puts its holds while a bulk hold collects."""
 
     def __init__(self) -> None:
-        self.holds: list[Collected] = []
+        self.queues: dict[tuple[int, str], Collected] = {}
         self.last: Built | None = None
+
+    def holds_of(self, store: Store, queue: str) -> list[Hold]:
+        """The list the holds of ``queue`` in ``store`` are collected in."""
+        key = (id(store), queue)
+        collected = self.queues.get(key)
+        if collected is None:
+            collected = self.queues[key] = Collected(store, queue)
+        return collected.holds
 
 
 #: While a bulk hold collects in this context (``bulk.py``), the holding producer hands
@@ -87,10 +96,8 @@ def placement(app: Celery, headers: Mapping[str, Any], explicit: tuple[Any, Any,
         group = headers.get(GROUP_HEADER)
     if group is None:
         group = rule_group()
-    if group is None and scope is not None:
-        group = scope.group
     if group is None:
-        group = parent.get(GROUP_HEADER)
+        group = unruled_group(scope, parent)
     klass = klass_of(interactive, headers.get(CLASS_HEADER), rule_interactive,
                    scope.interactive if scope else None, parent.get(CLASS_HEADER))
     return {
@@ -98,6 +105,13 @@ def placement(app: Celery, headers: Mapping[str, Any], explicit: tuple[Any, Any,
         CLASS_HEADER: klass,
         COST_HEADER: validate_cost(rule_cost if cost is None else cost),
     }
+
+
+def unruled_group(scope: Any, parent: Mapping[str, Any]) -> Any:
+    """The group of a publication that neither its call, its headers nor its task's rule
+    place: :func:`fair_context`'s, else the parent task's (None: the default group)."""
+    group = scope.group if scope is not None else None
+    return parent.get(GROUP_HEADER) if group is None else group
 
 
 def placement_context(app: Celery) -> tuple[Any, Mapping[str, Any]]:
@@ -134,8 +148,10 @@ class HoldingProducer:
     Anything that is not a task message (the ``task-sent`` event) goes to the real producer.
     """
 
-    def __init__(self, producer: Any, store: Store, front: bool, app: Celery) -> None:
-        check_app(app)
+    def __init__(self, producer: Any, store: Store, front: bool, app: Celery,
+                 checked: bool = False) -> None:
+        if not checked:  # FairTask.apply_async checked it already
+            check_app(app)
         self._producer = producer
         self._store = store
         self._front = front
@@ -204,12 +220,12 @@ class HoldingProducer:
         value = envelope.encode(where.group, where.klass, where.cost, where.front)
         collector = COLLECTING.get()
         if collector is not None:
-            held = Collected(self._store, envelope.queue,
-                             Hold(envelope.task_id, value, where, due))
-            collector.holds.append(held)
+            hold = Hold(envelope.task_id, value, where, due)
+            holds = collector.holds_of(self._store, envelope.queue)
+            holds.append(hold)
             collector.last = Built(envelope, body, (serializer, content_type,
                                                     content_encoding, compression),
-                                   self._producer, held)
+                                   self._producer, hold, holds)
             return
         self._store.hold(envelope.queue, envelope.task_id, value, where, due, now)
         log_hold(envelope.queue, envelope.task_id, where, due, now)

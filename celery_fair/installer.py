@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from celery import Celery
 from celery.app.amqp import AMQP
 from celery.utils.imports import symbol_by_name
 
+from .canvas import patch_groups
 from .config import get_config
 from .headers import DISPATCH_HEADER, QUEUE_HEADER
 from .holding import HoldingProducer, placement
@@ -38,13 +39,15 @@ def install(app: Celery) -> Celery:
     Call it where the app is created, so every process using the app (web, beat,
     workers) has it; binding a :class:`~celery_fair.FairTask` to an app does it too.
     Idempotent; reads no setting until the first publish. Also holds a ``starmap`` or
-    ``chunks`` of a fair task, and makes ``revoke()`` remove held tasks. Returns ``app``.
+    ``chunks`` of a fair task, holds a ``group``'s fair members in batches (canvas.py),
+    and makes ``revoke()`` remove held tasks. Returns ``app``.
     """
     extend(app, "amqp", FairAMQPMixin)
     amqp = vars(app).get("amqp")
     if amqp is not None:
         vars(amqp).pop("send_task_message", None)  # rebuilt through the mixin
     extend(app, "control", FairControlMixin)  # revoke() also cancels held tasks
+    patch_groups()  # a group's fair members held in batches (canvas.py)
     return app
 
 
@@ -79,6 +82,8 @@ class FairAMQPMixin:
     """Mixed into the app's AMQP class: its task sender holds fair tasks' messages."""
 
     app: Celery
+    #: Marks an app's AMQP with celery_fair installed (canvas.py tests it).
+    holds_fair_tasks: ClassVar[bool] = True
 
     def _create_task_sender(self) -> Sender:
         send = super()._create_task_sender()  # type: ignore[misc]

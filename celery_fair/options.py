@@ -12,6 +12,7 @@ has: those are legitimate.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -45,16 +46,26 @@ def reject_misspelt(names: Iterable[str], options: Iterable[str], where: str) ->
     """Raise :class:`InvalidOption` for the first of ``names`` that looks meant as one of
     ``options`` but is not one (see the module's rule); ``where`` names what was given."""
     known = tuple(options)
-    spellings = _spellings(known)
     for name in names:
         if name in known or name.startswith("_") or name in _CELERY_TASK_ATTRIBUTES:
             continue
-        close = difflib.get_close_matches(name, list(spellings), n=1, cutoff=CUTOFF)
-        if close or name.startswith("fair_"):
-            hint = f"; did you mean {spellings[close[0]]!r}?" if close else ""
-            raise InvalidOption(
-                f"{where}: unknown celery_fair option {name!r}{hint} (expected one of "
-                f"{', '.join(map(repr, known))})")
+        wrong = _misspelt(name, known)
+        if wrong is not None:
+            raise InvalidOption(f"{where}: {wrong}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _misspelt(name: str, known: tuple[str, ...]) -> str | None:
+    """Why ``name`` is refused as a misspelling of one of ``known``, or None (Celery's);
+    remembered, so that an ``apply_async`` option such as ``countdown`` costs difflib
+    once per process, not once per call."""
+    spellings = _spellings(known)
+    close = difflib.get_close_matches(name, list(spellings), n=1, cutoff=CUTOFF)
+    if not close and not name.startswith("fair_"):
+        return None
+    hint = f"; did you mean {spellings[close[0]]!r}?" if close else ""
+    return (f"unknown celery_fair option {name!r}{hint} (expected one of "
+            f"{', '.join(map(repr, known))})")
 
 
 def class_options(namespace: Mapping[str, Any]) -> list[str]:

@@ -107,7 +107,7 @@ class FairTask(Task):
         options["headers"] = headers
         front = bool(options.get("retries"))  # only Task.retry() passes it
         with app.producer_or_acquire(producer) as real:
-            holder = HoldingProducer(real, store_for(app), front, app)
+            holder = HoldingProducer(real, store_for(app), front, app, checked=True)
             return super().apply_async(args, kwargs, task_id=task_id, producer=holder,
                                        link=link, link_error=link_error, shadow=shadow,
                                        **options)

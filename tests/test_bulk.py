@@ -5,17 +5,19 @@ room; a store failure part way says what is held, and its retry holds the rest o
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from typing import Any
 
 import pytest
-from celery import Celery, group
+from celery import Celery, Signature, group
 from celery.utils.saferepr import saferepr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kombu.exceptions import EncodeError
 
 from celery_fair import BulkHoldFailed, GroupFull, InvalidGroup, InvalidOption, bulk_holds
-from celery_fair.bulk_messages import plain_repr, templatable
+from celery_fair.bulk_messages import Stamper, plain_repr, task_ids, templatable
 from celery_fair.envelope import Envelope, placement_of
 from celery_fair.store import store_for
 
@@ -34,11 +36,41 @@ def test_bulk_held_tasks_run_through_the_dispatcher_with_their_results(
         assert grouped.get(timeout=30) == [1, 2, 3, 4, 5]
 
 
+def test_a_group_of_fair_tasks_is_held_in_batches_by_itself(
+        app: Celery, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = store_for(app)
+    batches: list[int] = []
+    hold_many = type(store).hold_many
+    monkeypatch.setattr(type(store), "hold", lambda *_: pytest.fail("held one by one"))
+    monkeypatch.setattr(type(store), "hold_many", lambda self, queue, holds, now: (
+        batches.append(len(holds)), hold_many(self, queue, holds, now))[1])
+    add, plain = app.tasks["proj.add"], app.tasks["proj.plain_nap"]
+    result = group([*(add.s(i, 1) for i in range(12)), plain.s("x", 0)]).apply_async()
+    assert batches == [12]  # the fair members, in one round trip; the plain one published
+    held = store.queue_figures(app.conf.task_default_queue).held_background
+    assert held == 12 and len(result.results) == 13
+
+
+def test_with_on_store_error_publish_a_groups_members_keep_their_own_holds(
+        make_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a bulk hold never falls back to the broker: there each member is held on its own
+    app = make_app(fair_on_store_error="publish")
+    store = store_for(app)
+    singles: list[str] = []
+    hold = type(store).hold
+    monkeypatch.setattr(type(store), "hold_many", lambda *_: pytest.fail("held in bulk"))
+    monkeypatch.setattr(type(store), "hold", lambda self, queue, hold_id, *rest: (
+        singles.append(hold_id), hold(self, queue, hold_id, *rest))[1])
+    add = app.tasks["proj.add"]
+    result = group(add.s(i, 1) for i in range(3)).apply_async()
+    assert singles == [r.id for r in result.results]
+
+
 def _held(app: Celery, task_id: str) -> tuple[Envelope, Any]:
     """The held message of ``task_id``, its id replaced by ``ID`` and its due time
     dropped (the only things two calls of the same arguments differ in)."""
     store = store_for(app)
-    for group_name in ("acme", "globex"):
+    for group_name in ("acme", "globex", "7"):
         for message in store.held_messages(app.conf.task_default_queue, group_name, 100):
             if message.hold_id == task_id:
                 envelope = Envelope.decode(message.value)[2]
@@ -50,14 +82,28 @@ def _held(app: Celery, task_id: str) -> tuple[Envelope, Any]:
     raise AssertionError(f"{task_id} is not held")
 
 
-def test_a_bulk_held_message_is_the_one_apply_async_would_hold(app: Celery) -> None:
+@pytest.mark.parametrize("options, quick", [
+    ({"priority": 3, "headers": {"custom": "x"}}, True),  # JSON written once, filled in
+    ({"compression": "zlib"}, False),  # each serialized by the producer
+])
+def test_a_bulk_held_message_is_the_one_apply_async_would_hold(
+        app: Celery, options: dict[str, Any], quick: bool,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     work = app.tasks["proj.work"]  # its group is its `tenant` argument
-    calls = [("acme", "first"), ("globex", "second", 0.5), ("acme", 'it\'s "q"')]
+    calls: list[Any] = [("acme", "first"), ("globex", "second", 0.5),
+                        ("acme", 'it\'s "q"\\'), ("globex", "naïve ☃ \x7f"),
+                        work.s("acme", label="keyword"), (7, "an int group")]
+    by_producer = []
+    made_by_producer = Stamper._made_by_producer
+    monkeypatch.setattr(Stamper, "_made_by_producer", lambda self, *args: (
+        by_producer.append(args[0]), made_by_producer(self, *args))[1])
     # the first built by Celery, the others made from it (bulk_messages.py)
-    assert templatable(app, work, {"priority": 3, "headers": {"custom": "x"}})
-    bulk = work.fair_bulk(calls, priority=3, headers={"custom": "x"})
-    single = [work.apply_async(args, priority=3, headers={"custom": "x"}) for args in calls]
-    assert len({r.id for r in bulk + single}) == 6
+    assert templatable(app, work, options)
+    bulk = work.fair_bulk(calls, **options)
+    assert len(by_producer) == (0 if quick else len(calls) - 1)
+    single = [work.apply_async(c.args, c.kwargs, **options) if isinstance(c, Signature)
+              else work.apply_async(c, **options) for c in calls]
+    assert len({r.id for r in bulk + single}) == 2 * len(calls)
     for made, built in zip(bulk, single):
         assert _held(app, made.id) == _held(app, built.id)
 
@@ -124,3 +170,12 @@ _leaves = st.one_of(st.none(), st.integers(), st.booleans(), st.floats(), _texts
        st.sampled_from([1024, 40]))
 def test_the_quick_argsrepr_is_celerys_saferepr(value: Any, maxsize: int) -> None:
     assert plain_repr(value, maxsize) == saferepr(value, maxsize)
+
+
+def test_the_made_task_ids_are_version_4_uuids_as_celerys() -> None:
+    ids = list(itertools.islice(task_ids(), 3000))  # across os.urandom chunks of 1,024
+    assert len(set(ids)) == len(ids)
+    for made in ids:
+        parsed = uuid.UUID(made)
+        assert str(parsed) == made and parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122

@@ -72,6 +72,26 @@ def test_hold_immediate_is_pickable_verbatim(store: RedisStore, redis_client) ->
     assert (group, klass, envelope.body) == ("acme", BACKGROUND, b"\x00binary\nbody\xff")
 
 
+def test_a_hold_takes_one_connection_from_the_pool_and_puts_it_back(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the connection taken first (to tell "not sent" from a reply lost) is the one the
+    # round trip goes on: one checkout per hold, not two
+    data = value("acme")
+    store.hold(Q, "warm-1", data, placement_of(data), 0, NOW)  # the scripts loaded (a
+    store.hold_many(Q, [Hold("warm-2", data, placement_of(data))], NOW)  # NOSCRIPT first)
+    pool = store.client.connection_pool
+    taken, put_back = [], []
+    get_connection, release = pool.get_connection, pool.release
+    monkeypatch.setattr(pool, "get_connection", lambda *a, **k: (
+        taken.append(1), get_connection(*a, **k))[1])
+    monkeypatch.setattr(pool, "release", lambda c: (put_back.append(c), release(c))[1])
+    store.hold(Q, "task-1", data, placement_of(data), 0, NOW)
+    store.hold_many(Q, [Hold("task-2", data, placement_of(data))], NOW)
+    assert len(taken) == 2 and len(put_back) == 2
+    assert [m.hold_id for m in store.held_messages(Q, "acme", 10)][2:] == ["task-1",
+                                                                           "task-2"]
+
+
 def test_hold_delayed_waits_until_due(store: RedisStore, redis_client) -> None:
     wake = store.keys(Q).wake
     due = NOW + 5_000

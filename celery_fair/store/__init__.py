@@ -68,14 +68,23 @@ BACKENDS: dict[str, Opener] = {**{s: _redis for s in REDIS_SCHEMES},
                                **{s: _sql for s in SQL_SCHEMES}}
 
 _stores: dict[tuple[int, str, str, Bounds, str, RedisOptions], Store] = {}
+#: store_for's answer per app's settings (by identity: the config is kept, so its id is
+#: not reused; the process checked, so a fork opens its own): each fair publish asks, and
+#: the key of _stores (the bounds and Redis options made again, hashed) costs more.
+_last: dict[int, tuple[FairConfig, int, Store]] = {}
 
 
 def store_for(app: Celery) -> Store:
     """The store of ``app``'s fair queues in this process."""
     config = get_config(app)
-    return store_for_url(config.store_url, config.key_prefix, bounds_of(config),
-                         getattr(config, "store_table_prefix", "fair_"),
-                         redis_options_of(config))
+    last = _last.get(id(config))
+    if last is not None and last[0] is config and last[1] == os.getpid():
+        return last[2]
+    store = store_for_url(config.store_url, config.key_prefix, bounds_of(config),
+                          getattr(config, "store_table_prefix", "fair_"),
+                          redis_options_of(config))
+    _last[id(config)] = (config, os.getpid(), store)
+    return store
 
 
 def redis_options_of(config: FairConfig) -> RedisOptions:
@@ -116,6 +125,7 @@ def close_stores(keep: Collection[Store] = ()) -> None:
     """Close and forget this process's stores but those in ``keep``, and so their
     connections (a SQL store's pool and listener): for a test's teardown, or a process
     that is done with a namespace. The next :func:`store_for` opens a new one."""
+    _last.clear()
     for key, store in list(_stores.items()):
         if key[0] == os.getpid() and all(store is not kept for kept in keep):
             del _stores[key]

@@ -39,15 +39,25 @@ def check_holds(holds: Sequence[Hold]) -> list[Hold]:
         ``holds`` (``message 3 of the batch: hold <id>: ...``).
     """
     checked = []
+    # A bulk hold's messages share a few placements: each is checked once (by identity:
+    # the holds keep them alive, so no id is reused), and a hold whose placement checks
+    # out unchanged is kept as it is.
+    placements: dict[int, Placement] = {}
     for index, hold in enumerate(holds):
         if not isinstance(hold, Hold):
             raise TypeError(f"message {index} of the batch is a {type(hold).__name__}: "
                             "expected a Hold")
+        given = hold.placement
+        placement = placements.get(id(given))
         try:
-            placement = check_hold(hold.hold_id, hold.value, hold.placement)
+            if placement is None or not isinstance(hold.value, (bytes, bytearray)):
+                placement = placements[id(given)] = check_hold(hold.hold_id, hold.value,
+                                                               given)
         except FairError as exc:
             raise type(exc)(f"message {index} of the batch: {exc}") from None
-        checked.append(Hold(hold.hold_id, hold.value, placement, hold.due_ms))
+        same = placement == given and type(given.cost) is float  # 1 == 1.0: a float
+        checked.append(hold if same else
+                       Hold(hold.hold_id, hold.value, placement, hold.due_ms))
     return checked
 
 

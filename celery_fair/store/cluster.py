@@ -64,6 +64,7 @@ from ..urls import parse_cluster_url
 from .connection import (
     _GET_CONNECTION_ARGS,
     Bounds,
+    Taken,
     _glob_escape,
     _text,
     _wrapped,
@@ -180,10 +181,11 @@ class ClusterStore(RedisStore):
         client = self.client
         return client.get_redis_connection(client.get_node_from_key(key))  # type: ignore[no-any-return]
 
-    def _connect(self, key: str) -> None:
+    def _connect(self, key: str) -> Taken | None:
         """See :meth:`RedisStore._connect`: on the primary of ``key``'s slot, looked up
-        again after a failover. Raises redis-py's errors, or StoreUnreachable when no
-        client could be made: in both cases nothing was sent."""
+        again after a failover, and put back (the round trip takes its own). Raises
+        redis-py's errors, or StoreUnreachable when no client could be made: in both
+        cases nothing was sent."""
         def connect(node: redis.Redis) -> None:
             pool = node.connection_pool
             pool.release(pool.get_connection(*_GET_CONNECTION_ARGS))
@@ -192,11 +194,14 @@ class ClusterStore(RedisStore):
             self._on_primary(key, connect)
         except StoreConnectionError as exc:  # from making the client
             raise StoreUnreachable(str(exc)) from exc.__cause__
+        return None
 
     def _pipelined(self, prefix: str, calls: list[tuple[str, list[Any]]],
-                   register: str | None = None, replicate: bool = False) -> list[Any]:
+                   register: str | None = None, replicate: bool = False,
+                   taken: Taken | None = None) -> list[Any]:
         """See :meth:`RedisStore._pipelined`: on the slot's primary; ``register``'s SADD
-        after, in a round trip of its own (the set is in another slot)."""
+        after, in a round trip of its own (the set is in another slot). No ``taken``
+        here (``_connect`` puts its connection back)."""
         with _wrapped(self.where):
             answers: list[Any] = self._on_primary(prefix, lambda node: self._pipelined_on(
                 node, prefix, calls, None, replicate))

@@ -191,6 +191,23 @@ _GET_CONNECTION_ARGS: tuple[str, ...] = () if inspect.signature(
     else ("EVALSHA",)
 
 
+class Taken:
+    """A connection taken from its pool before a hold's round trip (so that failing to
+    connect, the only certain "not sent", is told apart from a reply lost), then handed
+    to the pipeline that sends the round trip (whose reset puts it back), or put back."""
+
+    def __init__(self, pool: Any, connection: Any) -> None:
+        self.pool, self.connection = pool, connection
+
+    def take(self) -> Any:
+        connection, self.connection = self.connection, None
+        return connection
+
+    def put_back(self) -> None:
+        if self.connection is not None:
+            self.pool.release(self.take())
+
+
 def _glob_escape(text: str) -> str:
     """``text`` as a literal in a SCAN MATCH pattern."""
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)

@@ -26,16 +26,14 @@ from .base import (
     BeginResult,
     DirectPush,
     Picked,
-    Placement,
     Policy,
     Pushed,
     Store,
-    check_hold,
 )
 from .checking import Checker
 from .connection import (
-    _GET_CONNECTION_ARGS,
     Bounds,
+    Taken,
     _explained,
     _text,
     _wrapped,
@@ -117,31 +115,6 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
 
     # -- the atomic operations ---------------------------------------------------------
 
-    def hold(self, queue: str, hold_id: str, value: bytes, placement: Placement, due_ms: int,
-             now_ms: int) -> str:
-        """See :meth:`Store.hold`; a lost reply raises :class:`HoldOutcomeUnknown`. The
-        same message sent again within :attr:`resend_seconds` is held once (hold.lua).
-
-        The queue is registered on every hold, in the same round trip: should the set
-        lose it (a partial flush, a failover), the next hold puts it back, and the
-        dispatchers and `fair check` find the queue again."""
-        p = check_hold(hold_id, value, placement)
-        args = [hold_id, value, due_ms, now_ms, p.group, p.klass, p.cost, int(p.front),
-                "" if p.max_held is None else p.max_held, self.resend_seconds]
-        with self.holding(queue, "hold"):
-            [held] = self._pipelined(self.keys(queue).prefix, [("hold", args)],
-                                     register=queue, replicate=True)
-        return _text(held)
-
-    def _connect(self, key: str) -> None:
-        """Take a connected connection from the pool (connecting if need be) and put it
-        back, before sending anything. redis-py raises the same ConnectionError for a
-        server it cannot connect to and for a reply lost after the command was sent (and
-        resent: its retries end at connect); failing here is the only certain "not sent".
-        (``key``: where the command goes, on a cluster.)"""
-        pool = self.client.connection_pool
-        pool.release(pool.get_connection(*_GET_CONNECTION_ARGS))
-
     def pick(self, queue: str, limit: int, capacity: int | None, now_ms: int,
              lease_ms: int, *, token: str | None = None) -> list[Picked]:
         return self.pick_and_push(queue, limit, capacity, now_ms, lease_ms, None, 0,
@@ -189,7 +162,8 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
                 (int(requeued), int(lost)), self._picked(queue, flat, push))
 
     def _pipelined(self, prefix: str, calls: list[tuple[str, list[Any]]],
-                   register: str | None = None, replicate: bool = False) -> list[Any]:
+                   register: str | None = None, replicate: bool = False,
+                   taken: Taken | None = None) -> list[Any]:
         """Run scripts in one round trip. EVALSHA directly: a redis-py pipeline of Script
         objects would first ask SCRIPT EXISTS, a round trip of its own, every time. After
         a script cache flush (NOSCRIPT) they are loaded again and the calls retried; the
@@ -199,12 +173,15 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
         trip: after, so that a dispatcher's prune of an idle queue (forget.lua, which
         drops it only while nothing is held) cannot fall between the two and drop it.
         With ``replicate`` and fair_store_replicas N, a ``WAIT N`` ends the round trip
-        (:func:`~.connection.check_replicated`)."""
+        (:func:`~.connection.check_replicated`). ``taken``: the connection a hold took
+        before (``holding``), its first try's."""
         with _wrapped(self.where):
-            return self._pipelined_on(self.client, prefix, calls, register, replicate)
+            return self._pipelined_on(self.client, prefix, calls, register, replicate,
+                                      taken)
 
     def _pipelined_on(self, client: Any, prefix: str, calls: list[tuple[str, list[Any]]],
-                      register: str | None, replicate: bool) -> list[Any]:
+                      register: str | None, replicate: bool,
+                      taken: Taken | None = None) -> list[Any]:
         """:meth:`_pipelined` on ``client`` (a cluster's: the primary of the slot)."""
         wait = self.replicas if replicate else 0
         for attempt in (1, 2):
@@ -215,6 +192,8 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
                 pipe.sadd(queues_key(self.namespace), register)
             if wait:
                 pipe.execute_command("WAIT", wait, wait_ms(self.replicas_timeout))
+            if taken is not None:  # sent on it, then put back by the pipeline's reset
+                pipe.connection = taken.take()
             try:
                 answers = list(pipe.execute())
                 if wait:
