@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,14 @@ from celery_fair.store.registry import slot_table
 from celery_fair.task import store_for
 
 from .affinity_proj import make_app
-from .harness import Bench, captured_envelope, emit, prefill
+from .harness import Bench, captured_envelope, emit, prefill, repeat
 
 CELERY = str(Path(sys.executable).with_name("celery"))
 ROOT = Path(__file__).resolve().parent.parent
-WORKERS, POOL, TENANTS = 3, 4, 60
+#: 150 groups: the hash gives the 3 workers 54, 49 and 47 of them (60 gave 27, 22 and 11:
+#: with affinity the busiest worker then had 45 % of the work, and the drain measured
+#: that imbalance, 0.79 to 1.2 of the rate without affinity, not the routing's cost)
+WORKERS, POOL, TENANTS = 3, 4, 150
 
 
 class Side:
@@ -89,12 +93,23 @@ class Side:
 
 def affinity(bench: Bench) -> dict[str, Any]:
     n = bench.size(bench.e2e_tasks, 2000, 150)
-    off, on = _drain(bench, "none", n), _drain(bench, "hash", n)
-    figures: dict[str, Any] = {"tasks": n, "workers": WORKERS, "pool": POOL,
-                               "off_per_s": round(off, 1), "on_per_s": round(on, 1),
-                               "ratio": round(on / off, 3), **_moves(bench)}
-    return emit("affinity", figures, "ratio >= 0.9; moves as hashed", figures["ratio"] >= 0.9,
-                bench, stem="controls")
+
+    def once() -> dict[str, float]:
+        off, on = _drain(bench, "none", n), _drain(bench, "hash", n)
+        return {"off_per_s": off, "on_per_s": on, "ratio": on / off}
+
+    drains = repeat(1 if bench.smoke else bench.reps, once)
+    figures: dict[str, Any] = {"tasks": n, "workers": WORKERS, "pool": POOL, **drains,
+                               "busiest_worker_groups": _busiest(), **_moves(bench)}
+    met = drains["ratio"]["median"] >= 0.9
+    return emit("affinity", figures, "ratio >= 0.9; moves as hashed", met, bench,
+                stem="controls")
+
+
+def _busiest() -> float:
+    """The share of the groups the hash gives the busiest of the drain's workers."""
+    counts = Counter(owner(f"t{i}", [str(n) for n in range(WORKERS)]) for i in range(TENANTS))
+    return round(max(counts.values()) / TENANTS, 3)
 
 
 def _drain(bench: Bench, affinity: str, n: int) -> float:
@@ -106,10 +121,13 @@ def _drain(bench: Bench, affinity: str, n: int) -> float:
         side.wait("workers registered", lambda: len([w for w in side.table() if w]) == WORKERS)
         side.hold(n // TENANTS, [f"t{i}" for i in range(TENANTS)])
         total = n // TENANTS * TENANTS
-        start = time.monotonic()
         side.start("dispatcher", "fair", "dispatch", "-l", "ERROR")
+        # from the first task's run: the dispatcher process's start (a second or two of
+        # imports on a busy machine) is not the drain's
+        side.wait("the first task", lambda: side.done() >= 1, timeout=120)
+        start, first = time.monotonic(), side.done()
         side.wait("the drain", lambda: side.done() >= total, timeout=600)
-        return total / (time.monotonic() - start)
+        return (total - first) / (time.monotonic() - start)
     finally:
         side.close()
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from amqp.exceptions import MessageNacked
 from celery import Celery
-from celery.utils.nodenames import WORKER_DIRECT_EXCHANGE, worker_direct
+from celery.utils.nodenames import worker_direct
 from kombu.connection import Connection
 from kombu.entity import Queue
 from kombu.exceptions import OperationalError
@@ -138,8 +138,11 @@ class KombuPublisher:
         headers[QUEUE_HEADER] = queue
         exchange, routing_key, declare = envelope.exchange, envelope.routing_key, None
         if worker is not None:
-            exchange, routing_key = WORKER_DIRECT_EXCHANGE.name, worker
+            # by the queue's name on the default exchange: the same queue as C.dq2 with
+            # the hostname, without a binding lookup per publish (kombu's Redis transport
+            # reads the exchange's binding set for each message sent through it)
             declare = self._declare_direct(worker)
+            exchange, routing_key = "", declare_name(worker)
         # No `expiration` (RabbitMQ TTL): a message the broker dropped unseen would hold its
         # slot until the lease ran out and leave its result PENDING; the worker revokes an
         # expired task on receipt instead (REVOKED, and the slot is released at once).
@@ -269,6 +272,11 @@ class KombuPublisher:
                 connection.release()
             except Exception:  # noqa: BLE001 - it is being thrown away
                 logger.debug("closing the broker connection failed", exc_info=True)
+
+
+def declare_name(worker: str) -> str:
+    """``worker``'s own queue (Celery's worker_direct queue, ``<hostname>.dq2``)."""
+    return str(worker_direct(worker).name)
 
 
 def _batch(producer: Producer, count: int) -> Any:

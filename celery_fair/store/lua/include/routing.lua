@@ -62,8 +62,9 @@ end
 -- {group, score}, or {}. The worker is kept in r.host[cls].
 local function routed_top(r, key, cls)
   local start = r.offset[key] or 0
+  local size = 1  -- the head alone first: in the common case its worker has room
   while start < ROUTE_SCAN do
-    local page = redis.call('ZRANGE', key, start, start + ROUTE_PAGE - 1, 'WITHSCORES')
+    local page = redis.call('ZRANGE', key, start, start + size - 1, 'WITHSCORES')
     for i = 1, #page, 2 do
       local g = page[i]
       local w = not r.skip[cls .. g] and route(r, g, cls)
@@ -75,8 +76,8 @@ local function routed_top(r, key, cls)
       -- everything before it was looked past too: the next head starts after it
       if (r.offset[key] or 0) == start + (i - 1) / 2 then r.offset[key] = start + (i + 1) / 2 end
     end
-    if #page < 2 * ROUTE_PAGE then return {} end
-    start = start + ROUTE_PAGE
+    if #page < 2 * size then return {} end
+    start, size = start + size, ROUTE_PAGE
   end
   return {}
 end
