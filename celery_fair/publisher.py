@@ -102,8 +102,9 @@ class KombuPublisher:
             buffered: list[str] = sent if batch is None else []
             with batch or nullcontext():
                 for n, item in enumerate(picked):
-                    if self.publish_one(producer, queue, item,
-                                        workers[n] if workers else None):
+                    # (the worker only when routed: wrappers of publish_one take three)
+                    if (self.publish_one(producer, queue, item, workers[n]) if workers
+                            else self.publish_one(producer, queue, item)):
                         buffered.append(item.dispatch_id)
             # Leaving the batch flushed it in one round trip: all of it reached the broker.
             if batch is not None:
