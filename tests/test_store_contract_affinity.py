@@ -6,8 +6,11 @@ and reclaim; the others (memory, SQL) refuse, naming the setting."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
+from celery_fair.envelope import INTERACTIVE
 from celery_fair.errors import ConfigurationError
 from celery_fair.store.base import Store
 from celery_fair.store.routing import refuse_affinity
@@ -17,8 +20,10 @@ from .store_helpers import (
     LEASE,
     NOW,
     Q,
+    configure,
     group_of,
     hold,
+    klass_of,
     store_fixture,  # noqa: F401  (the fixture ``store``: any_store)
 )
 
@@ -138,3 +143,18 @@ def test_reclaim_and_a_lost_dispatch_s_renewal_keep_the_worker_s_count(store: St
     assert store.worker_inflight(Q) == {A: 1}
     store.release(Q, running.dispatch_id)
     assert store.worker_inflight(Q) == {}
+
+
+@routing
+def test_caps_and_the_interactive_class_hold_as_without_affinity(store: Store) -> None:
+    configure(store, caps={"capped": 1})
+    for n in range(3):
+        hold(store, "capped", hold_id=f"c-{n}")
+        hold(store, "free", hold_id=f"f-{n}")
+    hold(store, "free", klass=INTERACTIVE, hold_id="f-i")
+    store.assign(Q, [("capped", "", A), ("free", "", A)])
+    got = routed(store, {A: 10})
+    order = [(group_of(p), klass_of(p)) for p in got.picked]
+    assert order[0] == ("free", INTERACTIVE)  # interactive first, across groups
+    assert Counter(g for g, _ in order) == {"capped": 1, "free": 4}  # capped at its cap
+    assert store.worker_inflight(Q) == {A: 5}
