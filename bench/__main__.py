@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import aging, charge, fairness, rates, throughput
+from . import affinity, aging, charge, fairness, rates, throughput
 from .harness import Bench, commit, results_file, write_run_info
 from .sqlstores import STORES
 
@@ -30,6 +30,7 @@ SCENARIOS: dict[str, Callable[[Bench], dict[str, Any]]] = {
     "rate": rates.rate,
     "charge": charge.charge,
     "aging": aging.aging,
+    "affinity": affinity.affinity,
 }
 #: What runs on a SQL store (``all`` there): the issue's four figures. The others read
 #: Redis directly (``held``) or have not been measured on SQL yet.

@@ -77,7 +77,7 @@ def render_status(queues: list[dict[str, Any]]) -> Any:
         return Text("no fair queues yet (nothing has been held)")
     parts: list[Any] = [queue_table(queues)]
     for q in queues:
-        parts.extend(pause_line(q) + liveness_lines(q))
+        parts.extend(pause_line(q) + affinity_line(q) + liveness_lines(q))
     for q in queues:
         parts.extend(queue_groups(q))
     return Group(*parts)
@@ -110,7 +110,9 @@ def policy_cell(q: dict[str, Any]) -> str:
     return PolicyChoice(name=q["policy"], charge=q.get("charge") or "cost",
                         cap_mode=q.get("cap_mode") or "hard",
                         interactive_share=q.get("interactive_share"),
-                        aging_seconds=q.get("aging_seconds", DEFAULT_AGING)).describe()
+                        aging_seconds=q.get("aging_seconds", DEFAULT_AGING),
+                        affinity=q.get("affinity") or "none",
+                        spill_seconds=q.get("spill_seconds")).describe()
 
 
 def queue_table(queues: list[dict[str, Any]]) -> Any:
@@ -153,6 +155,17 @@ def pause_line(q: dict[str, Any]) -> list[Any]:
     return [Text(f"queue {q['queue']}: PAUSED until "
                  f"{'fair resume' if until is None else utc_text(until)}: nothing is "
                  "dispatched", style="bold yellow")]
+
+
+def affinity_line(q: dict[str, Any]) -> list[Any]:
+    """A routed queue's (fair_affinity) moves so far and its workers' routed in flight."""
+    from rich.text import Text
+
+    if "affinity_moves" not in q:
+        return []
+    flights = ", ".join(f"{w} {n}" for w, n in sorted(q["worker_inflight"].items()))
+    return [Text(f"queue {q['queue']}: affinity: {q['affinity_moves']} group moves between "
+                 f"workers so far; in flight by worker: {flights or 'none'}")]
 
 
 def liveness_lines(q: dict[str, Any]) -> list[Any]:

@@ -91,7 +91,8 @@ def workers(ctx: click.Context, queues: tuple[str, ...], as_json: bool,
             watch: float | None) -> None:
     """List the live workers of each fair queue: slot, hostname, start time, pool, the
     fair queues each consumes, and "groups (hash)": how many of the queue's groups with
-    work fair_affinity="hash" would route to it (nothing routes by it yet)."""
+    work the hash assigns it (fair_affinity="hash" routes them there, unless fair_assign
+    chooses otherwise)."""
     app = ctx.obj.app
     try:
         store = store_for(app)

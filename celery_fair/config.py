@@ -16,6 +16,7 @@ from typing import Any, Callable
 from celery import Celery
 
 from . import limits
+from .assign import assign_ref
 from .config_keys import check_table_prefix, reject_unknown
 from .config_keys import invalid_setting as _fail
 from .errors import ConfigurationError, InvalidLimit
@@ -80,6 +81,7 @@ class FairConfig:
     store_replicas_timeout: float = 1.0
     policy: PolicyChoice = PolicyChoice()  # fair_policy and its companions
     queue_policies: Mapping[str, PolicyChoice] = field(default_factory=dict)
+    assign: Any = None  # fair_assign: a function, or its path (assign.load_assign)
 
     def policy_for(self, queue: str) -> PolicyChoice:
         """The policy ``queue`` runs (``fair_queue_policies``, else the app-wide one)."""
@@ -146,6 +148,7 @@ class FairConfig:
             report_interval=_positive("fair_report_interval", get("fair_report_interval"),
                                       zero="no report"),
             log_utc=_flag("fair_log_utc", get("fair_log_utc")),
+            assign=assign_ref(get("fair_assign")),
         )
 
 

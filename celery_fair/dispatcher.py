@@ -35,10 +35,11 @@ from .pauses import PauseExpiry
 from .publisher import KombuPublisher
 from .redact import safe_url
 from .reporting import Reporter, log_start
+from .routing import Router
 from .schedule import StepSchedule
 from .shards import Shard
 from .store import store_for
-from .store.base import Picked, Store
+from .store.base import Picked, Pushed, Store
 from .store.base import now_ms as _now_ms
 from .summary import SummaryWriter
 from .urls import CLUSTER_SCHEMES, REDIS_SCHEMES, SENTINEL_SCHEMES, scheme_of
@@ -110,6 +111,8 @@ class Dispatcher:
         self.publisher = KombuPublisher(app, self.broker, store, self.config, self._notify,
                                         lambda: self.observer is not None)
         self._store = store
+        # fair_affinity: which worker each group goes to (refuses a store without it)
+        self.router = Router(lambda: self.store, self.config, lambda: self.clock())
         # Store or broker down: back off (capped) and log the outage's start and end once.
         self._backoff = Backoff(0.1, MAX_BACKOFF_SECONDS)
         self._outage = Outage(logger, "dispatcher step",
@@ -137,6 +140,7 @@ class Dispatcher:
     def _forget(self, queue: str) -> None:
         """``queue`` is no longer served (the directory pruned it)."""
         self._reclaimed.pop(queue, None)
+        self.router.forget(queue)
 
     @property
     def fixed_queues(self) -> list[str] | None:
@@ -174,11 +178,17 @@ class Dispatcher:
         now = _now_ms() if now_ms is None else now_ms
         store = self.store
         capacity = self.directory.room(queue)
-        (promoted, next_due), (requeued, lost), (pushed, picked) = \
-            store.promote_reclaim_pick(queue, now, self.batch_size, capacity, PICK_LEASE_MS,
-                                       self.publisher.push_for(queue),
-                                       now + int(self.config.lease_seconds * 1000),
-                                       reclaim=self._reclaim_due(queue, now_ms))
+        workers: list[str] | None = None  # with affinity: each pick's worker
+        if self.router.routes(queue):
+            (promoted, next_due), (requeued, lost), picked, workers = \
+                self._take_routed(queue, now, capacity, now_ms)
+            pushed: list[Pushed] = []
+        else:
+            (promoted, next_due), (requeued, lost), (pushed, picked) = \
+                store.promote_reclaim_pick(queue, now, self.batch_size, capacity,
+                                           PICK_LEASE_MS, self.publisher.push_for(queue),
+                                           now + int(self.config.lease_seconds * 1000),
+                                           reclaim=self._reclaim_due(queue, now_ms))
         if requeued or lost:
             logger.warning("queue %s: reclaimed %d slots whose lease ran out "
                            "(%d held again, %d lost with their worker)",
@@ -189,7 +199,7 @@ class Dispatcher:
             if enabled(logger):
                 log_event(logger, DISPATCH, push.hold_id, push.group, queue,
                           dispatch=push.dispatch_id, **{"class": push.klass}, via="push")
-        self._publish(queue, picked, now, result)
+        self._publish(queue, picked, now, result, workers)
         taken = len(pushed) + len(picked)
         result.dispatched += taken
         result.by_queue[queue] = taken
@@ -207,6 +217,19 @@ class Dispatcher:
                                # (a rate's throttle) must not wait the step's length more
                                next_due_in=None if next_due is None else
                                (next_due - _now_ms()) / 1000)
+
+    def _take_routed(self, queue: str, now: int, capacity: int | None, now_ms: int | None
+                     ) -> tuple[tuple[int, int | None], tuple[int, int], list[Picked],
+                                list[str]]:
+        """Reclaim (when due), promote and pick ``queue`` with affinity (routing.py): the
+        reclaim goes first, on its own, so that the workers are read again after it and
+        a dead worker's messages, held again, go to their groups' new workers."""
+        requeued = lost = 0
+        if self._reclaim_due(queue, now_ms):
+            requeued, lost = self.store.reclaim(queue, now, 1000)
+        routed = self.router.pick(queue, now, self.batch_size, capacity, PICK_LEASE_MS,
+                                  reclaimed=bool(requeued or lost))
+        return routed.promoted, (requeued, lost), routed.picked, routed.workers
 
     def _migrating(self, queue: str, exc: SlotMigrating) -> None:
         """``queue``'s slot is moving to another node: its scripts cannot run until the
@@ -235,8 +258,8 @@ class Dispatcher:
         return True
 
     def _publish(self, queue: str, picked: list[Picked], now: int,
-                 result: StepResult) -> None:
-        stale, counts = self.publisher.publish(queue, picked, now)
+                 result: StepResult, workers: list[str] | None = None) -> None:
+        stale, counts = self.publisher.publish(queue, picked, now, workers)
         result.expired += counts["expired"]
         result.refused += counts["refused"]
         if stale:

@@ -32,8 +32,13 @@ from .limits import (
 from .limits import aging as _aging_in_range
 from .limits import interactive_share as _share_in_range
 
-__all__ = ["CAP_MODES", "CHARGES", "COMPANIONS", "HARD", "HARMONY", "POLICIES", "SMALLEST",
-           "SOFT", "WFQ", "PolicyChoice", "read_policies"]
+#: fair_affinity's values: no routing, or each group to one worker by consistent hash.
+NO_AFFINITY, HASH_AFFINITY = "none", "hash"
+AFFINITIES = (NO_AFFINITY, HASH_AFFINITY)
+
+__all__ = ["AFFINITIES", "CAP_MODES", "CHARGES", "COMPANIONS", "HARD", "HARMONY",
+           "HASH_AFFINITY", "NO_AFFINITY", "POLICIES", "SMALLEST", "SOFT", "WFQ",
+           "PolicyChoice", "any_affinity", "read_policies"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,12 @@ class PolicyChoice:
     #: ``fair_aging_seconds``: under 'smallest', the seconds of waiting worth one unit of
     #: declared cost (a task of cost c ranks as if it had come c times this later)
     aging_seconds: float = DEFAULT_AGING
+    #: ``fair_affinity``: 'none', or 'hash' (each group's tasks go to one live worker's
+    #: own queue, picked by consistent hashing: routing.py)
+    affinity: str = NO_AFFINITY
+    #: ``fair_affinity_spill_seconds``: how long a group's head waits for its own
+    #: worker's free slot before any worker with room takes it (None: it waits)
+    spill_seconds: float | None = None
 
     def describe(self) -> str:
         """The policy with its companions where they are not the default, as ``fair
@@ -72,7 +83,26 @@ class PolicyChoice:
             parts.append(f"{self.cap_mode}-cap")
         if self.interactive_share is not None:
             parts.append(f"i≤{self.interactive_share:g}")
+        if self.affinity != NO_AFFINITY:
+            spill = "" if self.spill_seconds is None else f" spill {self.spill_seconds:g}s"
+            parts.append(f"affinity {self.affinity}{spill}")
         return ", ".join(parts)
+
+
+def _affinity(setting: str, value: Any) -> str:
+    if value not in AFFINITIES:
+        raise _fail(setting, value, "one of " + ", ".join(repr(a) for a in AFFINITIES))
+    return str(value)
+
+
+def _spill_seconds(setting: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value < float("inf"):
+        raise _fail(setting, value, "None (never: a group waits for its own worker) or "
+                                    "a number of seconds, 0 or more, such as 30")
+    return float(value)
 
 
 def _policy_name(setting: str, value: Any) -> str:
@@ -117,6 +147,8 @@ COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
     "fair_cap_mode": ("cap_mode", _cap_mode),
     "fair_interactive_share": ("interactive_share", _interactive_share),
     "fair_aging_seconds": ("aging_seconds", _aging),
+    "fair_affinity": ("affinity", _affinity),
+    "fair_affinity_spill_seconds": ("spill_seconds", _spill_seconds),
 }
 
 
@@ -163,3 +195,10 @@ def _laid_over(base: PolicyChoice, where: str, entries: Any) -> PolicyChoice:
         field, check = COMPANIONS[key]
         changes[field] = check(f"{where}[{key!r}]", value)
     return replace(base, **changes)
+
+
+def any_affinity(base: PolicyChoice, per_queue: Mapping[str, PolicyChoice]) -> bool:
+    """Whether some fair queue routes groups to workers (``fair_affinity`` 'hash'): then
+    the workers consume their own queue (``worker.py``)."""
+    return base.affinity == HASH_AFFINITY or any(
+        c.affinity == HASH_AFFINITY for c in per_queue.values())

@@ -20,6 +20,7 @@ from typing import Any
 
 from amqp.exceptions import MessageNacked
 from celery import Celery
+from celery.utils.nodenames import worker_direct
 from kombu.connection import Connection
 from kombu.entity import Queue
 from kombu.exceptions import OperationalError
@@ -86,9 +87,11 @@ class KombuPublisher:
         self._connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
         self.failed = False
 
-    def publish(self, queue: str, picked: list[Picked], now: int) -> tuple[list[str], Counter[str]]:
+    def publish(self, queue: str, picked: list[Picked], now: int,
+                workers: list[str] | None = None) -> tuple[list[str], Counter[str]]:
         """Publish ``picked`` and confirm what the broker accepted; returns the dispatch
-        ids found stale at confirm and the counts of ``expired`` and ``refused``."""
+        ids found stale at confirm and the counts of ``expired`` and ``refused``. With
+        ``workers`` (fair_affinity), each message goes to its worker's own queue."""
         if not picked:
             return [], Counter()
         sent: list[str] = []
@@ -98,8 +101,10 @@ class KombuPublisher:
             batch = _batch(producer, len(picked))
             buffered: list[str] = sent if batch is None else []
             with batch or nullcontext():
-                for item in picked:
-                    if self.publish_one(producer, queue, item):
+                for n, item in enumerate(picked):
+                    # (the worker only when routed: wrappers of publish_one take three)
+                    if (self.publish_one(producer, queue, item, workers[n]) if workers
+                            else self.publish_one(producer, queue, item)):
                         buffered.append(item.dispatch_id)
             # Leaving the batch flushed it in one round trip: all of it reached the broker.
             if batch is not None:
@@ -118,8 +123,10 @@ class KombuPublisher:
             stale = self.store.confirm(queue, sent, deadline)
         return stale, self._counts
 
-    def publish_one(self, producer: Producer, queue: str, item: Picked) -> bool:
-        """Publish one picked message; True once the broker accepted it."""
+    def publish_one(self, producer: Producer, queue: str, item: Picked,
+                    worker: str | None = None) -> bool:
+        """Publish one picked message (to ``worker``'s own queue, Celery's worker_direct
+        one, when given); True once the broker accepted it."""
         envelope = self._decode(queue, item)
         if envelope is None:
             return False
@@ -130,15 +137,23 @@ class KombuPublisher:
             return False
         headers[DISPATCH_HEADER] = item.dispatch_id
         headers[QUEUE_HEADER] = queue
+        exchange, routing_key, declare = envelope.exchange, envelope.routing_key, None
+        if worker is not None:
+            # by the queue's name on the default exchange: the same queue as C.dq2 with
+            # the hostname, without a binding lookup per publish (kombu's Redis transport
+            # reads the exchange's binding set for each message sent through it)
+            declare = self._declare_direct(worker)
+            exchange, routing_key = "", declare_name(worker)
         # No `expiration` (RabbitMQ TTL): a message the broker dropped unseen would hold its
         # slot until the lease ran out and leave its result PENDING; the worker revokes an
         # expired task on receipt instead (REVOKED, and the slot is released at once).
         try:
             producer.publish(
-                envelope.body, exchange=envelope.exchange, routing_key=envelope.routing_key,
+                envelope.body, exchange=exchange, routing_key=routing_key,
                 content_type=envelope.content_type, content_encoding=envelope.content_encoding,
                 headers=headers, priority=envelope.priority,
-                delivery_mode=envelope.delivery_mode, declare=self._declare(envelope),
+                delivery_mode=envelope.delivery_mode,
+                declare=declare if worker is not None else self._declare(envelope),
                 mandatory=self.broker == AMQP, retry=True,
                 retry_policy=self.app.conf.task_publish_retry_policy,
                 **_CONFIRM_TIMEOUT, **envelope.properties)
@@ -149,8 +164,7 @@ class KombuPublisher:
         if item.dispatch_id in self._returned:
             self._returned.discard(item.dispatch_id)
             return self._refused(queue, item, "no queue is bound to its exchange and "
-                                 f"routing key ({envelope.exchange!r}, "
-                                 f"{envelope.routing_key!r})")
+                                 f"routing key ({exchange!r}, {routing_key!r})")
         if self._observed() or enabled(logger):
             where = placement_of(item.value, item.hold_id)
             self._notify("on_dispatch", queue, where.group, where.klass, envelope.due_at)
@@ -205,6 +219,17 @@ class KombuPublisher:
             return None
         return [entity]
 
+    def _declare_direct(self, worker: str) -> list[Queue] | None:
+        """``worker``'s own queue (``<hostname>.dq2`` on Celery's ``C.dq2`` exchange), as
+        the worker declares it, so that a message routed before the worker's consumer
+        declared it is not dropped unroutable."""
+        entity = worker_direct(worker)
+        if entity.name not in self._declared:
+            self._declared[entity.name] = entity
+        entity = self._declared[entity.name]
+        assert entity is not None
+        return None if self._already_declared(entity) else [entity]
+
     def _already_declared(self, entity: Queue) -> bool:
         """kombu's own cache check, without the entity copy its ``maybe_declare`` makes on
         every publish (a third of a dispatch's cost); the cache empties on reconnect."""
@@ -248,6 +273,11 @@ class KombuPublisher:
                 connection.release()
             except Exception:  # noqa: BLE001 - it is being thrown away
                 logger.debug("closing the broker connection failed", exc_info=True)
+
+
+def declare_name(worker: str) -> str:
+    """``worker``'s own queue (Celery's worker_direct queue, ``<hostname>.dq2``)."""
+    return str(worker_direct(worker).name)
 
 
 def _batch(producer: Producer, count: int) -> Any:

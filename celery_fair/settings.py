@@ -94,10 +94,28 @@ SETTINGS: tuple[Setting, ...] = (
             "cost. A held task of cost c ranks as if it had come c times this many seconds "
             "later, so a task is never passed by tasks of its group that became "
             "dispatchable more than that later (0: arrival order). See docs/policies.md."),
+    Setting("fair_affinity", "none",
+            "'hash': each group's tasks go to one live worker's own queue (Celery's "
+            "worker_direct queue, which celery-fair makes the workers consume), chosen by "
+            "consistent hashing over the live workers so that a worker joining or leaving "
+            "moves as few groups as possible; a group waits for a free slot of its own "
+            "worker. 'none' (the default): any worker. Redis store only for now. See "
+            "docs/affinity.md."),
+    Setting("fair_affinity_spill_seconds", None,
+            "With fair_affinity 'hash': after this many seconds waiting for its own "
+            "worker's free slot, a group's next task goes to the worker with the most "
+            "room. None (the default): it waits."),
+    Setting("fair_assign", None,
+            "With fair_affinity 'hash': a function (group, workers) -> hostname or None "
+            "choosing a group's worker instead of the hash, or its path "
+            "('module:function'); workers are AssignWorker (hostname, started_at, pool, "
+            "queues). None, an unknown hostname or an error (logged) fall back to the "
+            "hash."),
     Setting("fair_queue_policies", {},
             "Per fair queue, companion settings overriding the app-wide ones: {queue: "
             "{'fair_policy': 'harmony', 'fair_charge': 'runtime', 'fair_cap_mode': "
-            "'soft', 'fair_interactive_share': 0.8, 'fair_aging_seconds': 2}}."),
+            "'soft', 'fair_interactive_share': 0.8, 'fair_aging_seconds': 2, "
+            "'fair_affinity': 'hash', 'fair_affinity_spill_seconds': 30}}."),
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
             "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "

@@ -45,6 +45,7 @@ from typing import Any, NamedTuple
 from .config import FairConfig
 from .errors import FairError
 from .outage import Outage
+from .policies import NO_AFFINITY, PolicyChoice
 from .store.base import GroupHeads, Store, as_json, now_ms
 from .store.heads import head_wait
 
@@ -126,7 +127,18 @@ def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict
             "head_wait": _head_wait(heads.values(), now),
             "groups": [{**as_json(r), "oldest_wait": _wait([heads[r.group]], now),
                         "head_wait": _head_wait([heads[r.group]], now)} for r in shown],
-            "more_groups": max(figures.group_count - len(shown), 0)}
+            "more_groups": max(figures.group_count - len(shown), 0),
+            **_affinity(store, choice, queue)}
+
+
+def _affinity(store: Store, choice: PolicyChoice, queue: str) -> dict[str, Any]:
+    """fair_affinity's figures (routed queues only): the groups moved from one worker
+    to another so far, each worker's routed dispatches in flight."""
+    if choice.affinity == NO_AFFINITY:
+        return {}
+    return {"affinity": choice.affinity, "spill_seconds": choice.spill_seconds,
+            "affinity_moves": store.affinity_moves(queue),
+            "worker_inflight": store.worker_inflight(queue)}
 
 
 def _capacity_fields(capacity: Capacity | None) -> Mapping[str, int | None]:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from celery import Celery, bootsteps, signals
+from celery.utils.nodenames import worker_direct
 from celery.worker import state as worker_state
 
 from .config import get_config
@@ -31,6 +32,7 @@ from .lifecycle import (
 )
 from .logtime import log_in_utc
 from .outage import Backoff, Outage
+from .policies import any_affinity
 from .redact import safe_url
 from .spool import spool_for
 from .store import store_for
@@ -309,7 +311,9 @@ class LeaseStep(bootsteps.StartStopStep):
     def start(self, parent: Any) -> None:
         app = parent.app
         get_config(app)  # bad settings fail the worker at startup, not at the first task
-        queues = [q.name for q in getattr(parent.task_consumer, "queues", None) or ()]
+        own = worker_direct(parent.hostname).name  # fair_affinity's: not a fair queue
+        queues = [q.name for q in getattr(parent.task_consumer, "queues", None) or ()
+                  if q.name != own]
         self.keeper = LeaseKeeper(app, parent.hostname, queues, _concurrency(parent))
         try:
             self.keeper.beat()  # register capacity before the first task arrives
@@ -343,9 +347,15 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     if LeaseStep not in steps:
         steps.add(LeaseStep)
     try:  # before Celery sets up the worker's logging (logtime.py)
-        log_in_utc(get_config(sender.app).log_utc, existing=False)
+        config = get_config(sender.app)
     except ConfigurationError:
-        pass  # LeaseStep.start fails the worker with it
+        return  # LeaseStep.start fails the worker with it
+    log_in_utc(config.log_utc, existing=False)
+    if any_affinity(config.policy, config.queue_policies):
+        # fair_affinity: the dispatcher sends a group's tasks to this worker's own queue
+        # (worker_direct's; Celery selects its queues before worker_init, so it is added
+        # here as its setup_queues would with worker_direct on)
+        sender.app.amqp.queues.select_add(worker_direct(sender.hostname))
 
 
 def _concurrency(consumer: Any) -> int:

@@ -64,6 +64,14 @@ class Ledger:
     def end_entries(self) -> list[dict[str, Any]]:
         return [json.loads(x) for x in self.r.lrange(self.key("ends"), 0, -1)]
 
+    def ran_on(self, group: str, label: str, hostname: str, what: str = "on") -> None:
+        """Where a task ran (``what``: 'on' at its start, 'done' at its end)."""
+        self.r.rpush(self.key(what), json.dumps({"group": group, "label": label,
+                                                 "host": hostname, "t": time.time()}))
+
+    def hosts(self, what: str = "on") -> list[dict[str, Any]]:
+        return [json.loads(x) for x in self.r.lrange(self.key(what), 0, -1)]
+
     def runs(self) -> dict[str, int]:
         return {k.decode(): int(v) for k, v in self.r.hgetall(self.key("runs")).items()}
 
@@ -111,6 +119,14 @@ def _define_tasks(app: Celery, base: Any, ledger: Ledger) -> None:
                 time.sleep(duration)
         finally:
             ledger.leave(tenant)
+        return label
+
+    @app.task(base=base, fair_group="tenant", bind=True, shared=False, name="proj.sticky")
+    def sticky(self: Any, tenant: str, label: str = "", duration: float = 0.0) -> str:
+        """A task that records the worker it ran on (fair_affinity's tests)."""
+        ledger.ran_on(tenant, label, str(self.request.hostname))
+        work.run(tenant, label, duration)
+        ledger.ran_on(tenant, label, str(self.request.hostname), "done")
         return label
 
     @app.task(base=base, fair_group="tenant", fair_interactive=True, shared=False,

@@ -63,6 +63,7 @@ from .models import (
 )
 from .pausing import Pausing
 from .registry import Registry
+from .routing import Routing
 from .throttling import Throttling
 
 __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRUNE_GRACE_MS",
@@ -74,7 +75,7 @@ __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRU
 
 
 class Store(Registry, BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting,
-            Throttling):
+            Throttling, Routing):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).

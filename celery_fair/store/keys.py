@@ -101,6 +101,14 @@ class QueueKeys:
         return f"{self.prefix}:wmeta"
 
     @property
+    def aff(self) -> str:  # fair_affinity: group -> its worker (assign.lua)
+        return f"{self.prefix}:aff"
+
+    @property
+    def wflight(self) -> str:  # fair_affinity: worker -> its routed dispatches in flight
+        return f"{self.prefix}:wflight"
+
+    @property
     def summary(self) -> str:
         return f"{self.prefix}:summary"
 

@@ -52,6 +52,7 @@ from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrott
 from .redis_policy import RedisPolicy
 from .redis_reads import RedisReads
 from .redis_registry import RedisRegistry
+from .redis_routing import RedisRouting
 from .scripts import OPERATIONS, source
 
 # Kept importable from here, where they were defined before connection.py and
@@ -67,7 +68,7 @@ _WHERE = ("host", "port", "db", "path")
 
 
 class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, RedisBoosting,
-                 RedisThrottling, RedisRegistry, Store):
+                 RedisThrottling, RedisRegistry, RedisRouting, Store):
     """Fair queues of one namespace in one Redis database."""
 
     supports_direct_push = True

@@ -34,6 +34,9 @@ ARGV[10] the queue's own direct exchange ('' for none) ...
 ARGV[11] ... its routing key
 ARGV[12] ... and kombu's binding set of that exchange ("_kombu.binding.<exchange>"); a
          broker key, which is why direct push is never used on Redis Cluster
+Affinity (fair_affinity 'hash'; never with the direct push, whose ARGV[6] is '' then):
+ARGV[13] the live workers and what each may have in flight: "<worker>\n<limit>\n..."
+ARGV[14] the spill time in ms (-1: never); see include/routing.lua
 A message addressed to the queue by name, or through that exchange and routing key while
 every binding of that routing key leads to this queue alone, is pushed into the queue's
 list as kombu would publish it, and its dispatch is 'queued' at once: no publish round
@@ -43,14 +46,19 @@ Each group taken from gets its head time (`h<class>` in `g:<group>`) stamped now
 per group and call: the next message of that list is the head since now.
 Returns: flat array {dispatch id, hold id, stored value, ...}; in direct mode preceded by
 the number of messages pushed and, for each of them, its class, due time (meta `t`, or ''),
-group, hold id and dispatch id. A held message that cannot be decoded moves to `quarantine`
-and comes back as {'', hold id, ''} (so it is logged). ]]
+group, hold id and dispatch id. With affinity: {that array, the worker of each picked
+message in order, the groups met without a live worker assigned}. A held message that
+cannot be decoded moves to `quarantine` and comes back as {'', hold id, ''} (so it is
+logged). ]]
 -- @include common
 -- @include kombu
+-- @include routing
 local now, want, capacity = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local deadline = now + tonumber(ARGV[4])
 local token = ARGV[5] .. redis.call('HINCRBY', K_STAT, 'picks', 1) .. '.'
 local target = ARGV[6]
+if target == '' then target = nil end
+local routing = ARGV[13] and ARGV[13] ~= '' and routing_of(ARGV[13], ARGV[14], now) or nil
 if capacity >= 0 then
   local room = capacity - tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
   if room < want then want = room end
@@ -135,15 +143,19 @@ local share = capacity >= 0 and tonumber(conf_ishare or '')
 local share_bound = share and share * capacity
 local inflight_i = share_bound and tonumber(redis.call('HGET', K_STAT, 'inflight:i') or '0') or 0
 local taken_i = 0
+local function top_of(k, cls)  -- the set's head (with affinity: among those that may go)
+  if routing then return routed_top(routing, k, cls) end
+  return redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+end
 local function head_of(k_set, skip_i)
   if share_bound and inflight_i >= share_bound then  -- background first, while it waits
-    local top = redis.call('ZRANGE', k_set('b'), 0, 0, 'WITHSCORES')
+    local top = top_of(k_set('b'), 'b')
     if top[1] then return 'b', top[1], tonumber(top[2]) end
   end
   local best = nil
   for _, cls in ipairs(CLASSES) do
     if cls ~= 'i' or not skip_i then
-      local top = redis.call('ZRANGE', k_set(cls), 0, 0, 'WITHSCORES')
+      local top = top_of(k_set(cls), cls)
       if top[1] and not harmonious then return cls, top[1], tonumber(top[2]) end
       local score = top[1] and tonumber(top[2])
       if score and (not best or score < best[3] or (score == best[3] and top[1] < best[2])) then
@@ -194,7 +206,8 @@ end
 local out, taken, pushed, pushed_info = {}, 0, 0, {}
 local popped, popped_total = {}, {i = 0, b = 0}  -- ids taken off each group's lists
 local new_head = {}  -- group -> {class -> true}: a message taken off that list's head
-while taken < want do
+local routed = {}  -- affinity: the worker of each message in `out`, in order
+while taken < want and not (routing and routing.open == 0) do
   local cls, g, tag = head()
   if not cls then break end
   local id = pop_held(cls, g)
@@ -264,6 +277,10 @@ while taken < want do
       redis.call('HSET', k_dispatch(did), 's', 'picked', 'g', g, 'c', cls, 'id', id,
                  'v', value)
       if estimate then redis.call('HSET', k_dispatch(did), 'e', estimate) end
+      if routing then
+        routed[#routed + 1] = routing.host[cls]
+        routed_taken(routing, routing.host[cls], did)
+      end
       redis.call('ZADD', K_LEASES, deadline, did)
       out[#out + 1] = did
       out[#out + 1] = id
@@ -315,6 +332,7 @@ for g, n in pairs(popped) do rank_backlog(g, -n) end
 for cls, n in pairs(popped_total) do
   if n > 0 then redis.call('HINCRBY', K_STAT, 'held:' .. cls, -n) end
 end
+if routing then return {out, routed, unassigned_of(routing)} end
 if target then
   -- {pushed, (class, due, group, hold id, dispatch id) per pushed message, then the
   -- picked triples}

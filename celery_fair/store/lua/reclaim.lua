@@ -22,8 +22,8 @@ local requeued, lost = 0, 0
 for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, limit)) do
   redis.call('ZREM', K_LEASES, did)
   local dk = k_dispatch(did)
-  local state, g, cls, id, value, kept =
-    unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v', 'a'))
+  local state, g, cls, id, value, kept, w =
+    unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v', 'a', 'w'))
   if value and (state == 'picked' or state == 'queued'
                 or (state == 'running' and kept == '1')) then
     if redis.call('HEXISTS', K_MSG, id) == 1 then id = id .. '~' .. did end
@@ -37,11 +37,13 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT',
     redis.call('EXPIRE', dk, ttl)
     requeued = requeued + 1
     free_slot(g, cls)
+    worker_slot(w, -1)
   elseif state == 'picked' or state == 'queued' or state == 'running' then
     redis.call('HSET', dk, 's', 'lost')
     redis.call('EXPIRE', dk, ttl)
     lost = lost + 1
     free_slot(g, cls)
+    worker_slot(w, -1)
   end
 end
 if requeued + lost > 0 then wake() end

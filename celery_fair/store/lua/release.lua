@@ -22,7 +22,8 @@ Returns: 1 slot freed, 0 nothing to do. ]]
 -- @include common
 local did, done_ttl = ARGV[1], tonumber(ARGV[2] or '0')
 local dk = k_dispatch(did)
-local state, runner, g, cls, estimate = unpack(redis.call('HMGET', dk, 's', 'x', 'g', 'c', 'e'))
+local state, runner, g, cls, estimate, w =
+  unpack(redis.call('HMGET', dk, 's', 'x', 'g', 'c', 'e', 'w'))
 if not state or state == 'superseded' or state == 'released' then return 0 end
 if ARGV[3] and ARGV[3] ~= '' and runner and runner ~= ARGV[3] then return 0 end
 redis.call('DEL', dk)
@@ -51,5 +52,6 @@ if runtime and runtime >= 0 and runtime <= MAX_RUNTIME and charged and not harmo
   end
 end
 free_slot(g, cls, not corrected)
+worker_slot(w, -1)
 wake()
 return 1

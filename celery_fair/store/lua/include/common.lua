@@ -3,7 +3,7 @@
 -- tag, so one script only ever touches one Redis Cluster slot. keys.py mirrors this layout.
 local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
-local K_STAT = prefix .. ':stat'        -- HASH inflight, inflight:i, held:i, held:b, released, dup, skipped, picks, served
+local K_STAT = prefix .. ':stat'        -- HASH inflight, inflight:i, held:i, held:b, released, dup, skipped, picks, served, moves
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
 local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy, charge, capmode, ishare
 local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
@@ -29,6 +29,8 @@ local K_QUARANTINE = prefix .. ':quarantine'  -- HASH id -> value that cannot be
 local K_QUARANTINE_ORDER = prefix .. ':quarantine:order'  -- LIST its ids, newest first
 local K_WORKERS = prefix .. ':workers'  -- HASH worker -> '<expires ms>:<pool>' (register.lua)
 local K_WMETA = prefix .. ':wmeta'      -- HASH worker -> '<started ms>:<slot>' (register.lua)
+local K_AFF = prefix .. ':aff'          -- HASH group -> worker its tasks go to (fair_affinity; assign.lua)
+local K_WFLIGHT = prefix .. ':wflight'  -- HASH worker -> its routed dispatches in flight (record field `w`)
 
 local CLASSES = {'i', 'b'}               -- interactive first
 
@@ -471,6 +473,13 @@ local function free_slot(g, cls, only)
   if n <= 0 then forget_if_idle(g, n) end
 end
 
+-- A routed dispatch (fair_affinity: its record's `w`, the worker it was sent to) takes
+-- (delta 1) or frees (-1) a slot of that worker; nothing for a dispatch not routed.
+local function worker_slot(w, delta)
+  if not w or w == '' then return end
+  if redis.call('HINCRBY', K_WFLIGHT, w, delta) <= 0 then redis.call('HDEL', K_WFLIGHT, w) end
+end
+
 -- A worker holds dispatch `did` (received it, or runs it): extend its lease. A dispatch
 -- whose slot was reclaimed ('lost') takes a slot again and counts as running; a tombstone
 -- ('superseded', 'released') is left as it is. Returns the state it was in, or false.
@@ -480,7 +489,8 @@ local function hold_lease(did, deadline, state)
   if state == nil then state = redis.call('HGET', dk, 's') end
   if not state or state == 'superseded' or state == 'released' then return state or false end
   if state == 'lost' then
-    local g, cls = unpack(redis.call('HMGET', dk, 'g', 'c'))
+    local g, cls, w = unpack(redis.call('HMGET', dk, 'g', 'c', 'w'))
+    worker_slot(w, 1)
     redis.call('HINCRBY', k_group(g), 'n', 1)
     redis.call('HINCRBY', K_STAT, 'inflight', 1)
     if cls == 'i' then redis.call('HINCRBY', K_STAT, 'inflight:i', 1) end
