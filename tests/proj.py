@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from typing import Any
 
@@ -188,9 +189,21 @@ def _from_env() -> Celery | None:
     broker = os.environ.get("FAIR_TEST_BROKER")
     if not broker:
         return None
+    _hear_ctrl_c()
     conf = json.loads(os.environ.get("FAIR_TEST_CONF", "{}"))
     return create_app(broker, os.environ["FAIR_TEST_NS"], os.environ["FAIR_TEST_QUEUE"],
                       store=os.environ.get("FAIR_TEST_STORE") or None, **conf)
+
+
+def _hear_ctrl_c() -> None:
+    """A ``celery -A tests.proj`` subprocess of a test: SIGINT raises KeyboardInterrupt,
+    as at a terminal. A process started with SIGINT ignored or blocked keeps it so
+    (Python installs its handler only over the default; the mask is inherited), and in
+    the two-process suite `fair status --watch` went on printing after the test's
+    SIGINT, twice in two runs (its stack: sleeping in its loop)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 app = _from_env()
