@@ -197,10 +197,11 @@ def _from_env() -> Celery | None:
 
 def _hear_ctrl_c() -> None:
     """A ``celery -A tests.proj`` subprocess of a test: SIGINT raises KeyboardInterrupt,
-    as at a terminal. A process started with SIGINT ignored or blocked keeps it so
-    (Python installs its handler only over the default; the mask is inherited), and in
-    the two-process suite `fair status --watch` went on printing after the test's
-    SIGINT, twice in two runs (its stack: sleeping in its loop)."""
+    as at a terminal. A suite started in the background by a non-interactive shell
+    (``nohup ... &``, as a CI runner may) has SIGINT ignored, every process below it
+    inherits that, and Python installs its handler only over the default: `fair status
+    --watch` went on printing after the test's SIGINT. A blocked SIGINT is inherited
+    too."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
