@@ -54,6 +54,10 @@ def test_a_backend_without_routing_refuses_it_naming_the_setting(store: Store) -
     with pytest.raises(ConfigurationError):
         store.pick_routed(Q, 1, None, NOW, LEASE, {A: 1}, None)
     refuse_affinity(store, [])  # no queue asks: fine
+    # the reads (fair status, fair workers) answer: nothing routed
+    hold(store, "g1")
+    assert store.assignments(Q) == {} and store.worker_inflight(Q) == {}
+    assert store.affinity_moves(Q) == 0
 
 
 @routing
