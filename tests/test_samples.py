@@ -30,6 +30,7 @@ from click.testing import CliRunner
 
 from celery_fair.cli import fair
 from celery_fair.config import reset_config
+from celery_fair.liveness import app_name, read_liveness
 from celery_fair.task import store_for
 from celery_fair.testing import RedisServer
 
@@ -104,6 +105,11 @@ def test_readme_status_inspect_limit_and_cancel_samples(readme_app: Celery):
     with DispatcherThread(app):
         wait_for(lambda: store.queue_figures("celery").inflight == 6, timeout=30,
                  what="the dispatcher to fill the capacity")
+        # and to say so: its beat records its last step a moment after the step (a loaded
+        # CI machine once showed "last step none yet")
+        wait_for(lambda: any(d["last_step_ms"] for d in read_liveness(
+            store, app_name(app), ["celery"]).of_queue("celery")["dispatchers"]),
+            timeout=30, what="the dispatcher's beat to show its first step")
         urgent = preview.delay("acme", "preview")  # after the burst: it waits for a slot
         check_sample("status-readme", _run(app, "status"), cli_shape)
         check_sample("inspect-readme", _run(app, "inspect", last.id), cli_shape)
