@@ -34,7 +34,8 @@ import redis
 
 from celery_fair.testing import RedisServer
 
-from .harness import RESULTS, commit, machine
+from . import harness
+from .harness import commit, machine
 
 ROOT = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).with_name("celery"))
@@ -199,8 +200,10 @@ def measure(name: str, n: int, groups: int, published_first: bool, env: dict[str
 
 
 def run(tasks: int, groups: int, published_first: bool, hiredis: bool,
-        results: Path = RESULTS, baseline: str | None = None) -> dict[str, Any]:
-    """Every side, one after the other; the row is appended to ``results``/cpu.jsonl."""
+        results: Path | None = None, baseline: str | None = None) -> dict[str, Any]:
+    """Every side, one after the other; the row is appended to ``results``/cpu.jsonl
+    (by default bench/results, looked up at the call)."""
+    results = results or harness.RESULTS
     import json
     import shutil
 
