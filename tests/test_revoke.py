@@ -315,7 +315,13 @@ def test_revoked_last_chord_member_while_held(make_app, worker, dispatcher, brok
         assert (result.state, type(result.result).__name__) == ("FAILURE", "ChordError")
         assert held(app) == {"acme": 1}
         with dispatcher(app):
-            assert app.AsyncResult(errback.id).get(timeout=30) == "acme"
+            # Polled, not get(): on Celery 5.3 another AsyncResult of the errback's id (the
+            # group that applied it), collected by the garbage collector while get()
+            # waits, unsubscribes get()'s pub/sub channel (celery#4925, fixed in a later
+            # Celery): get() then missed a result stored as SUCCESS (2 in 40 runs, amqp leg)
+            wait_for(lambda: app.AsyncResult(errback.id).ready(), timeout=30,
+                     what="the errback's result")
+            assert app.AsyncResult(errback.id).result == "acme"
     wait_settled(app)
 
 
