@@ -93,13 +93,15 @@ class Side:
 
 def affinity(bench: Bench) -> dict[str, Any]:
     n = bench.size(bench.e2e_tasks, 2000, 150)
+    load_before = round(os.getloadavg()[0], 1)  # the rates swing with the machine's load
 
     def once() -> dict[str, float]:
         off, on = _drain(bench, "none", n), _drain(bench, "hash", n)
         return {"off_per_s": off, "on_per_s": on, "ratio": on / off}
 
     drains = repeat(1 if bench.smoke else bench.reps, once)
-    figures: dict[str, Any] = {"tasks": n, "workers": WORKERS, "pool": POOL, **drains,
+    figures: dict[str, Any] = {"tasks": n, "workers": WORKERS, "pool": POOL,
+                               "load_before": load_before, **drains,
                                "busiest_worker_groups": _busiest(), **_moves(bench)}
     met = drains["ratio"]["median"] >= 0.9
     return emit("affinity", figures, "ratio >= 0.9; moves as hashed", met, bench,

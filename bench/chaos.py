@@ -129,6 +129,13 @@ class Plan:
     # whole-queue pauses, boosts with and without an end) during each round
     # (bench/chaos_controls.py); 0: none.
     control_interval: float = 0.5
+    # fair_affinity for the campaign ('hash': each group's tasks go to one worker's own
+    # queue; the workers already have distinct hostnames, kills included).
+    affinity: str = "none"
+    # Singleton keys (issue 14 item 4): each task gets one of this many keys
+    # (fair_singleton, at random), so at most one task per key may run at a time; the
+    # verdict counts runs of one key that overlapped (0: no keys).
+    singletons: int = 0
     seed: int | None = None
 
 
@@ -140,6 +147,12 @@ class Figures:
     groups: int = 0
     broker: str = "redis"
     store: str = "redis"
+    affinity: str = "none"
+    singletons: int = 0  # the keys the tasks were spread over (0: none)
+    # Pairs of runs of one singleton key, of different tasks, that overlapped in time
+    # (a run cut short by a kill has no end and is left out): must be 0.
+    singleton_overlaps: int = 0
+    singleton_examples: list[Any] = field(default_factory=list)  # up to 3 pairs
     kills: dict[str, int] = field(default_factory=Counter)
     namespaced_workers: int = 0  # how many workers ran in PID namespaces of their own
     namespaced_runs: int = 0  # runs they did (their pool's parent is pid 1 there)
@@ -186,6 +199,7 @@ class Figures:
         return bool(self.duplicate_causes.get("unexplained")
                     or self.check_problems or self.leaked_slots
                     or self.cap_violation_causes.get("unexplained") or self.ledger_running
+                    or self.singleton_overlaps
                     or self.controls_left or self.controls_error)
 
 
@@ -207,7 +221,8 @@ class Campaign(Measuring):
         self.caps = {g: 1 + i % 3 for i, g in enumerate(self.group_names)}
         fsync = plan.redis_fsync or ("always" if plan.redis_crashes else "everysec")
         self.figures = Figures(tasks=0, groups=plan.groups, broker=plan.broker,
-                               store=plan.store, redis_fsync=fsync)
+                               store=plan.store, affinity=plan.affinity,
+                               singletons=plan.singletons, redis_fsync=fsync)
         self.redis = RedisNode(fsync, log=self.workdir / "redis.log")
         self.canary = Canary(self.redis.url)
         self.rabbit: Any = None
@@ -216,6 +231,7 @@ class Campaign(Measuring):
         self.proxy = StoreProxy(store_port) if plan.store_outages and store_port else None
         self.ledger = Ledger.create(caps=self.caps)
         self.workers: list[CeleryProc] = []  # killed at random, replaced
+        self.singleton_of: dict[str, str] = {}  # task id -> its singleton key
         self.namespaced: list[CeleryProc] = []  # never killed: the other containers
         self.dispatcher: CeleryProc | None = None
         self._lock = threading.Lock()
@@ -239,6 +255,7 @@ class Campaign(Measuring):
 
     def _conf(self) -> dict[str, Any]:
         return {
+            **self._routing_conf(),
             "fair_default_concurrency": 2,
             "fair_group_concurrency": self.caps,
             "fair_lease_seconds": self.plan.lease_seconds,
@@ -250,6 +267,17 @@ class Campaign(Measuring):
                 "unacked_restore_interval": 1, "unacked_restore_throttle": 1,
                 "unacked_mutex_expire": 10},
         }
+
+    def _routing_conf(self) -> dict[str, Any]:
+        """fair_affinity (``--affinity hash``); singleton keys need no setting (each task
+        names its key at the call: ``_submit``)."""
+        conf: dict[str, Any] = {}
+        if self.plan.singletons and self.plan.store == "postgresql":
+            raise ValueError("--singletons needs a Redis store (--store redis, sentinel "
+                             "or cluster): the SQL stores refuse singleton keys")
+        if self.plan.affinity != "none":
+            conf["fair_affinity"] = self.plan.affinity
+        return conf
 
     def _broker_url(self) -> str:
         if self.plan.broker == "amqp":
@@ -370,7 +398,11 @@ class Campaign(Measuring):
         for group in self.rng.choices(self.group_names, weights, k=count):
             task_id = str(uuid.uuid4())
             duration = round(self.rng.uniform(0, self.plan.max_task_seconds), 4)
-            work.apply_async((group, task_id, duration), task_id=task_id)
+            options: dict[str, Any] = {}
+            if self.plan.singletons:  # keys across the groups: one key, several groups
+                key = f"k{self.rng.randrange(self.plan.singletons)}"
+                options["fair_singleton"] = self.singleton_of[task_id] = key
+            work.apply_async((group, task_id, duration), task_id=task_id, **options)
             self.task_ids.append(task_id)
         self.figures.tasks = len(self.task_ids)
 
@@ -472,12 +504,15 @@ class Campaign(Measuring):
         return bool(dead)
 
     def _inflight(self) -> int:
-        """Slots in flight in the store: the queue's total and every group's (both 0)."""
+        """Slots in flight in the store: the queue's total, every group's and, with
+        affinity, every worker's routed ones (all 0)."""
         try:
             snap = store_for(self.app).snapshot(self.queue)
+            routed = store_for(self.app).worker_inflight(self.queue)  # affinity's
         except FairError:
             return -1
-        return int(snap["inflight"]) + sum(g["inflight"] for g in snap["groups"])
+        return int(snap["inflight"]) + sum(g["inflight"] for g in snap["groups"]) \
+            + sum(routed.values())
 
     def close(self) -> None:
         self._stop.set()

@@ -100,6 +100,29 @@ def overlapping(runs: list[tuple[str, str, int, float, float | None]], group: st
             for task in sorted(tasks)]
 
 
+def singleton_overlaps(runs: list[tuple[str, str, int, float, float | None]],
+                       key_of: dict[str, str]) -> list[list[Any]]:
+    """Pairs of finished runs of one singleton key, of different tasks, whose times
+    overlap: [key, (task, started, ended), (task, started, ended)]. A run a kill cut
+    short has no end, so it is left out (it stopped at the kill, unrecorded); two runs
+    of one task are the duplicates' business."""
+    by_key: dict[str, list[tuple[float, float, str]]] = {}
+    for task, _, _, started, ended in runs:
+        if ended is not None and task in key_of:
+            by_key.setdefault(key_of[task], []).append((started, ended, task))
+    found: list[list[Any]] = []
+    for key, spans in sorted(by_key.items()):
+        spans.sort()
+        last = spans[0]  # of the runs started so far, the one that ends last
+        for span in spans[1:]:
+            if span[0] < last[1] and span[2] != last[2]:
+                found.append([key, (last[2], last[0], last[1]),
+                              (span[2], span[0], span[1])])
+            if span[1] > last[1]:
+                last = span
+    return found
+
+
 def is_duplicate(task_runs: list[Any], at: float) -> bool:
     """A run going on at ``at`` is a second run of a task that had already completed."""
     return any(end is not None and end < at for _, _, end in task_runs) and \
@@ -129,6 +152,7 @@ class Measuring:
     events: list[tuple[float, str, int]]
     workdir: Path
     postgres: Any
+    singleton_of: dict[str, str]
 
     def _inflight(self) -> int:
         raise NotImplementedError
@@ -160,6 +184,8 @@ class Measuring:
             if not explained and len(f.cap_examples) < 3:
                 f.cap_examples.append(beside)
         f.cap_violation_causes = dict(causes)
+        overlaps = singleton_overlaps(runs, self.singleton_of)
+        f.singleton_overlaps, f.singleton_examples = len(overlaps), overlaps[:3]
         f.runs_at_cap = self.ledger.runs_at_cap()
         f.ledger_running = self.ledger.unfinished()
         f.leaked_slots = max(self._inflight(), 0)

@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .harness import RESULTS, commit, machine
+from . import harness
+from .harness import commit, machine
 
 DOCS = Path(__file__).parent.parent / "docs"
 
@@ -93,7 +94,7 @@ def _figures(row: dict[str, Any]) -> str:
 
 
 def _run_info() -> dict[str, Any]:
-    path = RESULTS / "run.json"
+    path = harness.RESULTS / "run.json"
     if path.exists():
         info: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         return info
@@ -116,7 +117,7 @@ def write_report() -> str:
     old = path.read_text(encoding="utf-8") if path.exists() else ""
     old_main, _, old_sql = old.partition(SQL_MARK)
     old_redis, _, old_controls = old_main.partition(CONTROLS_MARK)
-    redis_part = _redis_report() if (RESULTS / "latest.jsonl").exists() else \
+    redis_part = _redis_report() if (harness.RESULTS / "latest.jsonl").exists() else \
         old_redis.rstrip("\n").split("\n")
     controls_part = _controls_section(old_controls)
     sql_part = sql_section() or old_sql.strip("\n").split("\n")
@@ -143,18 +144,27 @@ def _controls_section(old: str = "") -> list[str]:
     """Rate limits (``python -m bench rate``) from controls.jsonl, the CPU per task
     (``python -m bench cpu``) from cpu.jsonl and the scaling over Redis Cluster (``python
     -m bench scale``) from scale.jsonl, bulk holding (``python -m bench bulk``) from
-    bulk.jsonl. Each is run apart: one without its results file
-    keeps its subsection of ``old`` (the controls' part of the file as it was)."""
+    bulk.jsonl, affinity (``python -m bench affinity``) from controls.jsonl. Each is run
+    apart: one without its results file keeps its subsection of ``old`` (the controls'
+    part of the file as it was)."""
     from .bulk import TITLE as BULK_TITLE
     from .bulk import bulk_lines
+    from .report_affinity import TITLE as AFFINITY_TITLE
+    from .report_affinity import affinity_lines
     from .report_scale import TITLE, scale_lines
 
     kept = _subsections(old)
     out: list[str] = []
-    for title, lines in (("## Rate limits", _rate_lines()), ("## CPU per task", _cpu_lines()),
-                         (TITLE, scale_lines()), (BULK_TITLE, bulk_lines())):
+    generated = (("## Rate limits", _rate_lines()), ("## CPU per task", _cpu_lines()),
+                 (TITLE, scale_lines()), (BULK_TITLE, bulk_lines()),
+                 (AFFINITY_TITLE, affinity_lines()))
+    for title, lines in generated:
         part = _strip_blank(lines) or kept.get(title, [])
         out += ([""] if out and part else []) + part
+    # a subsection written by hand (no results file of its own) stays, after them
+    for title, part in kept.items():
+        if title not in dict(generated) and part:
+            out += ([""] if out else []) + part
     return out
 
 
@@ -177,7 +187,7 @@ def _strip_blank(lines: list[str]) -> list[str]:
 
 
 def _cpu_lines() -> list[str]:
-    path = RESULTS / "cpu.jsonl"
+    path = harness.RESULTS / "cpu.jsonl"
     if not path.exists():
         return []
     latest: dict[tuple[bool, bool], dict[str, Any]] = {}  # one row per way of running
@@ -218,7 +228,7 @@ def _cpu_lines() -> list[str]:
 
 
 def _rate_lines() -> list[str]:
-    path = RESULTS / "controls.jsonl"
+    path = harness.RESULTS / "controls.jsonl"
     if not path.exists():
         return []
     out = ["## Rate limits", "",
@@ -237,7 +247,11 @@ def _rate_lines() -> list[str]:
            "start of the first task held c·A after each, measured inside the tasks) and "
            "without aging (1000 s).", "",
            "| scenario | when | target | met | figures |", "|---|---|---|---|---|"]
-    for row in _latest_rows(path):
+    # affinity's row has a section of its own (report_affinity.py)
+    rows = [row for row in _latest_rows(path) if row["scenario"] != "affinity"]
+    if not rows:
+        return []
+    for row in rows:
         when = time.strftime("%Y-%m-%d", time.gmtime(path.stat().st_mtime))
         out.append(f"| {row['scenario']}{' (quick)' if row.get('quick') else ''} | {when} "
                    f"| {row['target']} | {'yes' if row['met'] else '**no**'} | "
@@ -247,7 +261,7 @@ def _rate_lines() -> list[str]:
 
 def _redis_report() -> list[str]:
     """The Redis store's part: the run, the results, missed targets, the timeline."""
-    results = _latest_rows(RESULTS / "latest.jsonl")
+    results = _latest_rows(harness.RESULTS / "latest.jsonl")
     run = _run_info()
     info = run["machine"]
     out = ["# Benchmarks", "",
@@ -302,7 +316,7 @@ def _redis_report() -> list[str]:
 
 
 def _timeline_chart() -> Path | None:
-    source = RESULTS / "timeline.json"
+    source = harness.RESULTS / "timeline.json"
     if not source.exists():
         return None
     import matplotlib

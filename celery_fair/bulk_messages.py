@@ -21,6 +21,7 @@ import functools
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from celery import Celery, Task
@@ -33,6 +34,7 @@ from kombu.utils.json import dumps
 
 from .config import FairConfig
 from .envelope import Envelope, value_prefix
+from .groups import split_path
 from .headers import CLASS_HEADER, COST_HEADER, GROUP_HEADER
 from .holding import Built, placement_context, unruled_group
 from .json_text import ENCODER, body_tail, json_format, quoted
@@ -182,9 +184,14 @@ class Stamper:
 
     def _new_group(self, raw: Any) -> _Group:
         name, klass, cost = validate_group(raw), self.klass, self.cost
-        return _Group(Placement(name, klass, cost, False, self.config.max_held_of(name)),
+        envelope = self.built.envelope  # fair_subgroup 'path': held in the path's head
+        held, sub = split_path(name, self.config.policy_for(envelope.queue).subgroup)
+        meta = replace(envelope, subgroup=sub).meta() if sub or envelope.subgroup \
+            else self.meta
+        return _Group(Placement(held, klass, cost, False, self.config.max_held_of(held),
+                                subgroup=sub),
                       {GROUP_HEADER: name, CLASS_HEADER: klass, COST_HEADER: cost},
-                      value_prefix(name, klass, cost, False) + self.meta + b"\n",
+                      value_prefix(held, klass, cost, False) + meta + b"\n",
                       quoted(name))
 
     def _made_by_producer(self, task_id: str, args: tuple[Any, ...],
@@ -203,9 +210,11 @@ class Stamper:
             raw = raw.encode(cenc or "utf-8")
         envelope = Envelope(raw, ctype, cenc, headers, t.exchange, t.routing_key, t.queue,
                             t.delivery_mode, t.priority,
-                            {**t.properties, "correlation_id": task_id}, t.due_at)
-        same = (ctype, cenc) == (t.content_type, t.content_encoding)
+                            {**t.properties, "correlation_id": task_id}, t.due_at,
+                            group.placement.subgroup)
         p = group.placement
+        same = (ctype, cenc) == (t.content_type, t.content_encoding) \
+            and p.subgroup == t.subgroup
         return envelope.encode(p.group, p.klass, p.cost, p.front,
                                meta=self.meta if same else None)
 

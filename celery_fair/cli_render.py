@@ -112,7 +112,9 @@ def policy_cell(q: dict[str, Any]) -> str:
                         interactive_share=q.get("interactive_share"),
                         aging_seconds=q.get("aging_seconds", DEFAULT_AGING),
                         affinity=q.get("affinity") or "none",
-                        spill_seconds=q.get("spill_seconds")).describe()
+                        spill_seconds=q.get("spill_seconds"),
+                        group_queues=tuple((q.get("group_queues") or {}).items()),
+                        subgroup=q.get("subgroup") or "none").describe()
 
 
 def queue_table(queues: list[dict[str, Any]]) -> Any:

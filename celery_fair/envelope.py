@@ -10,7 +10,9 @@ re-enters at the head of its group (retries). The JSON parts hold everything kom
 publish the message verbatim: exchange, routing key, target queue, content type and
 encoding, delivery mode and priority (meta), then the headers and the properties. The meta
 also holds ``t``: when the message became due for dispatch (epoch seconds; its hold time,
-or its ETA if later), first so that ``summarize.lua`` reads it without decoding. JSON
+or its ETA if later), first so that ``summarize.lua`` reads it without decoding, and
+``sg``, its subgroup under ``fair_subgroup = "path"`` (``common.lua`` decodes the meta
+for it when a message is placed in its group's list). JSON
 never contains a raw newline, so each ``\\n`` after the prefix ends one part. Headers and
 properties are parts of their own so that ``pick.lua`` can build kombu's Redis message from
 them without decoding them (the direct push, see ``direct.py`` and ``publisher.py``). A
@@ -54,6 +56,8 @@ class Envelope:
     priority: int | None = None
     properties: dict[str, Any] = field(default_factory=dict)
     due_at: float | None = None  # epoch seconds the message became due (meta ``t``)
+    #: fair_subgroup 'path': the subgroup inside its group (meta ``sg``; None: none)
+    subgroup: str | None = None
 
     @property
     def task_id(self) -> str:
@@ -67,6 +71,8 @@ class Envelope:
         """The meta part of the stored value (JSON): due time, destination, content type
         and encoding, delivery mode and priority."""
         fields: dict[str, Any] = {} if self.due_at is None else {"t": self.due_at}
+        if self.subgroup is not None:  # common.lua subgroup_of reads it
+            fields["sg"] = self.subgroup
         text: str = ENCODER.encode({
             **fields, "e": self.exchange, "r": self.routing_key, "q": self.queue,
             "ct": self.content_type, "ce": self.content_encoding,
@@ -101,7 +107,7 @@ class Envelope:
                 body=body, content_type=meta["ct"], content_encoding=meta["ce"],
                 headers=meta["h"], exchange=meta["e"], routing_key=meta["r"],
                 queue=meta["q"], delivery_mode=meta["dm"], priority=meta["pr"],
-                properties=meta["p"], due_at=meta.get("t"))
+                properties=meta["p"], due_at=meta.get("t"), subgroup=meta.get("sg"))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
             raise CorruptMessage(f"held message could not be decoded: {exc!r}") from None
         return group, klass, envelope
@@ -146,6 +152,20 @@ def due_of(value: bytes) -> float | None:
         return None
     due = _DUE.match(value, match.end() + int(match.group(4)))
     return float(due.group(1)) if due else None
+
+
+def subgroup_of(value: bytes) -> str | None:
+    """The subgroup a stored value names (meta ``sg``; None: none, or a value that does
+    not decode), as ``common.lua``'s ``subgroup_of`` reads it."""
+    match = _PREFIX.match(value)
+    if match is None:
+        return None
+    start = match.end() + int(match.group(4))
+    try:
+        sub = loads(value[start:value.index(b"\n", start)]).get("sg")
+    except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
+        return None
+    return sub if isinstance(sub, str) else None
 
 
 def _prefix(value: bytes) -> tuple[str, str, int]:

@@ -37,6 +37,16 @@ class InvalidOption(FairError, ValueError):
     """A celery_fair task option is invalid."""
 
 
+class SingletonDropped(FairError):
+    """A task with ``singleton_mode="drop"`` was not held: its singleton key already has
+    a task waiting (``singleton.py``). The caller marks it REVOKED."""
+
+    def __init__(self, task_id: str, key: str) -> None:
+        super().__init__(f"task {task_id} dropped: singleton key {key!r} already has a task "
+                         "waiting (singleton_mode='drop')")
+        self.task_id, self.key = task_id, key
+
+
 class GroupFull(FairError):
     """A fairness group holds as many tasks as its limit allows (fair_group_max_held):
     the task was not held, nothing was written."""

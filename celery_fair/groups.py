@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Union
 
 from .errors import InvalidGroup
+from .limits import PATH_SUBGROUP
 from .names import validate_group
 
 #: How a task names its group: an argument name, a callable ``(args, kwargs) -> group``.
@@ -43,6 +44,16 @@ def fair_context(group: Any = None, interactive: bool | None = None) -> Iterator
         _scope.reset(token)
 
 
+def split_path(group: str, mode: str) -> tuple[str, str | None]:
+    """The group a task is held in and its subgroup: under ``fair_subgroup`` 'path' a
+    group named "acme/alice" is the subgroup "alice" of the group "acme" (split at its
+    first "/"; a name with nothing before or after it stays whole); else the name."""
+    if mode != PATH_SUBGROUP:
+        return group, None
+    head, slash, tail = group.partition("/")
+    return (head, tail) if head and tail else (group, None)
+
+
 def current_scope() -> FairScope | None:
     """The innermost active :func:`fair_context`, if any."""
     return _scope.get()
@@ -51,16 +62,18 @@ def current_scope() -> FairScope | None:
 class GroupResolver:
     """Turns a task's ``group=`` rule into a function of the call's arguments."""
 
-    def __init__(self, rule: GroupRule, run: Callable[..., Any], task_name: str) -> None:
+    def __init__(self, rule: GroupRule, run: Callable[..., Any], task_name: str,
+                 option: str = "group", error: type[Exception] = InvalidGroup) -> None:
+        # ``option``/``error``: the same rule names a singleton key (singleton.py)
         self.rule = rule
         self.task_name = task_name
         self._position: int | None = None
         if isinstance(rule, str):
-            self._position = _argument_position(rule, run, task_name)
+            self._position = _argument_position(rule, run, task_name, option, error)
         elif rule is not None and not callable(rule):
-            raise InvalidGroup(
-                f"task {task_name}: group={rule!r} must be an argument name or a callable "
-                "(args, kwargs) -> group")
+            raise error(
+                f"task {task_name}: {option}={rule!r} must be an argument name or a "
+                f"callable (args, kwargs) -> {option}")
 
     def __call__(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """The raw group value for a call, or None when the rule gives none."""
@@ -76,7 +89,8 @@ class GroupResolver:
         return rule(args, kwargs)
 
 
-def _argument_position(name: str, run: Callable[..., Any], task_name: str) -> int | None:
+def _argument_position(name: str, run: Callable[..., Any], task_name: str, option: str,
+                       error: type[Exception]) -> int | None:
     try:
         params = list(inspect.signature(run).parameters.values())
     except (TypeError, ValueError):
@@ -88,6 +102,6 @@ def _argument_position(name: str, run: Callable[..., Any], task_name: str) -> in
             if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
                 return index
             return None
-    raise InvalidGroup(
-        f"task {task_name}: group={name!r} is not an argument of the task "
+    raise error(
+        f"task {task_name}: {option}={name!r} is not an argument of the task "
         f"(arguments: {', '.join(p.name for p in params) or 'none'})")

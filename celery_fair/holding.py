@@ -21,12 +21,14 @@ from celery import Celery
 from .brokers import check_app, real_destination
 from .config import get_config
 from .envelope import BACKGROUND, INTERACTIVE, Envelope
-from .errors import FairError, InvalidOption, StoreFull, StoreUnreachable
+from .errors import FairError, InvalidOption, SingletonDropped, StoreFull, StoreUnreachable
 from .events import HOLD, enabled, log_event
-from .groups import current_scope
+from .groups import current_scope, split_path
 from .headers import CLASS_HEADER, COST_HEADER, GROUP_HEADER, request_headers
 from .names import validate_cost, validate_group
 from .outage import Outage
+from .revoke import mark_revoked
+from .singleton import DROP, SINGLETON_HEADER, SINGLETON_MODE_HEADER
 from .store.base import Placement, Store
 from .store.bulk import Hold
 
@@ -208,18 +210,26 @@ class HoldingProducer:
             list(declare or ()))
         now = int(time.time() * 1000)
         due = _due_ms(headers.get("eta"), self._app, now)
+        config = get_config(self._app)
+        # fair_subgroup 'path': "acme/alice" is held in 'acme' as its subgroup 'alice'
+        group, subgroup = split_path(headers[GROUP_HEADER], config.policy_for(queue).subgroup)
         envelope = Envelope(
             body=raw, content_type=ctype, content_encoding=cenc, headers=headers,
             exchange=exchange, routing_key=routing_key, queue=queue,
             delivery_mode=delivery_mode, priority=priority, properties=properties,
-            due_at=max(now, due) / 1000)
-        group = headers[GROUP_HEADER]
+            due_at=max(now, due) / 1000, subgroup=subgroup)
         # A retry (front) is work already taken in: backpressure refuses only new work.
         where = Placement(group, headers[CLASS_HEADER], headers[COST_HEADER], self._front,
-                          None if self._front else get_config(self._app).max_held_of(group))
+                          None if self._front else config.max_held_of(group),
+                          headers.get(SINGLETON_HEADER),
+                          headers.get(SINGLETON_MODE_HEADER) == DROP, subgroup=subgroup)
         value = envelope.encode(where.group, where.klass, where.cost, where.front)
         collector = COLLECTING.get()
         if collector is not None:
+            if where.drop:  # hold_many holds all or nothing: it cannot drop one
+                raise InvalidOption(f"task {envelope.task_id}: singleton_mode='drop' "
+                                    "cannot be held in bulk (fair_bulk, bulk_holds, a "
+                                    "group): publish it on its own")
             hold = Hold(envelope.task_id, value, where, due)
             holds = collector.holds_of(self._store, envelope.queue)
             holds.append(hold)
@@ -227,7 +237,12 @@ class HoldingProducer:
                                                     content_encoding, compression),
                                    self._producer, hold, holds)
             return
-        self._store.hold(envelope.queue, envelope.task_id, value, where, due, now)
+        try:
+            self._store.hold(envelope.queue, envelope.task_id, value, where, due, now)
+        except SingletonDropped as dropped:
+            logger.info("celery_fair: %s; marked REVOKED", dropped)
+            mark_revoked(self._app, envelope.queue, envelope.task_id, value)
+            return
         log_hold(envelope.queue, envelope.task_id, where, due, now)
 
 

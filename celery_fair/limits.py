@@ -203,6 +203,11 @@ MAX_AGING = 31_536_000.0
 #: group has work waiting ('soft': an over-cap group is picked only as a fallback).
 HARD, SOFT = "hard", "soft"
 CAP_MODES = (HARD, SOFT)
+#: Two-level fairness (``fair_subgroup``): none, or a group named "<group>/<subgroup>"
+#: (split at its first "/") is held in <group>, and inside a group the subgroups take
+#: turns by self-clocked fair queueing (common.lua ``subgroup_key``).
+NO_SUBGROUP, PATH_SUBGROUP = "none", "path"
+SUBGROUPS = (NO_SUBGROUP, PATH_SUBGROUP)
 
 
 def aging(value: Any, what: str) -> float:
@@ -212,6 +217,18 @@ def aging(value: Any, what: str) -> float:
         raise InvalidLimit(f"{what} must be a number of seconds from 0 to {MAX_AGING:g} "
                            f"(seconds of waiting worth one unit of cost), got {value!r}")
     return float(value)
+
+
+def subgroup(policy: str, value: Any, what: str) -> str:
+    """``fair_subgroup``: 'none' or 'path', and not 'path' with the policy 'smallest'
+    (both order the tasks inside a group)."""
+    if value not in SUBGROUPS:
+        raise InvalidLimit(f"{what} must be one of {', '.join(map(repr, SUBGROUPS))}, "
+                           f"got {value!r}")
+    if value == PATH_SUBGROUP and policy == SMALLEST:
+        raise InvalidLimit(f"{what} 'path' does not go with the policy 'smallest' (both "
+                           "order the tasks inside a group): use 'wfq' or 'harmony'")
+    return str(value)
 
 
 def interactive_share(value: Any, what: str) -> float | None:
@@ -260,6 +277,7 @@ def check_policy(policy: Policy) -> Policy:
                            f"got {policy.cap_mode!r}")
     interactive_share(policy.interactive_share, "interactive share")
     aging(policy.aging_seconds, "aging")
+    subgroup(policy.name, policy.subgroup, "subgroup")
     if policy.charge not in CHARGES:
         raise InvalidLimit(f"charge must be one of {', '.join(map(repr, CHARGES))}, "
                            f"got {policy.charge!r}")

@@ -22,7 +22,8 @@ from celery import Task
 from .errors import InvalidOption
 
 #: The ``fair_*`` attributes of a FairTask (and ``apply_async`` options).
-TASK_OPTIONS = ("fair_group", "fair_interactive", "fair_cost")
+TASK_OPTIONS = ("fair_group", "fair_interactive", "fair_cost", "fair_singleton",
+                "fair_singleton_mode")
 #: How close (difflib ratio) a name must be to an option to be taken for a misspelling:
 #: one wrong, missing or extra letter in ``group``, ``interactive`` or ``cost``.
 CUTOFF = 0.8

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from .config_keys import invalid_setting as _fail
 from .errors import ConfigurationError, InvalidLimit
+from .group_queues import GroupQueues, group_queues_of
 from .limits import (
     CAP_MODES,
     CHARGES,
@@ -24,21 +25,26 @@ from .limits import (
     DEFAULT_AGING,
     HARD,
     HARMONY,
+    NO_SUBGROUP,
+    PATH_SUBGROUP,
     POLICIES,
     SMALLEST,
     SOFT,
+    SUBGROUPS,
     WFQ,
 )
 from .limits import aging as _aging_in_range
 from .limits import interactive_share as _share_in_range
+from .limits import subgroup as _subgroup_with
 
 #: fair_affinity's values: no routing, or each group to one worker by consistent hash.
 NO_AFFINITY, HASH_AFFINITY = "none", "hash"
 AFFINITIES = (NO_AFFINITY, HASH_AFFINITY)
 
 __all__ = ["AFFINITIES", "CAP_MODES", "CHARGES", "COMPANIONS", "HARD", "HARMONY",
-           "HASH_AFFINITY", "NO_AFFINITY", "POLICIES", "SMALLEST", "SOFT", "WFQ",
-           "PolicyChoice", "any_affinity", "read_policies"]
+           "HASH_AFFINITY", "NO_AFFINITY", "NO_SUBGROUP", "PATH_SUBGROUP", "POLICIES",
+           "SMALLEST", "SOFT", "SUBGROUPS", "WFQ",
+           "PolicyChoice", "any_affinity", "read_policies", "routes"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,12 @@ class PolicyChoice:
     #: ``fair_affinity_spill_seconds``: how long a group's head waits for its own
     #: worker's free slot before any worker with room takes it (None: it waits)
     spill_seconds: float | None = None
+    #: ``fair_group_queues``: (group glob pattern, real queue) pairs, first match wins:
+    #: the matching groups' tasks go to that real queue (group_queues.py)
+    group_queues: GroupQueues = ()
+    #: ``fair_subgroup``: 'none', or 'path' (a group named "acme/alice" is held in the
+    #: group "acme" as its subgroup "alice"; inside a group the subgroups take turns)
+    subgroup: str = NO_SUBGROUP
 
     def describe(self) -> str:
         """The policy with its companions where they are not the default, as ``fair
@@ -79,6 +91,8 @@ class PolicyChoice:
             parts.append(f"charge {self.charge}")
         if self.name == SMALLEST:
             parts.append(f"aging {self.aging_seconds:g}s")
+        if self.subgroup != NO_SUBGROUP:
+            parts.append(f"subgroup {self.subgroup}")
         if self.cap_mode != HARD:
             parts.append(f"{self.cap_mode}-cap")
         if self.interactive_share is not None:
@@ -86,6 +100,8 @@ class PolicyChoice:
         if self.affinity != NO_AFFINITY:
             spill = "" if self.spill_seconds is None else f" spill {self.spill_seconds:g}s"
             parts.append(f"affinity {self.affinity}{spill}")
+        if self.group_queues:
+            parts.append("queues " + " ".join(f"{p}→{q}" for p, q in self.group_queues))
         return ", ".join(parts)
 
 
@@ -103,6 +119,13 @@ def _spill_seconds(setting: str, value: Any) -> float | None:
         raise _fail(setting, value, "None (never: a group waits for its own worker) or "
                                     "a number of seconds, 0 or more, such as 30")
     return float(value)
+
+
+def _subgroup(setting: str, value: Any) -> str:
+    if value not in SUBGROUPS:
+        raise _fail(setting, value, "one of " + ", ".join(repr(s) for s in SUBGROUPS) +
+                    " ('path': a group \"acme/alice\" is the subgroup 'alice' of 'acme')")
+    return str(value)
 
 
 def _policy_name(setting: str, value: Any) -> str:
@@ -149,6 +172,8 @@ COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
     "fair_aging_seconds": ("aging_seconds", _aging),
     "fair_affinity": ("affinity", _affinity),
     "fair_affinity_spill_seconds": ("spill_seconds", _spill_seconds),
+    "fair_group_queues": ("group_queues", group_queues_of),
+    "fair_subgroup": ("subgroup", _subgroup),
 }
 
 
@@ -163,8 +188,8 @@ def read_policies(get: Callable[[str], Any], declared: Callable[[], set[str]]
         ConfigurationError: an unknown policy, a queue the app does not declare, an
             entry that is not a companion setting.
     """
-    base = PolicyChoice(**{field: check(name, get(name))
-                           for name, (field, check) in COMPANIONS.items()})
+    base = _together("fair_subgroup", PolicyChoice(
+        **{field: check(name, get(name)) for name, (field, check) in COMPANIONS.items()}))
     per_queue = get("fair_queue_policies")
     if not isinstance(per_queue, Mapping):
         raise _fail("fair_queue_policies", per_queue,
@@ -194,7 +219,30 @@ def _laid_over(base: PolicyChoice, where: str, entries: Any) -> PolicyChoice:
                                      "one of " + ", ".join(repr(k) for k in COMPANIONS))
         field, check = COMPANIONS[key]
         changes[field] = check(f"{where}[{key!r}]", value)
-    return replace(base, **changes)
+    return _together(f"{where}['fair_subgroup']", replace(base, **changes))
+
+
+def _together(setting: str, choice: PolicyChoice) -> PolicyChoice:
+    """``choice`` when its companions go together: a subgroup 'path' orders the tasks
+    inside a group, as 'smallest' does, so not both; nor with routing (fair_affinity
+    'hash', fair_group_queues), whose routed pick does not keep subgroup order yet."""
+    try:
+        _subgroup_with(choice.name, choice.subgroup, setting)
+    except InvalidLimit:
+        raise _fail(setting, choice.subgroup, "'none' with fair_policy 'smallest' (both "
+                    "order the tasks inside a group): or fair_policy 'wfq' or "
+                    "'harmony'") from None
+    if choice.subgroup == PATH_SUBGROUP and routes(choice):
+        raise _fail(setting, choice.subgroup, "'none' with fair_affinity 'hash' or "
+                    "fair_group_queues (the routed pick does not keep subgroup order "
+                    "yet): or no routing")
+    return choice
+
+
+def routes(choice: PolicyChoice) -> bool:
+    """Whether a queue under ``choice`` routes its picks (store/routing.py): to workers
+    (``fair_affinity`` 'hash') or to dedicated real queues (``fair_group_queues``)."""
+    return choice.affinity == HASH_AFFINITY or bool(choice.group_queues)
 
 
 def any_affinity(base: PolicyChoice, per_queue: Mapping[str, PolicyChoice]) -> bool:

@@ -32,6 +32,7 @@ from .direct import direct_push
 from .envelope import Envelope, placement_of
 from .errors import CorruptMessage
 from .events import DISPATCH, enabled, log_event
+from .group_queues import dedicated_queue
 from .headers import DISPATCH_HEADER, QUEUE_HEADER
 from .store.base import DirectPush, Picked, Store
 from .store.base import now_ms as _now_ms
@@ -126,7 +127,8 @@ class KombuPublisher:
     def publish_one(self, producer: Producer, queue: str, item: Picked,
                     worker: str | None = None) -> bool:
         """Publish one picked message (to ``worker``'s own queue, Celery's worker_direct
-        one, when given); True once the broker accepted it."""
+        one, when given; to a real queue by name when ``worker`` names one,
+        ``queue:<name>``: fair_group_queues); True once the broker accepted it."""
         envelope = self._decode(queue, item)
         if envelope is None:
             return False
@@ -138,7 +140,13 @@ class KombuPublisher:
         headers[DISPATCH_HEADER] = item.dispatch_id
         headers[QUEUE_HEADER] = queue
         exchange, routing_key, declare = envelope.exchange, envelope.routing_key, None
-        if worker is not None:
+        dedicated = dedicated_queue(worker)
+        if dedicated == queue:
+            worker = None  # fair_group_queues: a group of the queue's own workers
+        elif dedicated is not None:  # fair_group_queues: that real queue, by its name
+            declare = self._declare_named(dedicated)
+            exchange, routing_key = "", dedicated
+        elif worker is not None:
             # by the queue's name on the default exchange: the same queue as C.dq2 with
             # the hostname, without a binding lookup per publish (kombu's Redis transport
             # reads the exchange's binding set for each message sent through it)
@@ -218,6 +226,15 @@ class KombuPublisher:
         if entity is None or self._already_declared(entity):
             return None
         return [entity]
+
+    def _declare_named(self, name: str) -> list[Queue] | None:
+        """Real queue ``name`` (fair_group_queues), as the app defines it, else a plain
+        queue of that name (what ``task_create_missing_queues`` declares)."""
+        entity = self._declared.get(name)
+        if entity is None:
+            queues = self.app.amqp.queues
+            entity = self._declared[name] = queues[name] if name in queues else Queue(name)
+        return None if self._already_declared(entity) else [entity]
 
     def _declare_direct(self, worker: str) -> list[Queue] | None:
         """``worker``'s own queue (``<hostname>.dq2`` on Celery's ``C.dq2`` exchange), as

@@ -99,23 +99,39 @@ SETTINGS: tuple[Setting, ...] = (
             "worker_direct queue, which celery-fair makes the workers consume), chosen by "
             "consistent hashing over the live workers so that a worker joining or leaving "
             "moves as few groups as possible; a group waits for a free slot of its own "
-            "worker. 'none' (the default): any worker. Redis store only for now. See "
-            "docs/affinity.md."),
+            "worker. 'none' (the default): any worker. Every store (Redis, SQL, memory). "
+            "See docs/affinity.md."),
     Setting("fair_affinity_spill_seconds", None,
             "With fair_affinity 'hash': after this many seconds waiting for its own "
             "worker's free slot, a group's next task goes to the worker with the most "
             "room. None (the default): it waits."),
+    Setting("fair_subgroup", "none",
+            "Two-level fairness: 'path' holds a task whose group is \"acme/alice\" (split "
+            "at the first '/') in the group 'acme' as its subgroup 'alice': groups take "
+            "turns as the policy says, and inside a group its subgroups take turns by "
+            "fair queueing, weighted by fair_group_weights keyed by the path "
+            "(\"acme/alice\"). 'none' (the default): \"acme/alice\" is a group of its own. "
+            "Not with fair_policy 'smallest'. Every store (SQL: migration 0012). See "
+            "docs/policies.md."),
     Setting("fair_assign", None,
             "With fair_affinity 'hash': a function (group, workers) -> hostname or None "
             "choosing a group's worker instead of the hash, or its path "
             "('module:function'); workers are AssignWorker (hostname, started_at, pool, "
             "queues). None, an unknown hostname or an error (logged) fall back to the "
             "hash."),
+    Setting("fair_group_queues", {},
+            "Dedicated pools: {group glob pattern: real queue name}, such as {'vip-*': "
+            "'vip'}. A matching group's tasks go to that real queue (so to the workers "
+            "consuming it, whose pools are its capacity) while the group stays in its "
+            "fair queue's accounting (virtual time, caps, weights); the first matching "
+            "pattern wins, and one naming the fair queue itself keeps its groups there. "
+            "Every store (Redis, SQL, memory). See docs/affinity.md."),
     Setting("fair_queue_policies", {},
             "Per fair queue, companion settings overriding the app-wide ones: {queue: "
             "{'fair_policy': 'harmony', 'fair_charge': 'runtime', 'fair_cap_mode': "
             "'soft', 'fair_interactive_share': 0.8, 'fair_aging_seconds': 2, "
-            "'fair_affinity': 'hash', 'fair_affinity_spill_seconds': 30}}."),
+            "'fair_affinity': 'hash', 'fair_affinity_spill_seconds': 30, "
+            "'fair_group_queues': {'vip-*': 'vip'}, 'fair_subgroup': 'path'}}."),
     Setting("fair_max_inflight", "auto",
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
             "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "

@@ -121,7 +121,7 @@ def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict
     choice = config.policy_for(queue)
     return {**as_json(figures), "policy": choice.name, "charge": choice.charge,
             "cap_mode": choice.cap_mode, "interactive_share": choice.interactive_share,
-            "aging_seconds": choice.aging_seconds,
+            "aging_seconds": choice.aging_seconds, "subgroup": choice.subgroup,
             **read_capacity(store, config, queue).as_json(),
             "oldest_wait": _wait(heads.values(), now),
             "head_wait": _head_wait(heads.values(), now),
@@ -132,11 +132,13 @@ def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict
 
 
 def _affinity(store: Store, choice: PolicyChoice, queue: str) -> dict[str, Any]:
-    """fair_affinity's figures (routed queues only): the groups moved from one worker
-    to another so far, each worker's routed dispatches in flight."""
-    if choice.affinity == NO_AFFINITY:
+    """fair_affinity's figures (routed queues only, fair_group_queues too): the groups
+    moved from one target to another so far, each target's routed dispatches in flight."""
+    if choice.affinity == NO_AFFINITY and not choice.group_queues:
         return {}
+    # fair_group_queues: the targets in flight include the dedicated queues (queue:<name>)
     return {"affinity": choice.affinity, "spill_seconds": choice.spill_seconds,
+            "group_queues": dict(choice.group_queues),
             "affinity_moves": store.affinity_moves(queue),
             "worker_inflight": store.worker_inflight(queue)}
 

@@ -22,8 +22,8 @@ from celery.exceptions import Ignore
 
 from .brokers import check_app
 from .config import get_config
-from .errors import FairError, InvalidControl
-from .groups import GroupResolver, GroupRule
+from .errors import FairError, InvalidControl, InvalidOption
+from .groups import GroupResolver, GroupRule, split_path
 from .headers import (
     CLASS_HEADER,
     COST_HEADER,
@@ -37,6 +37,7 @@ from .lifecycle import begin_dispatch, new_run, release_dispatch, run_gone
 from .names import validate_cost
 from .options import TASK_OPTIONS, class_options, reject_misspelt
 from .outage import Outage
+from .singleton import WAIT, singleton_headers, validate_mode
 from .store import bounds_of, store_for
 from .store.base import BeginResult
 from .store.bulk import HOLD_BATCH
@@ -61,10 +62,14 @@ class FairTask(Task):
     fair_group: GroupRule = None
     fair_interactive: bool | None = None
     fair_cost: float = 1
+    #: the singleton key's rule (as ``fair_group``'s) and mode (singleton.py)
+    fair_singleton: GroupRule = None
+    fair_singleton_mode: str | None = None
     #: Marks a FairTask for the modules this one imports (installer, worker), which test
     #: it without importing this module.
     is_fair_task: ClassVar[bool] = True
     _fair_resolver: GroupResolver | None = None
+    _fair_singleton_resolver: GroupResolver | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # ``@app.task(base=FairTask, fair_grup=...)`` creates a subclass whose attributes
@@ -88,6 +93,7 @@ class FairTask(Task):
         reject_misspelt(options, TASK_OPTIONS, f"{self.name}.apply_async()")
         explicit = (options.pop("fair_group", None), options.pop("fair_interactive", None),
                     options.pop("fair_cost", None))
+        single = (options.pop("fair_singleton", None), options.pop("fair_singleton_mode", None))
         app = self._get_app()
         headers = dict(options.get("headers") or {})
         headers.pop(DISPATCH_HEADER, None)
@@ -97,6 +103,7 @@ class FairTask(Task):
             # (without needing a store, so eager tests run on any broker).
             self._placement(args or (), kwargs or {}, headers, explicit,
                             app.conf.get("fair_default_group", "default"))
+            self._singleton(args or (), kwargs or {}, headers, single)
             return super().apply_async(args, kwargs, task_id=task_id, producer=producer,
                                        link=link, link_error=link_error, shadow=shadow,
                                        **options)
@@ -104,6 +111,7 @@ class FairTask(Task):
         config = get_config(app)
         headers.update(self._placement(args or (), kwargs or {}, headers, explicit,
                                        config.default_group))
+        headers.update(self._singleton(args or (), kwargs or {}, headers, single))
         options["headers"] = headers
         front = bool(options.get("retries"))  # only Task.retry() passes it
         with app.producer_or_acquire(producer) as real:
@@ -169,6 +177,19 @@ class FairTask(Task):
             type(self)._fair_resolver = resolver
         return resolver
 
+    def _singleton(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                   headers: Mapping[str, Any], explicit: tuple[Any, Any]) -> dict[str, str]:
+        """The singleton key and mode of one call, as message headers (none: no key)."""
+        rule = self.fair_singleton
+        if inspect.ismethod(rule) and rule.__self__ is self:
+            rule = rule.__func__
+        resolver = self._fair_singleton_resolver
+        if resolver is None or resolver.rule is not rule:
+            resolver = GroupResolver(rule, self.run, self.name, "singleton", InvalidOption)
+            type(self)._fair_singleton_resolver = resolver
+        return singleton_headers(explicit, headers, lambda: resolver(args, kwargs),
+                                 self.fair_singleton_mode)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.request.is_eager:
             return super().__call__(*args, **kwargs)
@@ -210,6 +231,8 @@ class FairTask(Task):
             raise InvalidControl(f"fair_throttle in task {self.name}[{self.request.id}]: "
                                  "it was not dispatched by celery_fair, so it has no group "
                                  "or fair queue to throttle")
+        # fair_subgroup 'path': "acme/alice" is held in, and throttles, the group "acme"
+        group = split_path(group, get_config(self.app).policy_for(queue).subgroup)[0]
         done = throttle(self.app, group, seconds, queue=queue, reason=reason,
                         actor=f"task {self.name}[{self.request.id}]")
         return done[0].until_ms
@@ -241,11 +264,12 @@ _begin_outage = Outage(logger, "celery_fair: marking dispatches running", expect
 
 
 #: The celery_fair keywords of :func:`fair_task`.
-FAIR_TASK_OPTIONS = ("group", "interactive", "cost")
+FAIR_TASK_OPTIONS = ("group", "interactive", "cost", "singleton", "singleton_mode")
 
 
 def fair_task(*args: Any, group: GroupRule = None, interactive: bool | None = None,
-              cost: float = 1, **options: Any) -> Any:
+              cost: float = 1, singleton: GroupRule = None, singleton_mode: str = WAIT,
+              **options: Any) -> Any:
     """Declare a fair task: ``shared_task`` with ``base=FairTask``.
 
     Parameters:
@@ -254,6 +278,11 @@ def fair_task(*args: Any, group: GroupRule = None, interactive: bool | None = No
             :func:`fair_context`, the parent task, then ``fair_default_group``.
         interactive: run ahead of background tasks (and within the interactive reserve).
         cost: how much of its group's share one run uses (default 1).
+        singleton: the argument naming the task's singleton key (``"doc_id"``), or a
+            callable ``(args, kwargs) -> key``: at most one task per key in flight at a
+            time, the others wait their turn in order (DESIGN.md, "Singleton keys").
+        singleton_mode: ``"wait"`` (default), or ``"drop"``: a task whose key already
+            has one waiting is not held but marked REVOKED (one log line).
         options: any ``shared_task`` option (``bind``, ``acks_late``, ``base``...).
 
     Raises:
@@ -261,22 +290,26 @@ def fair_task(*args: Any, group: GroupRule = None, interactive: bool | None = No
             ``cost``, or starts with ``fair_`` (the rule is in ``celery_fair.options``).
         InvalidGroup: ``group`` names no argument of the function.
         InvalidCost: ``cost`` is not a positive number.
+        InvalidOption: ``singleton`` names no argument, or ``singleton_mode`` is not
+            ``"wait"`` or ``"drop"``.
     """
     reject_misspelt(options, FAIR_TASK_OPTIONS, "fair_task()")
     validate_cost(cost)
     klass_of(interactive)
+    validate_mode(singleton_mode)
     base = options.pop("base", None) or FairTask
     if not issubclass(base, FairTask):
         base = type(f"Fair{base.__name__}", (FairTask, base), {})
 
     def create(fn: Callable[..., Any]) -> Any:
-        if isinstance(group, str):
-            run = fn if not options.get("bind") else _drop_first(fn)
-            GroupResolver(group, run, getattr(fn, "__name__", "task"))
-        else:
-            GroupResolver(group, fn, getattr(fn, "__name__", "task"))
+        run = fn if not options.get("bind") else _drop_first(fn)
+        name = getattr(fn, "__name__", "task")
+        GroupResolver(group, run if isinstance(group, str) else fn, name)
+        GroupResolver(singleton, run if isinstance(singleton, str) else fn, name,
+                      "singleton", InvalidOption)
         return shared_task(base=base, fair_group=group, fair_interactive=interactive,
-                           fair_cost=cost, **options)(fn)
+                           fair_cost=cost, fair_singleton=singleton,
+                           fair_singleton_mode=singleton_mode, **options)(fn)
 
     if len(args) == 1 and callable(args[0]) and not options:
         return create(args[0])

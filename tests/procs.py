@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +83,18 @@ class CeleryProcess:
             self._log.flush()
         text = self.log_path.read_bytes().decode(errors="replace")
         return f"--- {' '.join(self.args)} (pid {self.pid}) ---\n{text[-tail:]}"
+
+
+@contextmanager
+def stopped_after(procs: Mapping[str, CeleryProcess]) -> Iterator[None]:
+    """Stop every process of ``procs`` (read at the end: it may grow) when the block
+    ends; print their output first when it failed."""
+    try:
+        yield
+    except BaseException:
+        for proc in procs.values():
+            print(proc.output())
+        raise
+    finally:
+        for proc in procs.values():
+            proc.stop()

@@ -112,6 +112,7 @@ def create_app(broker: str, namespace: str, queue: str, store: str | None = None
 def _define_tasks(app: Celery, base: Any, ledger: Ledger) -> None:
     """The test app's tasks (each records its runs in ``ledger``)."""
     _define_control_tasks(app, base, ledger)
+    _define_singleton_tasks(app, base, ledger)
     @app.task(base=base, fair_group="tenant", shared=False, name="proj.work")
     def work(tenant: str, label: str = "", duration: float = 0.0) -> str:
         ledger.enter(tenant, label)
@@ -171,6 +172,35 @@ def _define_tasks(app: Celery, base: Any, ledger: Ledger) -> None:
 
         return sleep(seconds)
 
+
+
+def _define_singleton_tasks(app: Celery, base: Any, ledger: Ledger) -> None:
+    """Tasks with a singleton key (tests/test_singleton.py)."""
+    @app.task(base=base, fair_group="tenant", fair_singleton="doc", shared=False,
+              name="proj.single")
+    def single(tenant: str, doc: str, label: str = "", duration: float = 0.0) -> str:
+        """A singleton task (key ``doc``): the ledger's "group" is the key, so its
+        highest count running at once is the key's, seen from inside the tasks."""
+        ledger.enter(f"key:{doc}", label)
+        try:
+            if duration:
+                time.sleep(duration)
+        finally:
+            ledger.leave(f"key:{doc}")
+        return label
+
+
+    @app.task(base=base, fair_group="tenant", fair_singleton="doc", bind=True, shared=False,
+              name="proj.single_flaky", max_retries=3)
+    def single_flaky(self: Any, tenant: str, doc: str, label: str, fails: int,
+                     countdown: float = 0) -> str:
+        """A singleton task that fails ``fails`` times and retries: its retry keeps its
+        key (the headers) and waits for it."""
+        ledger.enter(f"key:{doc}", f"{label}-{self.request.retries}")
+        ledger.leave(f"key:{doc}")
+        if self.request.retries < fails:
+            raise self.retry(countdown=countdown)
+        return label
 
 
 def _define_control_tasks(app: Celery, base: Any, ledger: Ledger) -> None:

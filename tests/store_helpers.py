@@ -18,6 +18,7 @@ import pytest
 from celery_fair.config import SETTINGS
 from celery_fair.envelope import BACKGROUND, Envelope
 from celery_fair.store.base import BeginResult, Picked, Placement, Policy, Store
+from celery_fair.store.memory import MemoryStore
 from celery_fair.store.models import HARMONY, WFQ
 
 from .backends import BACKENDS
@@ -138,3 +139,10 @@ def _assert_counters_exact(store: Store) -> None:
     figures = store.queue_figures(Q)
     assert (figures.held_interactive, figures.held_background) == (held_i, held_b)
     assert dict(store.top_groups(Q, 1000)) == per_group
+
+
+class NoRouting(MemoryStore):
+    """A backend of the contract without affinity routing (every store of celery-fair
+    has it): what ``refuse_affinity`` and ``refuse_group_queues`` are for."""
+
+    supports_affinity = False

@@ -5,7 +5,9 @@ ran on (``proj.sticky``: ``self.request.hostname``).
 - every task of a group runs on the worker the hash assigns it;
 - SIGKILL a worker: its groups move to the others (its dispatches come back through their
   leases), nothing is lost or runs to its end twice, the other groups stay where they were;
-- a 4th worker joins: only the groups whose owner changed change host.
+- a 4th worker joins: only the groups whose owner changed change host;
+- on the SQL store (PostgreSQL; broker, results and ledger on Redis): every task of a
+  group on its assigned worker, each once, every routed slot back.
 """
 
 from __future__ import annotations
@@ -29,10 +31,11 @@ CONF = {"fair_affinity": "hash", "fair_lease_seconds": 3, "task_acks_late": True
         "task_reject_on_worker_lost": True}
 
 
-def start_worker(name: str, queue: str, url: str, namespace: str, log: Any) -> CeleryProcess:
+def start_worker(name: str, queue: str, url: str, namespace: str, log: Any,
+                 conf: dict[str, Any] = CONF) -> CeleryProcess:
     return CeleryProcess(["worker", "-P", "threads", "-c", "2", "-Q", queue,
                           "-n", f"{name}-{namespace}@%h", "--without-mingle",
-                          "--without-gossip", "--without-heartbeat"], CONF, url, namespace,
+                          "--without-gossip", "--without-heartbeat"], conf, url, namespace,
                          log)
 
 
@@ -137,4 +140,38 @@ def test_groups_run_on_their_worker_move_on_a_kill_and_on_a_join_only_as_hashed(
         raise
     finally:
         for proc in workers.values():
+            proc.stop()
+
+
+def test_groups_run_on_their_worker_on_the_postgresql_store(
+        make_app, redis_server, namespace, tmp_path, sql_url) -> None:
+    conf = {**CONF, "fair_store_url": sql_url("postgresql")}
+    app = make_app(**conf)
+    queue, url, ledger = queue_of(app), redis_server.url + "/0", app.ledger
+    workers = [start_worker(name, queue, url, namespace, tmp_path / f"{name}.log", conf)
+               for name in ("w1", "w2", "w3")]
+    try:
+        wait_for(lambda: len([w for w in table_of(app) if w]) == 3, timeout=90,
+                 what="three workers registered in the SQL store")
+        with DispatcherThread(app, queues=[queue]):
+            table = table_of(app)
+            labels = hold_batch(app, "sql", 4, 0.05)
+            wait_for(lambda: len(done_of(ledger, labels)) >= len(labels), timeout=120,
+                     what="the batch ran")
+            done = done_of(ledger, labels)
+            assert Counter(d["label"] for d in done) == Counter(labels)  # once each
+            ran = hosts_by_group(done)
+            assert ran == {g: {owner(g, table)} for g in GROUPS}, (ran, table)
+            assert len({h for hosts in ran.values() for h in hosts}) >= 2  # it spreads
+            store: Any = store_for(app)
+            assert "postgresql" in store.where  # the map and the routed picks are SQL's
+            assert store.assignments(queue) == {g: owner(g, table) for g in GROUPS}
+            wait_for(lambda: settled(app), timeout=30, what="every slot released")
+            assert store.worker_inflight(queue) == {} and store.affinity_moves(queue) == 0
+    except BaseException:
+        for proc in workers:
+            print(proc.output())
+        raise
+    finally:
+        for proc in workers:
             proc.stop()

@@ -16,7 +16,8 @@ from celery_fair.config import FairConfig
 from celery_fair.errors import ConfigurationError
 from celery_fair.policies import PolicyChoice
 from celery_fair.routing import Router
-from celery_fair.testing import MemoryStore
+
+from .store_helpers import NoRouting
 
 TABLE = ["w-a", None, "w-c"]
 WORKERS = [AssignWorker("w-a", datetime(2026, 1, 1, tzinfo=timezone.utc), 4, ("q",)),
@@ -89,7 +90,7 @@ def test_a_router_refuses_a_store_without_affinity_naming_the_queues() -> None:
                       default_rate=None, group_rates={}, max_held=None, max_held_overrides={},
                       max_inflight=None, dispatch_ahead=2, interactive_reserve=1,
                       lease_seconds=30, done_ttl=0, batch_size=10, direct_push=False)
-    store = MemoryStore("t")
+    store = NoRouting("t")
     Router(lambda: store, base, lambda: 0.0)  # no affinity asked: fine
     routed = FairConfig(**{**base.__dict__, "queue_policies": {
         "exports": PolicyChoice(affinity="hash")}})
@@ -102,3 +103,4 @@ def test_the_policy_column_names_affinity_and_spill() -> None:
     assert PolicyChoice(affinity="hash", spill_seconds=30).describe() == \
         "wfq, affinity hash spill 30s"
     assert PolicyChoice().describe() == "wfq"
+

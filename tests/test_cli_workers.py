@@ -10,8 +10,10 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from celery_fair.affinity import owner
-from celery_fair.cli_workers import render_workers
+from celery_fair.cli_workers import read_workers, render_workers
 from celery_fair.store.registry import slot_table
 from celery_fair.task import store_for
 
@@ -19,6 +21,7 @@ from .conftest import DispatcherThread, wait_for
 from .control_helpers import cli
 from .helpers import queue_of
 from .procs import CeleryProcess
+from .store_helpers import LEASE, NOW, Q, hold
 from .test_cli import fill, run_celery
 
 #: A queue routed by worker (the workers get it too: they then consume their own queue).
@@ -161,3 +164,44 @@ def test_fair_workers_shows_a_routed_queue_s_assigned_groups_and_free_slots(
         for proc in procs:  # the long runs would hold a warm shutdown
             proc.kill_group()
             proc.stop()
+
+
+# -- what the store's map and in-flight counts name beyond the live workers ----------------
+
+@pytest.mark.parametrize("any_store", ["redis"], indirect=True)
+def test_a_gone_worker_with_routed_tasks_in_flight_and_dedicated_queues_are_listed(
+        any_store) -> None:
+    """A worker whose registration expired while its routed tasks are in flight is listed
+    '(gone)' with them; a queue with fair_group_queues lists its dedicated queues."""
+    store, alive, gone, vip = any_store, "alive@h", "gone@h", "queue:vip"
+    for group in ("g1", "g2", "g3"):
+        for n in range(2):
+            hold(store, group, hold_id=f"{group}-{n}")
+    store.assign(Q, [("g1", "", alive), ("g2", "", gone), ("g3", "", vip)])
+    got = store.pick_routed(Q, 10, None, NOW, LEASE, {alive: 1, gone: 2, vip: 1}, None)
+    assert sorted(got.workers) == sorted([alive, gone, gone, vip])
+    store.register_worker(Q, alive, 4, NOW + 60_000, NOW)
+    store.register_worker(Q, gone, 2, NOW + 10, NOW - 5_000)  # expired at the read
+    [doc] = read_workers(store, [Q], NOW + 1_000, routed={Q}, dedicated={Q})
+    rows = {w["hostname"]: w for w in doc["workers"]}
+    assert list(rows) == [alive, gone] and doc["groups"] == 2
+    assert (rows[alive]["gone"], rows[alive]["inflight"], rows[alive]["free_slots"]) == \
+        (False, 1, 3)
+    assert {k: rows[gone][k] for k in ("gone", "groups_assigned", "inflight", "pool",
+                                       "slot", "free_slots")} == \
+        {"gone": True, "groups_assigned": 1, "inflight": 2, "pool": None, "slot": None,
+         "free_slots": None}
+    assert doc["dedicated"] == [{"queue": "vip", "groups": 1, "inflight": 1}]
+    text = _text(render_workers([doc]))
+    assert "gone@h (gone)" in text and "vip (1 group, 1 in flight)" in text, text
+    # the same read without the routing: neither gone workers nor dedicated queues
+    [plain] = read_workers(store, [Q], NOW + 1_000)
+    assert [w["hostname"] for w in plain["workers"]] == [alive] and plain["dedicated"] == []
+
+
+def _text(renderable: Any) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(renderable)
+    return console.export_text()

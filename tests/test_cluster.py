@@ -43,6 +43,7 @@ from . import (
     test_store_contract_policy,
     test_store_contract_position,
     test_store_contract_rate,
+    test_store_contract_singleton,
     test_store_contract_softcap,
 )
 from .components import REDIS_CLUSTER, require
@@ -53,6 +54,10 @@ from .store_helpers import (
     store_fixture,  # noqa: F401 (the contract tests' `store`)
     value,
 )
+
+# Singleton keys (not the SQL damage test): their keys share the queue's hash tag.
+globals().update({name: test for name, test in vars(test_store_contract_singleton).items()
+                  if name.startswith("test_") and callable(test) and "sql" not in name})
 
 # The whole contract, again on the cluster store (this module's any_store): every script
 # and every namespace-level key runs on a real cluster.

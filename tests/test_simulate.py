@@ -86,6 +86,26 @@ def test_smallest_runs_a_groups_small_tasks_before_its_big_one() -> None:
     assert max(smallest[1:]) == pytest.approx(1.9)
 
 
+def test_subgroups_of_a_group_take_turns_under_fair_subgroup_path() -> None:
+    """One slot: alice's ten tasks of 0.1 s at 0, bob's two (the same group, the trace's
+    ``subgroup`` column) at 0.05 s. With fair_subgroup 'path' bob's alternate with
+    alice's (0.2 s and 0.3 s: bob's first key ties alice's next, by hold id); without
+    it, after alice's ten; under 'smallest' (which orders the group itself) the
+    subgroups are not used."""
+    tasks = [TraceTask(0, "acme", 1, 0.1, False, "alice")] * 10 + \
+        [TraceTask(0.05, "acme", 1, 0.1, False, "bob")] * 2
+
+    def bob(policy: str, subgroup: str) -> list[float | None]:
+        run = simulate(tasks, 1, policy, "cost",
+                       Policy(None, 0, 1.0, {}, {}, subgroup=subgroup))
+        return [start for _, _, start, _ in run.tasks[10:]]
+
+    assert bob("wfq", "path") == pytest.approx([0.2, 0.3])
+    assert bob("harmony", "path") == pytest.approx([0.2, 0.3])
+    assert bob("wfq", "none") == pytest.approx([1.0, 1.1])
+    assert bob("smallest", "path") == pytest.approx([1.0, 1.1])
+
+
 def test_charging_the_declared_cost_evens_worker_time() -> None:
     tasks = read_trace(EXAMPLES / "mixed-durations.csv")
     by_charge = {c: figures(simulate(tasks, 4, "wfq", c)) for c in ("count", "cost")}

@@ -1,8 +1,9 @@
 """The store contract's affinity routing family (``store/routing.py``): the backends that
-route (``ROUTING``: Redis) keep each group's worker and each worker's routed dispatches in
-flight, pick a group only while its worker has a slot of its own (or once it waited the
-spill time), report groups without a live worker, give a worker's slot back at release
-and reclaim; the others (memory, SQL) refuse, naming the setting."""
+route (``ROUTING``: every one, Redis, memory and SQL) keep each group's worker and each
+worker's routed dispatches in flight, pick a group only while its worker has a slot of
+its own (or once it waited the spill time), report groups without a live worker, give a
+worker's slot back at release and reclaim; a backend of the contract without routing
+(``NoRouting``, a test double) refuses, naming the setting."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ import pytest
 from celery_fair.envelope import INTERACTIVE
 from celery_fair.errors import ConfigurationError
 from celery_fair.store.base import Store
-from celery_fair.store.routing import refuse_affinity
+from celery_fair.store.routing import Routing, refuse_affinity
 
 from .backends import BACKENDS
 from .store_helpers import (
     LEASE,
     NOW,
+    NoRouting,
     Q,
     configure,
     group_of,
@@ -28,11 +30,9 @@ from .store_helpers import (
 )
 
 A, B = "worker-a", "worker-b"
-#: The backends with affinity routing; the others refuse it.
-ROUTING = ("redis",)
+#: The backends with affinity routing: every one.
+ROUTING = BACKENDS
 routing = pytest.mark.parametrize("any_store", ROUTING, indirect=True)
-refusing = pytest.mark.parametrize("any_store", [b for b in BACKENDS if b not in ROUTING],
-                                   indirect=True)
 
 
 def routed(store: Store, limits: dict[str, int], limit: int = 10, now: int = NOW,
@@ -46,18 +46,19 @@ def test_a_backend_with_routing_says_so(store: Store) -> None:
     refuse_affinity(store, ["q1"])  # nothing to refuse
 
 
-@refusing
-def test_a_backend_without_routing_refuses_it_naming_the_setting(store: Store) -> None:
+def test_a_backend_without_routing_refuses_it_naming_the_setting() -> None:
+    """Every store of celery-fair routes; another backend of the contract keeps the
+    default (``Routing``): it refuses, and its reads answer nothing routed."""
+    store = NoRouting("t")
     assert not store.supports_affinity
-    with pytest.raises(ConfigurationError, match="fair_affinity='hash'.*'q1'"):
+    with pytest.raises(ConfigurationError, match="fair_affinity='hash'.*'q1'.*NoRouting"):
         refuse_affinity(store, ["q1"])
     with pytest.raises(ConfigurationError):
-        store.pick_routed(Q, 1, None, NOW, LEASE, {A: 1}, None)
+        Routing.pick_routed(store, Q, 1, None, NOW, LEASE, {A: 1}, None)
     refuse_affinity(store, [])  # no queue asks: fine
-    # the reads (fair status, fair workers) answer: nothing routed
     hold(store, "g1")
-    assert store.assignments(Q) == {} and store.worker_inflight(Q) == {}
-    assert store.affinity_moves(Q) == 0
+    assert Routing.assignments(store, Q) == {} and Routing.worker_inflight(store, Q) == {}
+    assert Routing.affinity_moves(store, Q) == 0
 
 
 @routing
@@ -162,3 +163,39 @@ def test_caps_and_the_interactive_class_hold_as_without_affinity(store: Store) -
     assert order[0] == ("free", INTERACTIVE)  # interactive first, across groups
     assert Counter(g for g, _ in order) == {"capped": 1, "free": 4}  # capped at its cap
     assert store.worker_inflight(Q) == {A: 5}
+
+
+@routing
+def test_a_pick_looks_past_many_groups_of_a_full_worker(store: Store) -> None:
+    """More groups of a full worker at the front of the set than the pick reads at once
+    (the SQL store reads the rows past ``want`` a page at a time): the one group of a
+    worker with room further back still goes, and the unassigned ones met are reported."""
+    hold(store, "a-first", hold_id="first")
+    store.assign(Q, [("a-first", "", A)])
+    assert len(routed(store, {A: 1, B: 1}, limit=1).picked) == 1  # A is full now
+    for n in range(70):
+        hold(store, f"a-{n:02}")
+    hold(store, "b-last")
+    hold(store, "c-none")
+    store.assign(Q, [(f"a-{n:02}", "", A) for n in range(70)] + [("b-last", "", B)])
+    got = routed(store, {A: 1, B: 1}, limit=2)
+    assert [group_of(p) for p in got.picked] == ["b-last"] and got.workers == [B]
+    assert got.unassigned == []  # the pick stopped at b-last: no target had room after
+    hold(store, "b-last", hold_id="b-again")
+    store.release(Q, got.picked[0].dispatch_id)
+    again = routed(store, {A: 1, B: 1}, limit=2)
+    assert [group_of(p) for p in again.picked] == ["b-last"]
+    assert store.worker_inflight(Q) == {A: 1, B: 1}
+    store.release(Q, again.picked[0].dispatch_id)
+    assert routed(store, {A: 1, B: 1}, limit=2).unassigned == ["c-none"]
+
+
+@routing
+def test_no_live_target_takes_nothing(store: Store) -> None:
+    """Every worker gone: nothing goes anywhere (the Redis store picked unrouted, and
+    misread the answer, when given no target)."""
+    hold(store, "g1")
+    store.assign(Q, [("g1", "", A)])
+    got = store.pick_routed(Q, 10, None, NOW, LEASE, {}, None, promote=True)
+    assert got.picked == [] and got.workers == [] and got.unassigned == []
+    assert store.queue_figures(Q).held == 1 and store.worker_inflight(Q) == {}

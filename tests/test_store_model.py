@@ -2,19 +2,26 @@
 time (the Redis store's Lua scripts on the real redis-server; the SQL store on SQLite,
 PostgreSQL and MariaDB) and the memory store (the Python policy, ``celery_fair.policy``)
 with the same operations and the same clock: hold, pick,
-register and unregister workers (their slots and start times),
+register and unregister workers (their slots and start times), affinity routing (assign
+the map over what was read, routed picks with each target's limit and a spill time; the
+map, each target's routed dispatches in flight and the moves compared after each step),
 confirm, begin (with a run of this host found gone), renew, release, promote, reclaim,
 configure (either policy, wfq or harmony, with hard or soft caps and with or without an
 interactive share, on every backend; smallest with any aging, whose held lists are kept
-in sort-key order, switched to and from the others with messages held; any
+in sort-key order, switched to and from the others with messages held; ``fair_subgroup``
+'path' under wfq and harmony (on Redis also a run mostly under it), holds in subgroups x,
+y or none with subgroup weights keyed "<group>/<subgroup>", switched on and off with
+messages held (on Redis each list's subgroup keys and tags, ``sg``, compared too); any
 charge: cost, count or runtime, whose releases
 report runtimes that correct the tags), limit, pause, boost (a
 group's weight, with expiry; a task to the front), rate limits (GCRA tokens in the
 pick, throttles lifted by promote), a task's throttle and cancel (resent under its
-token); bursts of both classes at once and picks with a capacity just above what is in
-flight, where the interactive share's bound falls either side of the interactive work in
-flight (with only fixed capacities in-flight work soon fills them and the share's case
-hardly comes up: a SQL pick ignoring the share went unnoticed in 40 examples).
+token), singleton keys (every backend: holds with a key, waiting or dropped, their hand-over
+at release, reclaim and cancel); bursts of both classes at once and picks with a capacity
+just above what is in flight, where the interactive share's bound falls either side of
+the interactive work in flight (with only fixed capacities in-flight work soon fills
+them and the share's case hardly comes up: a SQL pick ignoring the share went unnoticed
+in 40 examples).
 
 After every step both must agree: what each operation returned (the dispatch ids and
 messages a pick took, in order), and, through the common inspection
@@ -47,14 +54,25 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
     invariant,
+    precondition,
     rule,
     run_state_machine_as_test,
 )
+from sqlalchemy import select
 
 from celery_fair.check import check
 from celery_fair.envelope import Envelope
-from celery_fair.errors import GroupFull
-from celery_fair.limits import CHARGES, Rate
+from celery_fair.errors import GroupFull, SingletonDropped
+from celery_fair.limits import (
+    CHARGES,
+    HARMONY,
+    NO_SUBGROUP,
+    PATH_SUBGROUP,
+    SMALLEST,
+    SUBGROUPS,
+    WFQ,
+    Rate,
+)
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
@@ -68,6 +86,8 @@ from .backends import SQL_BACKENDS
 Q = "modelq"
 GROUPS = ["a", "b", "c", "dd"]
 WORKERS = ["w1", "w2", "w3"]  # the worker registry: start times and slots (register.lua)
+#: affinity targets: two workers and a dedicated queue (never spilled to or from)
+TARGETS = ["w1", "w2", "queue:vip"]
 #: ten a second; 3 at once; one a second, 2 at once; none (whatever the default)
 RATES = [Rate(100.0), Rate(100.0, 3), Rate(1000.0, 2), None]
 PICK_LEASE, LEASE = 10_000, 30_000
@@ -78,14 +98,21 @@ HOST = "r"  # the runs r1 and r2 are this host's
 #: fair_aging_seconds under smallest: arrival order, and costs worth 0.5 s to 4 s of
 #: waiting (the ticks and holds are ms to seconds apart, so keys cross both ways)
 AGINGS = (0.0, 0.5, 1.0, 4.0)
+#: fair_subgroup 'path': the subgroups a hold draws from (None: none), and the weights'
+#: keys (groups, and subgroups by their path)
+SUBS = [None, None, "x", "y"]
+WEIGHTED = [*GROUPS, "a/x", "a/y", "b/x"]
 #: What a release reports the task ran (seconds; None: nothing, an older worker)
 RUNTIMES = [None, 0.0, 0.1, 0.25, 1.0, 3.5]
+#: singleton keys (the Redis machine's holds with a key)
+SINGLETON_KEYS = ("x", "y")
 
 
-def stored(group: str, klass: str, cost: float, front: bool, hold_id: str) -> bytes:
+def stored(group: str, klass: str, cost: float, front: bool, hold_id: str,
+           sub: str | None = None) -> bytes:
     envelope = Envelope(body=hold_id.encode(), content_type="application/json",
                         content_encoding="utf-8", headers={"id": hold_id, "task": "t"},
-                        exchange="", routing_key=Q, queue=Q)
+                        exchange="", routing_key=Q, queue=Q, subgroup=sub)
     return envelope.encode(group, klass, cost, front)
 
 
@@ -131,8 +158,11 @@ class StoreMachine(RuleBasedStateMachine):
 
     def __init__(self, other: Store, state: Callable[[str], QueueState],
                  policies: tuple[str, ...] = POLICIES, cap_modes: tuple[str, ...] = CAP_MODES,
-                 shares: tuple[float | None, ...] = SHARES) -> None:
+                 shares: tuple[float | None, ...] = SHARES,
+                 subgroups: tuple[str, ...] = (NO_SUBGROUP,)) -> None:
         super().__init__()
+        self.subgroups = subgroups  # fair_subgroup's values the backend runs
+        self.subgroup = NO_SUBGROUP  # the one drawn (routing refuses 'path')
         self.policies = policies  # what configure draws from (every backend runs them all)
         self.cap_modes, self.shares = cap_modes, shares
         self.other = other  # the backend under test
@@ -166,8 +196,12 @@ class StoreMachine(RuleBasedStateMachine):
         self.both("configure", Policy(cap, reserve, 1.0, {}, {}, **self._draw_policy(data)))
 
     def _draw_policy(self, data: Any) -> dict[str, Any]:
-        """A policy, charge, cap mode and interactive share the backend runs."""
-        return {"name": data.draw(st.sampled_from(self.policies)),
+        """A policy, charge, cap mode, interactive share and subgroup setting the backend
+        runs (a subgroup 'path' never with 'smallest': both order a group's list)."""
+        name = data.draw(st.sampled_from(self.policies))
+        subgroup = self.subgroup = NO_SUBGROUP if name == SMALLEST else \
+            data.draw(st.sampled_from(self.subgroups))
+        return {"name": name, "subgroup": subgroup,
                 "charge": data.draw(st.sampled_from(CHARGES)),
                 "cap_mode": data.draw(st.sampled_from(self.cap_modes)),
                 "interactive_share": data.draw(st.sampled_from(self.shares)),
@@ -176,15 +210,15 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(group=st.sampled_from(GROUPS), klass=st.sampled_from(CLASSES),
           cost=st.sampled_from([1, 1, 2, 0.5, 3]), front=st.booleans(),
           delay=st.sampled_from([0, 0, 0, 5_000]), same_id=st.booleans(),
-          max_held=st.sampled_from([None, None, 1, 2, 3]))
+          max_held=st.sampled_from([None, None, 1, 2, 3]), sub=st.sampled_from(SUBS))
     def hold(self, group: str, klass: str, cost: float, front: bool, delay: int,
-             same_id: bool, max_held: int | None) -> None:
+             same_id: bool, max_held: int | None, sub: str | None = None) -> None:
         if not same_id or not self.ids:
             self.ids += 1
         hold_id = f"t{self.ids}"
         due = self.now + delay if delay else 0
-        args = (hold_id, stored(group, klass, cost, front, hold_id),
-                Placement(group, klass, cost, front, max_held), due, self.now)
+        args = (hold_id, stored(group, klass, cost, front, hold_id, sub),
+                Placement(group, klass, cost, front, max_held, subgroup=sub), due, self.now)
         try:
             held = self.other.hold(Q, *args)
         except GroupFull as full:  # backpressure: both refuse, with the same count
@@ -201,6 +235,26 @@ class StoreMachine(RuleBasedStateMachine):
         picked = self.both("pick", limit, capacity, self.now, PICK_LEASE,
                            token=f"p{self.picks}.")
         self.dispatched += [p.dispatch_id for p in picked]
+
+    @rule(changes=st.lists(st.tuples(st.sampled_from(GROUPS),
+                                     st.sampled_from([None, "", *TARGETS]),
+                                     st.sampled_from(TARGETS)), min_size=1, max_size=4))
+    def assign(self, changes: list[tuple[str, str | None, str]]) -> None:
+        """The dispatchers' map (fair_affinity): set over what was read, or dropped."""
+        self.both("assign", changes)
+
+    @precondition(lambda self: self.subgroup != PATH_SUBGROUP)  # refused together
+    @rule(limit=st.integers(1, 5), capacity=st.sampled_from([None, None, 3, 6]),
+          limits=st.dictionaries(st.sampled_from(TARGETS), st.integers(0, 3), max_size=3),
+          spill=st.sampled_from([None, None, 0, 5_000]))
+    def pick_routed(self, limit: int, capacity: int | None, limits: dict[str, int],
+                    spill: int | None) -> None:
+        """A routed pick: only groups whose target is live with room, or spilled; each
+        dispatch counted against its target until release, reclaim or renewal."""
+        self.picks += 1
+        routed = self.both("pick_routed", limit, capacity, self.now, PICK_LEASE, limits,
+                           spill, token=f"p{self.picks}.")
+        self.dispatched += [p.dispatch_id for p in routed.picked]
 
     @rule(group=st.sampled_from(GROUPS), interactive=st.integers(1, 4),
           background=st.integers(1, 3))
@@ -251,7 +305,7 @@ class StoreMachine(RuleBasedStateMachine):
     def release(self, data: Any, run: str | None, runtime: float | None) -> None:
         for did in self._some(data):
             self.both("release", did, 3600 if data.draw(st.booleans()) else 0, run=run,
-                      runtime=runtime)
+                      runtime=runtime, now_ms=self.now)
 
     @rule(data=st.data(), acks_late=st.booleans(), runtime=st.sampled_from(RUNTIMES))
     def run_to_end(self, data: Any, acks_late: bool, runtime: float | None) -> None:
@@ -260,7 +314,7 @@ class StoreMachine(RuleBasedStateMachine):
             self.both("confirm", [did], self.now + LEASE)
             self.both("begin", did, self.now + LEASE, now_ms=self.now, run="r1",
                       acks_late=acks_late)
-            self.both("release", did, 3600, run="r1", runtime=runtime)
+            self.both("release", did, 3600, run="r1", runtime=runtime, now_ms=self.now)
 
     @rule(data=st.data(), acks_late=st.booleans(), dies=st.booleans(),
           gone=st.sets(st.sampled_from(["r1"])))
@@ -338,7 +392,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(cap=st.sampled_from([None, 1, 2, 4]), reserve=st.sampled_from([0, 1, 2]),
           weight=st.sampled_from([1.0, 1.0, 2.0]),
           caps=st.dictionaries(st.sampled_from(GROUPS), st.integers(0, 3), max_size=2),
-          weights=st.dictionaries(st.sampled_from(GROUPS), st.sampled_from([0.5, 2.0, 3.0]),
+          weights=st.dictionaries(st.sampled_from(WEIGHTED), st.sampled_from([0.5, 2.0, 3.0]),
                                   max_size=3),
           default_rate=st.sampled_from([None, None, *RATES]),
           rates=st.dictionaries(st.sampled_from(GROUPS), st.sampled_from(RATES), max_size=2),
@@ -377,6 +431,9 @@ class StoreMachine(RuleBasedStateMachine):
         self.both_read("throttles")
         self.both_read("rates")
         self.both_read("live_workers", self.now)  # slots and start times
+        self.both_read("assignments")  # affinity: the map, targets' in flight, moves
+        self.both_read("worker_inflight")
+        self.both_read("affinity_moves")
         for did in self.dispatched:
             self.both_read("dispatch_state", did)
         for i in range(1, self.ids + 1):  # where each task stands, held or dispatched
@@ -387,8 +444,54 @@ class StoreMachine(RuleBasedStateMachine):
             getattr(self.other, operation)(Q, *args), (operation, args)
 
 
-class RedisMachine(StoreMachine):
-    """The Redis store, whose smallest sort keys (``k_keys``) are compared too."""
+class KeyedMachine(StoreMachine):
+    """A backend with singleton keys: holds with a key, waiting or dropped; each backend
+    compares every key's owner and waiting list (``same_singletons``)."""
+
+    def memory_singletons(self) -> tuple[dict[str, str], dict[str, str],
+                                         dict[str, list[str]]]:
+        """The memory store's hold id -> key, key -> owner, key -> waiting ids."""
+        with self.memory._queue(Q) as fq:
+            return (dict(fq.skeys), dict(fq.sowner),
+                    {key: list(ids) for key, ids in fq.swait.items() if ids})
+
+    @rule(group=st.sampled_from(GROUPS), klass=st.sampled_from(CLASSES),
+          key=st.sampled_from(SINGLETON_KEYS), front=st.booleans(),
+          delay=st.sampled_from([0, 0, 0, 5_000]), drop=st.booleans())
+    def hold_singleton(self, group: str, klass: str, key: str, front: bool, delay: int,
+                       drop: bool) -> None:
+        self.ids += 1
+        hold_id = f"t{self.ids}"
+        args = (hold_id, stored(group, klass, 1, front, hold_id),
+                Placement(group, klass, 1, front, None, key, drop),
+                self.now + delay if delay else 0, self.now)
+        try:
+            held = self.other.hold(Q, *args)
+        except SingletonDropped:  # both drop it
+            with pytest.raises(SingletonDropped):
+                self.memory.hold(Q, *args)
+            return
+        assert self.memory.hold(Q, *args) == held
+
+
+class RedisMachine(KeyedMachine):
+    """The Redis store, whose sort keys (``k_keys``: smallest, subgroups) and subgroup
+    tags (``sg``) are compared too."""
+
+    @invariant()
+    def same_singletons(self) -> None:
+        store: Any = self.other
+        k = store.keys(Q)
+        pipe = store.client.pipeline(transaction=False)
+        pipe.hgetall(k.singleton_keys)
+        pipe.hgetall(k.singleton_owners)
+        for key in SINGLETON_KEYS:
+            pipe.lrange(k.singleton_waiting(key), 0, -1)
+        skeys, owners, *waiting = pipe.execute()
+        assert ({i.decode(): v.decode() for i, v in skeys.items()},
+                {i.decode(): v.decode() for i, v in owners.items()},
+                {key: [i.decode() for i in ids] for key, ids in zip(SINGLETON_KEYS, waiting)
+                 if ids}) == self.memory_singletons()
 
     @invariant()
     def same_keys(self) -> None:
@@ -398,34 +501,68 @@ class RedisMachine(StoreMachine):
         for klass in CLASSES:
             for g in GROUPS:
                 pipe.zrange(k.held_keys(klass, g), 0, -1, withscores=True)
+                pipe.hgetall(k.subgroup_tags(klass, g))
         replies = iter(pipe.execute())
-        got = {}
+        got, tags = {}, {}
         for klass in CLASSES:
             for g in GROUPS:
                 entries = [(score, i.decode()) for i, score in next(replies)]
                 if entries:
                     got[(klass, g)] = entries
+                sub = {f.decode(): float(v) for f, v in next(replies).items()}
+                if sub:
+                    tags[(klass, g)] = sub
         with self.memory._queue(Q) as fq:
             assert got == fq.keys
+            assert tags == {w: t for w, t in fq.subtags.items() if t}
 
 
-def redis_machine(server: RedisServer) -> StoreMachine:
+def redis_machine(server: RedisServer, subgroups: bool = False) -> StoreMachine:
+    """The Redis store under every policy; or (``subgroups``) under wfq and harmony with
+    ``fair_subgroup`` 'path' mostly, so that its runs hold and pick in subgroups a lot
+    (drawn among everything, it came up a few picks in ten runs)."""
     store = RedisStore(redis.Redis(port=server.port), "m" + uuid.uuid4().hex[:10])
-    return RedisMachine(store, lambda queue: redis_state(store, queue, GROUPS))
+    if subgroups:
+        return RedisMachine(store, lambda queue: redis_state(store, queue, GROUPS),
+                            policies=(WFQ, HARMONY),
+                            subgroups=(PATH_SUBGROUP, PATH_SUBGROUP, NO_SUBGROUP))
+    return RedisMachine(store, lambda queue: redis_state(store, queue, GROUPS),
+                        subgroups=SUBGROUPS)
+
+
+class SqlMachine(KeyedMachine):
+    """The SQL store: its singleton rows (``skeys`` of held messages, ``sowners``,
+    ``swaits`` by position) against the memory store's dicts."""
+
+    @invariant()
+    def same_singletons(self) -> None:
+        store: Any = self.other
+        t, ns = store.t, store.namespace
+        with store.engine.connect() as conn:
+            keys = {ref[1:]: key for ref, key in conn.execute(select(
+                t.skeys.c.ref, t.skeys.c.skey).where(t.skeys.c.ns == ns)) if ref[0] == "h"}
+            owners = {key: owner for key, owner in conn.execute(select(
+                t.sowners.c.skey, t.sowners.c.owner).where(t.sowners.c.ns == ns))}
+            waiting: dict[str, list[str]] = {}
+            w = t.swaits.c
+            for key, hold_id in conn.execute(select(w.skey, w.hold_id).where(
+                    w.ns == ns).order_by(w.skey, w.pos)):
+                waiting.setdefault(key, []).append(hold_id)
+        assert (keys, owners, waiting) == self.memory_singletons()
 
 
 def sql_machine(url: str) -> StoreMachine:
     store: Any = store_for_url(url, "m" + uuid.uuid4().hex[:10])
-    return StoreMachine(store, store.inspect)
+    return SqlMachine(store, store.inspect, subgroups=SUBGROUPS)
 
 
 @pytest.mark.timeout(900)  # a failure's shrinking takes longer than a passing run
-@pytest.mark.parametrize("backend", ("redis", *SQL_BACKENDS))
+@pytest.mark.parametrize("backend", ("redis", "redis-subgroups", *SQL_BACKENDS))
 def test_every_backend_makes_the_memory_stores_decisions(backend: str, request: Any) -> None:
-    if backend == "redis":
+    if backend.startswith("redis"):
         server = request.getfixturevalue("redis_server")
         examples = int(os.environ.get("FAIR_MODEL_EXAMPLES", "200"))
-        machine = functools.partial(redis_machine, server)
+        machine = functools.partial(redis_machine, server, backend == "redis-subgroups")
     else:
         url = request.getfixturevalue("sql_url")(backend)
         examples = int(os.environ.get("FAIR_MODEL_EXAMPLES_SQL", "40"))

@@ -476,8 +476,8 @@ def test_hold_many_lua_refuses_a_batch_with_one_bad_message_naming_it_and_writes
     hold(store, "acme")
     before = {key: redis_client.dump(key) for key in redis_client.scan_iter(
         match=f"{store.namespace}:*")}
-    good = ["a", value("acme"), 0, "acme", "b", "1", "0", ""]
-    bad = ["x", value("acme"), 0, "other", "b", "1", "0", ""]
+    good = ["a", value("acme"), 0, "acme", "b", "1", "0", "", ""]
+    bad = ["x", value("acme"), 0, "other", "b", "1", "0", "", ""]
     with pytest.raises(redis.ResponseError, match=re.escape(
             "prefix is not envelope.py's encoding of the placement given (class, front, "
             "cost, group) (message 1 of the batch)")):

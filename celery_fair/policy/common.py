@@ -14,7 +14,6 @@ from ..store.base import RESET as RESET
 from ..store.base import Placement as Placement
 from .decisions import (
     CLASSES,
-    LIVE,
     LOST,
     READY,
     RUNNING,
@@ -24,8 +23,9 @@ from .decisions import (
     smallest_key,
     standing,
 )
-
-_LIVE = LIVE
+from .problems import queue_problems
+from .routing import worker_slot
+from .subgroups import NO_SUBGROUP, PATH_SUBGROUP, hold_key
 
 
 @dataclass
@@ -73,6 +73,9 @@ class Record:
     #: what the pick charged its group as the estimate under ``fair_charge`` 'runtime'
     #: (None: another charge), corrected at release by the runtime the worker reports
     estimate: float | None = None
+    singleton: str | None = None  # its singleton key: the dispatch owns it
+    #: fair_affinity: the target it was routed to ('' for none), counted in ``wflight``
+    target: str = ""
 
     @property
     def group(self) -> str:
@@ -112,6 +115,7 @@ class QueueData:
     cap_mode: str = HARD  # fair_cap_mode
     share: float | None = None  # fair_interactive_share
     aging: float = DEFAULT_AGING  # fair_aging_seconds
+    subgroup: str = NO_SUBGROUP  # fair_subgroup
     default_cap: int = -1  # -1: none
     reserve: int = 0
     default_weight: float = 1.0
@@ -142,6 +146,9 @@ class QueueData:
     #: 'smallest': (class, group) -> (sort key, hold id) of the ids held in key order,
     #: ascending (Redis's k_keys); empty under the other policies
     keys: dict[tuple[str, str], list[tuple[float, str]]] = field(default_factory=dict)
+    #: fair_subgroup 'path': (class, group) -> {subgroup: its last key, SUB_VT: the key
+    #: last picked} (Redis's k_subtags; subgroups.py)
+    subtags: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
     delayed: dict[str, int] = field(default_factory=dict)  # hold id -> due ms
     groups: dict[str, Group] = field(default_factory=dict)
     vt: dict[str, float] = field(default_factory=dict)
@@ -159,8 +166,16 @@ class QueueData:
     cancelled: dict[str, tuple[int, list[tuple[str, bytes]]]] = field(default_factory=dict)
     quarantine: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # id -> why
     quarantine_order: list[str] = field(default_factory=list)  # newest first
+    #: singleton keys (singletons.py): hold id -> key; key -> owner ('h'<hold id>,
+    #: 'd'<dispatch id>); key -> the hold ids waiting for it, in order
+    skeys: dict[str, str] = field(default_factory=dict)
+    sowner: dict[str, str] = field(default_factory=dict)
+    swait: dict[str, deque[str]] = field(default_factory=dict)
     #: counters: inflight, inflight:i, held:i, held:b, released, skipped, dup, picks
     stat: dict[str, int] = field(default_factory=dict)
+    #: fair_affinity: group -> its target (the map), target -> routed dispatches in flight
+    aff: dict[str, str] = field(default_factory=dict)
+    wflight: dict[str, int] = field(default_factory=dict)
     woken: bool = False  # a dispatcher should look at this queue
     expired_at: int = 0  # when expire() last looked (ms)
     # -- what every operation shares ----------------------------------------------------
@@ -263,7 +278,7 @@ class QueueData:
 
     def _enqueue(self, hold_id: str, p: Placement, now_ms: int) -> bool:
         queue = self._list(p.klass, p.group)
-        if not p.front and self.policy == SMALLEST:
+        if not p.front and (self.policy == SMALLEST or self.subgroup == PATH_SUBGROUP):
             self._insert(hold_id, p, now_ms, queue)
         else:
             if p.front or not queue:  # a new head
@@ -277,7 +292,8 @@ class QueueData:
         at the tail (``insert_held``); ids without a key (held under another policy, or
         at the front) stay before every keyed one."""
         index = self.keys.setdefault((p.klass, p.group), [])
-        entry = (smallest_key(now_ms, p.cost, self.aging), hold_id)
+        entry = (smallest_key(now_ms, p.cost, self.aging) if self.policy == SMALLEST
+                 else hold_key(self, p, queue), hold_id)
         at = bisect.bisect_left(index, entry)
         index.insert(at, entry)
         place = queue.index(index[at + 1][1]) if at + 1 < len(index) else len(queue)
@@ -286,7 +302,10 @@ class QueueData:
         queue.insert(place, hold_id)
 
     def _unkey(self, klass: str, g: str, hold_id: str) -> None:
-        """``hold_id`` left g's class list: out of the 'smallest' index too."""
+        """``hold_id`` left g's class list: out of the sort-key index too, and the list
+        empty, its subgroup tags go (``unlist_held``)."""
+        if not self.lists.get((klass, g)):
+            self.subtags.pop((klass, g), None)
         index = self.keys.get((klass, g))
         if not index:
             return
@@ -310,6 +329,7 @@ class QueueData:
             if rec.klass == "i":
                 self._count("inflight:i", 1)
             rec.state, rec.expires_ms = RUNNING, None
+            worker_slot(self.wflight, rec.target, 1)
             self._refresh(rec.group)
         self.leases[did] = deadline
         return state
@@ -355,34 +375,4 @@ class QueueData:
     def problems(self) -> list[tuple[str, str, str]]:
         """``(kind, subject, detail)`` of every invariant that does not hold (``check.lua``
         checks the same ones in Redis); none ever should, as only the operations write."""
-        counted = self.stat.get("inflight", 0)
-        in_groups = sum(g.inflight for g in self.groups.values())
-        live = sum(1 for r in self.records.values() if r.state in _LIVE)
-        out = []
-        if not counted == in_groups == live:
-            out.append(("inflight", "queue",
-                        f"counted {counted}, in groups {in_groups}, live dispatches {live}"))
-        interactive = sum(1 for r in self.records.values()
-                          if r.state in _LIVE and r.klass == "i")
-        if self.stat.get("inflight:i", 0) != interactive:
-            out.append(("inflight", "interactive", f"counted {self.stat.get('inflight:i', 0)}"
-                        f", live interactive dispatches {interactive}"))
-        for klass in CLASSES:
-            held = sum(len(ids) for (k, _), ids in self.lists.items() if k == klass)
-            if held != self.stat.get("held:" + klass, 0):
-                out.append(("held", klass, f"counted {self.stat.get('held:' + klass, 0)}, "
-                            f"listed {held}"))
-        if len(self.msgs) != sum(map(len, self.lists.values())) + len(self.delayed):
-            out.append(("messages", "queue", "a message neither held nor delayed"))
-        if set(self.leases) != {d for d, r in self.records.items() if r.state in _LIVE}:
-            out.append(("leases", "queue", "a lease without a live dispatch, or the reverse"))
-        for g in set(self.groups).union(*self.ready.values(), *self.over.values()):
-            group = self.groups.get(g)
-            for klass in CLASSES:
-                eligible = group is not None and self._eligible(klass, g, group.inflight)
-                if eligible != (g in self.ready[klass]):
-                    out.append(("ready", f"{klass}:{g}", "ready set and eligibility differ"))
-                over = group is not None and self._standing(klass, g, group.inflight) == "over"
-                if over != (g in self.over[klass]):
-                    out.append(("over", f"{klass}:{g}", "over set and standing differ"))
-        return out
+        return queue_problems(self)

@@ -31,14 +31,16 @@ class QueueControls(QueueData):
                 nothing was changed.
         """
         limits.check_policy(policy)
-        if self.policy == limits.SMALLEST and policy.name != limits.SMALLEST:
+        if (self.policy == limits.SMALLEST and policy.name != limits.SMALLEST) \
+                or self.subgroup != policy.subgroup:
             self.keys.clear()  # the lists keep their order (configure.lua)
+            self.subtags.clear()
         if policy.name != self.policy:  # the sets' scores change meaning: all re-enter
             self.ready = {klass: {} for klass in CLASSES}
             self.over = {klass: {} for klass in CLASSES}
         self.policy, self.charge = policy.name, policy.charge
         self.cap_mode, self.share = policy.cap_mode, policy.interactive_share
-        self.aging = policy.aging_seconds
+        self.aging, self.subgroup = policy.aging_seconds, policy.subgroup
         if self.cap_mode != limits.SOFT:  # no group stands over its cap
             self.over = {klass: {} for klass in CLASSES}
         before = {g: self.rate_of(g) for g in self.tats}  # rerated below

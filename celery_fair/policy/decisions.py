@@ -118,6 +118,14 @@ def smallest_key(now_ms: float, cost: float, aging: float) -> float:
     return float(now_ms) + cost * aging * 1000
 
 
+def subgroup_key(vt: float | None, last: float | None, cost: float, weight: float) -> float:
+    """``fair_subgroup`` 'path': the key of a message held now in its group's class list:
+    the later of the list's virtual time ``vt`` (the key last picked) and its subgroup's
+    ``last`` key (None: none yet, 0), plus its cost over the subgroup's weight
+    (self-clocked fair queueing). ``common.lua`` ``subgroup_key`` computes the same."""
+    return max(vt or 0.0, last or 0.0) + cost / weight
+
+
 def advance(tag: float, cost: float, weight: float) -> float:
     """A group's tag after one dispatch of ``cost``: start-time fair queueing."""
     return tag + cost / weight

@@ -4,9 +4,10 @@ script of the same name (``store/lua/<operation>.lua``), making the same decisio
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
-from ..errors import GroupFull
-from ..limits import HARMONY, RUNTIME, SMALLEST, SOFT
+from ..errors import GroupFull, SingletonDropped
+from ..limits import HARMONY, PATH_SUBGROUP, RUNTIME, SMALLEST, SOFT
 from ..store.base import BeginResult, Picked, check_hold
 from .common import Group, Held, Placement, Record
 from .controls import QueueControls
@@ -31,9 +32,12 @@ from .decisions import (
     runtime_of,
     skip_copy,
 )
+from .routing import QueueRouting, RouteCall, worker_slot
+from .singletons import Singletons
+from .subgroups import picked
 
 
-class FairQueue(QueueControls):
+class FairQueue(QueueRouting, QueueControls, Singletons):
     """One fair queue: its state and the operations of the store contract."""
 
     # -- the lifecycle -----------------------------------------------------------------
@@ -50,19 +54,26 @@ class FairQueue(QueueControls):
         if held is not None and held.value == value:
             return hold_id  # the same publication, resent
         self._check_room(p)
-        p = Placement(p.group, p.klass, p.cost, p.front)  # max_held is not kept
+        key = p.singleton
+        if key is not None and p.drop and self._singleton_drops(key):
+            raise SingletonDropped(hold_id, key)
+        p = replace(p, max_held=None, singleton=None, drop=False)  # max_held, key: not kept
         if held is not None:
             self._count("dup", 1)
             hold_id = copy_id(hold_id, self.stat["dup"])
             self._index_copy(hold_id)
         self.msgs[hold_id] = Held(value, p)
-        group = self.groups.setdefault(p.group, Group())
         if due_ms > now_ms:
             self.delayed[hold_id] = due_ms
-            group.delayed += 1
+            self.groups.setdefault(p.group, Group()).delayed += 1
             self.woken = self.woken or min(self._delayed_order())[2] == hold_id
-        elif self._enqueue(hold_id, p, now_ms):
-            self.woken = True
+            if key is not None:  # its key's turn is taken at promote
+                self.skeys[hold_id] = key
+        elif key is not None and not self._singleton_enter(hold_id, key, p.front):
+            pass  # it waits in its key's list, its group untouched (none if idle)
+        else:
+            self.groups.setdefault(p.group, Group())
+            self.woken = self._enqueue(hold_id, p, now_ms) or self.woken
         return hold_id
 
     def hold_many(self, holds: list[tuple[str, bytes, Placement, int]],
@@ -71,7 +82,7 @@ class FairQueue(QueueControls):
         the backpressure of the whole batch is checked first (``hold_many.lua``)."""
         batch_room(((p.group, p.max_held, self._is_new(i, v)) for i, v, p, _ in holds),
                    self._held_count)
-        return [self.hold(i, v, Placement(p.group, p.klass, p.cost, p.front), due, now_ms)
+        return [self.hold(i, v, replace(p, max_held=None), due, now_ms)
                 for i, v, p, due in holds]
 
     def _is_new(self, hold_id: str, value: bytes) -> bool:
@@ -93,47 +104,62 @@ class FairQueue(QueueControls):
     def _delayed_order(self) -> list[tuple[int, bytes, str]]:
         return sorted((due, i.encode(), i) for i, due in self.delayed.items())
 
-    def _head(self, capacity: int | None) -> tuple[str, str, float] | None:
+    def _head(self, capacity: int | None, routing: RouteCall | None = None
+              ) -> tuple[str, str, float] | None:
         """The class, group and score picked next: from the ready sets, else (soft caps)
         the over sets. See ``_head_of``."""
         first_b = background_first(self.stat.get("inflight:i", 0), self.share, capacity)
-        head = self._head_of(self.ready, first_b)
+        head = self._head_of(self.ready, first_b, routing)
         if head is None and self.cap_mode == SOFT:
-            head = self._head_of(self.over, first_b)
+            head = self._head_of(self.over, first_b, routing)
         return head
 
-    def _head_of(self, sets: dict[str, dict[str, float]], background_first: bool
-                 ) -> tuple[str, str, float] | None:
+    def _head_of(self, sets: dict[str, dict[str, float]], background_first: bool,
+                 routing: RouteCall | None = None) -> tuple[str, str, float] | None:
         """The head of ``sets``: interactive first under wfq; under Harmony the lowest
         rank of either class, the interactive one of a tie; with ``background_first``
-        (the interactive share is used up) background while it has a group."""
-        heads = [(tag, g.encode(), i, klass, g) for i, klass in enumerate(CLASSES)
-                 if sets[klass]
-                 for g, tag in [min(sets[klass].items(),
-                                    key=lambda gt: (gt[1], gt[0].encode()))]]
+        (the interactive share is used up) background while it has a group; with
+        ``routing``, each set's first group that may go now (``routed_top``)."""
+        # each set's head is found when needed, as pick.lua does: a routed one reports
+        # the groups it looked past
+        tops: dict[str, tuple[str, float] | None] = {}
+
+        def top(klass: str) -> tuple[str, float] | None:
+            if klass not in tops:
+                tops[klass] = self._top(sets[klass], klass, routing)
+            return tops[klass]
+        if background_first and (b := top("b")) is not None:
+            return "b", b[0], b[1]
+        heads = []
+        for i, klass in enumerate(CLASSES):
+            if (t := top(klass)) is not None:
+                if self.policy != HARMONY:
+                    return klass, t[0], t[1]
+                heads.append((t[1], t[0].encode(), i, klass, t[0]))
         if not heads:
             return None
-        if background_first and heads[-1][3] == "b":
-            tag, _, _, klass, g = heads[-1]
-        else:
-            tag, _, _, klass, g = heads[0] if self.policy != HARMONY else min(heads)
+        tag, _, _, klass, g = min(heads)
         return klass, g, tag
 
     def pick(self, want: int, capacity: int | None, now_ms: int, lease_ms: int,
-             token: str) -> list[Picked]:
-        """Take up to ``want`` messages in fair order; see ``pick.lua``."""
+             token: str, routing: RouteCall | None = None) -> list[Picked]:
+        """Take up to ``want`` messages in fair order; see ``pick.lua``. With ``routing``
+        (fair_affinity) only groups whose target has room, each record naming it."""
         self._count("picks", 1)
         if "" in self.pauses:  # the whole queue is paused: nothing leaves it
             return []
         if capacity is not None:
             want = min(want, capacity - self.stat.get("inflight", 0))
         out: list[Picked] = []
-        while len(out) < want and (head := self._head(capacity)) is not None:
+        while len(out) < want and not (routing and routing.open == 0) and \
+                (head := self._head(capacity, routing)) is not None:
             klass, g, tag = head
             queue = self.lists[(klass, g)]
             hold_id = queue.popleft()
             if self.policy == SMALLEST:
                 self._unkey(klass, g, hold_id)
+            elif self.subgroup == PATH_SUBGROUP:
+                picked(self, klass, g, hold_id)
             held = self.msgs.pop(hold_id)
             self._unindex_copy(hold_id)
             self._count("held:" + klass, -1)
@@ -153,7 +179,11 @@ class FairQueue(QueueControls):
             group.since[klass] = now_ms  # the next one is the head now (stale if none)
             did = dispatch_id(token, self.stat["picks"], len(out) + 1)
             self.records[did] = Record(PICKED, held.placement, hold_id, held.value,
-                                       estimate=estimate)
+                                       estimate=estimate,
+                                       singleton=self._singleton_picked(hold_id, did))
+            if routing is not None:
+                self.records[did].target = target = routing.taken(klass)
+                worker_slot(self.wflight, target, 1)
             self.leases[did] = now_ms + lease_ms
             out.append(Picked(did, hold_id, held.value))
             if self.policy == HARMONY:  # its rank moved, in both classes
@@ -215,7 +245,7 @@ class FairQueue(QueueControls):
                    if self._hold_lease(did, deadline_ms) not in (None, SUPERSEDED))
 
     def release(self, did: str, done_until_ms: int | None = None, run: str = "",
-                runtime: float | None = None) -> bool:
+                runtime: float | None = None, now_ms: int = 0) -> bool:
         """Free a dispatch's slot; with ``done_until_ms`` a tombstone lasts until then (a
         redelivered copy is skipped); with ``runtime`` (seconds), a dispatch charged its
         estimate corrects its group's tag by the difference. See ``release.lua``."""
@@ -233,6 +263,8 @@ class FairQueue(QueueControls):
             return False
         self._correct(rec, runtime_of(runtime))
         self._free_slot(rec.group, rec.klass)
+        self._singleton_ended(rec.singleton, did, now_ms)  # its next waiter enters
+        worker_slot(self.wflight, rec.target, -1)
         self.woken = True
         return True
 
@@ -265,8 +297,10 @@ class FairQueue(QueueControls):
             else:
                 rec.state = LOST
                 lost += 1
+                self._singleton_ended(rec.singleton, did, now_ms)
             rec.expires_ms = tombstone_until_ms
             self._free_slot(rec.group, rec.klass)
+            worker_slot(self.wflight, rec.target, -1)
         self.woken = self.woken or requeued + lost > 0
         return requeued, lost
 
@@ -277,6 +311,9 @@ class FairQueue(QueueControls):
             hold_id = copy_id(hold_id, did)
         self._index_copy(hold_id)
         self.msgs[hold_id] = Held(rec.value, rec.placement)
+        if rec.singleton is not None and not self._singleton_requeued(rec.singleton, did,
+                                                                       hold_id):
+            return  # it waits first in its key's list
         self._list(rec.klass, rec.group).appendleft(hold_id)
         self.groups[rec.group].since[rec.klass] = now_ms
         self._count("held:" + rec.klass, 1)
@@ -290,7 +327,9 @@ class FairQueue(QueueControls):
             del self.delayed[hold_id]
             p = self.msgs[hold_id].placement
             self.groups[p.group].delayed -= 1
-            self._enqueue(hold_id, p, now_ms)
+            key = self.skeys.get(hold_id)
+            if key is None or self._singleton_enter(hold_id, key, p.front):
+                self._enqueue(hold_id, p, now_ms)
         nxt = order[len(moved)][0] if len(order) > len(moved) else None
         lifted = self._lift_throttles(now_ms, limit)
         return len(moved), nxt if lifted is None or (nxt is not None and nxt < lifted) \
@@ -324,6 +363,7 @@ class FairQueue(QueueControls):
         self._unindex_copy(hold_id)
         if held is None:
             return None
+        self._singleton_removed(hold_id, now_ms)
         p = held.placement
         if self.delayed.pop(hold_id, None) is not None:
             self.groups[p.group].delayed -= 1

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import FairError
-from ..limits import COST, COUNT, RUNTIME, SMALLEST, WFQ
+from ..limits import COST, COUNT, NO_SUBGROUP, RUNTIME, SMALLEST, WFQ
 from ..store.base import Placement, Policy
 from ..store.memory import MemoryStore
 from ..store.models import POLICIES as STORE_POLICIES
@@ -68,10 +68,18 @@ def simulate(tasks: Sequence[TraceTask], slots: int, policy: str = "wfq",
     run = Run(policy, charge, slots)
     store_charge = charge if policy == SMALLEST else RUNTIME if charge == RUNTIME else COST
     starts = _fifo(tasks, slots) if policy == "fifo" else _fair(
-        tasks, slots, replace(settings or Policy(None, 0, 1.0, {}, {}), name=policy,
-                              charge=store_charge))
+        tasks, slots, _settings(settings, policy, store_charge))
     run.tasks = [(t.group, t.at, start, t.duration) for t, start in zip(tasks, starts)]
     return run
+
+
+def _settings(settings: Policy | None, policy: str, charge: str) -> Policy:
+    """``settings`` under ``policy`` and ``charge``; the subgroups (``fair_subgroup``,
+    the trace's ``subgroup`` column) under every policy but 'smallest', which orders a
+    group's tasks itself."""
+    base = settings or Policy(None, 0, 1.0, {}, {})
+    subgroup = NO_SUBGROUP if policy == SMALLEST else base.subgroup
+    return replace(base, name=policy, charge=charge, subgroup=subgroup)
 
 
 def _fifo(tasks: Sequence[TraceTask], slots: int) -> list[float | None]:
@@ -108,7 +116,8 @@ def _fair(tasks: Sequence[TraceTask], slots: int, settings: Policy) -> list[floa
         while nxt < len(tasks) and _ms(tasks[nxt].at) <= now:
             t = tasks[nxt]
             store.hold(_Q, str(nxt), str(nxt).encode(),
-                       Placement(t.group, "i" if t.interactive else "b", t.cost, False),
+                       Placement(t.group, "i" if t.interactive else "b", t.cost, False,
+                                 None, subgroup=t.subgroup),
                        0, now)
             nxt += 1
         _, wake = store.promote(_Q, now, 1000)

@@ -213,11 +213,14 @@ class Store(Registry, BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Bo
 
     @abc.abstractmethod
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
-                run: str | None = None, runtime: float | None = None) -> bool:
+                run: str | None = None, runtime: float | None = None,
+                now_ms: int | None = None) -> bool:
         """Free a dispatch's slot (atomic, idempotent); whether one was freed. With
         ``done_seconds`` (it ran to its end) a 'released' tombstone that long skips a
         redelivered copy; with ``run``, only while that run holds it; with ``runtime``
-        (seconds it ran), a dispatch charged an estimate corrects it (``fair_charge``)."""
+        (seconds it ran), a dispatch charged an estimate corrects it (``fair_charge``).
+        A dispatch with a singleton key passes it to the key's next waiting message,
+        whose head time is ``now_ms`` (None: the store's clock)."""
 
     @abc.abstractmethod
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:

@@ -8,7 +8,7 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..errors import FairError
+from ..errors import FairError, InvalidOption
 from .models import Placement, check_hold
 
 __all__ = ["HOLD_BATCH", "BulkHolds", "Hold", "check_holds"]
@@ -55,6 +55,9 @@ def check_holds(holds: Sequence[Hold]) -> list[Hold]:
                                                                given)
         except FairError as exc:
             raise type(exc)(f"message {index} of the batch: {exc}") from None
+        if placement.drop:  # all or nothing: a batch cannot drop one of its messages
+            raise InvalidOption(f"message {index} of the batch: hold {hold.hold_id}: "
+                                "singleton_mode 'drop' cannot be held in bulk")
         same = placement == given and type(given.cost) is float  # 1 == 1.0: a float
         checked.append(hold if same else
                        Hold(hold.hold_id, hold.value, placement, hold.due_ms))

@@ -23,6 +23,7 @@ from ..errors import (
     CorruptMessage,
     GroupFull,
     ReplicationTimeout,
+    SingletonDropped,
     StoreConnectionError,
     StoreError,
     StoreFull,
@@ -167,6 +168,9 @@ def _wrapped(where: str = "",
         if reply.startswith("FULL "):  # hold.lua: the group is full, nothing written
             _, count, limit, group = reply.split(" ", 3)
             raise GroupFull(group=group, count=int(count), limit=int(limit)) from None
+        if reply.startswith("DROPPED "):  # hold.lua: singleton_mode 'drop', no write
+            _, task_id, key = reply.split(" ", 2)
+            raise SingletonDropped(task_id, key) from None
         if reply.startswith("CORRUPT "):  # a script refused a value (hold.lua): no write
             raise CorruptMessage(f"celery_fair store refused{at}: {reply[8:]}") from exc
         raise StoreError(f"celery_fair store failed{at}: {exc}") from exc

@@ -154,6 +154,11 @@ class QueueKeys:
         """'smallest': ZSET hold id -> sort key of the held ids placed in key order."""
         return f"{self.prefix}:qk:{klass}:{group}"
 
+    def subgroup_tags(self, klass: str, group: str) -> str:
+        """fair_subgroup 'path': HASH subgroup -> the key of its last hold, and '\\n' ->
+        the key last picked (the list's virtual time)."""
+        return f"{self.prefix}:sg:{klass}:{group}"
+
     def group(self, group: str) -> str:
         return f"{self.prefix}:g:{group}"
 
@@ -166,6 +171,20 @@ class QueueKeys:
 
     def dispatch(self, dispatch_id: str) -> str:
         return f"{self.prefix}:d:{dispatch_id}"
+
+    @property
+    def singleton_keys(self) -> str:
+        """HASH hold id -> singleton key of a message held with one."""
+        return f"{self.prefix}:skey"
+
+    @property
+    def singleton_owners(self) -> str:
+        """HASH singleton key -> its owner: 'h'<hold id> listed, 'd'<dispatch id>."""
+        return f"{self.prefix}:sowner"
+
+    def singleton_waiting(self, key: str) -> str:
+        """LIST the hold ids waiting for singleton key ``key``, oldest first."""
+        return f"{self.prefix}:sw:{key}"
 
     def copies(self, hold_id: str) -> str:
         """The index of the copies of the task id ``hold_id`` (or of the copy) belongs

@@ -46,6 +46,7 @@ from .base import (
 from .bulk import Hold, check_holds
 from .memory_reads import MemoryReads
 from .memory_registry import MemoryRegistry, Registration
+from .memory_routing import MemoryRouting
 
 
 def wall_ms() -> int:
@@ -53,7 +54,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class MemoryStore(MemoryReads, MemoryRegistry, Store):
+class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
     """Fair queues of one namespace in this process (thread-safe: one lock)."""
 
     def __init__(self, namespace: str = "fair") -> None:
@@ -129,10 +130,12 @@ class MemoryStore(MemoryReads, MemoryRegistry, Store):
             return fq.renew(list(dispatch_ids), deadline_ms)
 
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
-                run: str | None = None, runtime: float | None = None) -> bool:
+                run: str | None = None, runtime: float | None = None,
+                now_ms: int | None = None) -> bool:
         until = wall_ms() + done_seconds * 1000 if done_seconds > 0 else None
         with self._queue(queue) as fq:
-            return fq.release(dispatch_id, until, run or "", runtime)
+            return fq.release(dispatch_id, until, run or "", runtime,
+                              wall_ms() if now_ms is None else now_ms)
 
     def reclaim(self, queue: str, now_ms: int, limit: int) -> tuple[int, int]:
         with self._queue(queue) as fq:

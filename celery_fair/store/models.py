@@ -14,6 +14,7 @@ from typing import Any
 from .. import limits
 from ..errors import CorruptMessage, InvalidGroup, InvalidOption
 from ..names import validate_group
+from ..singleton import validate_key
 
 
 def now_ms() -> int:
@@ -46,6 +47,13 @@ class Placement:
     #: already holds this many messages (waiting in either class, or delayed), checked
     #: atomically with the hold; None: unlimited. Not part of the stored value.
     max_held: int | None = None
+    #: singleton key (``singleton.py``; None: none); ``drop``: not held when the key has
+    #: a message waiting (SingletonDropped).
+    singleton: str | None = None
+    drop: bool = False
+    #: ``fair_subgroup`` 'path': the subgroup in the group (None: none); the stored
+    #: value's meta ``sg`` carries it too (envelope.py), for the Redis scripts.
+    subgroup: str | None = None
 
 
 def check_hold(hold_id: str, value: Any, placement: Any) -> Placement:
@@ -79,7 +87,16 @@ def check_hold(hold_id: str, value: Any, placement: Any) -> Placement:
         raise InvalidGroup(f"hold {hold_id}: {exc}") from None
     cost = limits.cost(placement.cost, f"hold {hold_id}: cost")
     max_held = limits.max_held(placement.max_held, f"hold {hold_id}: max held")
-    return Placement(group, placement.klass, cost, placement.front, max_held)
+    key = placement.singleton
+    if key is not None:
+        key = validate_key(key, f"hold {hold_id}: singleton key")
+    sub = placement.subgroup
+    try:
+        sub = None if sub is None else validate_group(sub)
+    except InvalidGroup as exc:
+        raise InvalidGroup(f"hold {hold_id}: subgroup: {exc}") from None
+    return Placement(group, placement.klass, cost, placement.front, max_held, key,
+                     bool(placement.drop) and key is not None, sub)
 
 
 class BeginResult(enum.IntEnum):
@@ -118,8 +135,7 @@ class Picked:
 
 @dataclass(frozen=True)
 class Pushed:
-    """One message ``pick`` pushed into the broker's list itself (for metrics and the
-    dispatch log line)."""
+    """One message ``pick`` pushed into the broker's list itself (metrics, log line)."""
 
     klass: str
     due_at: float | None  # epoch seconds it became due; None when not recorded
@@ -172,6 +188,8 @@ class Policy:
     #: 'smallest': seconds of waiting worth one unit of declared cost
     #: (``fair_aging_seconds``; 0: arrival order)
     aging_seconds: float = limits.DEFAULT_AGING
+    #: ``fair_subgroup``: 'none', or 'path' (a group's subgroups take turns)
+    subgroup: str = limits.NO_SUBGROUP
 
 
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------

@@ -230,10 +230,12 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
         return int(self._run("renew", queue, deadline_ms, *ids)) if ids else 0
 
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
-                run: str | None = None, runtime: float | None = None) -> bool:
+                run: str | None = None, runtime: float | None = None,
+                now_ms: int | None = None) -> bool:
         reported = runtime_of(runtime)
         return bool(self._durably("release", queue, dispatch_id, done_seconds, run or "",
-                                  "" if reported is None else repr(reported)))
+                                  "" if reported is None else repr(reported),
+                                  "" if now_ms is None else now_ms))
 
     def _durably(self, name: str, queue: str, *args: Any) -> Any:
         """Run a script; with fair_store_replicas, WAIT for them in the same round trip."""

@@ -39,7 +39,8 @@ class RedisBulk:
         dispatchers and `fair check` find the queue again."""
         p = check_hold(hold_id, value, placement)
         args = [hold_id, value, due_ms, now_ms, p.group, p.klass, p.cost, int(p.front),
-                "" if p.max_held is None else p.max_held, self.resend_seconds]
+                "" if p.max_held is None else p.max_held, self.resend_seconds,
+                p.singleton or "", "drop" if p.drop else ""]
         with self.holding(queue, "hold") as taken:
             [held] = self._pipelined(self.keys(queue).prefix, [("hold", args)],
                                      register=queue, replicate=True, taken=taken)
@@ -60,7 +61,7 @@ class RedisBulk:
         for h in checked:
             p = h.placement
             args += [h.hold_id, h.value, h.due_ms, p.group, p.klass, p.cost, int(p.front),
-                     "" if p.max_held is None else p.max_held]
+                     "" if p.max_held is None else p.max_held, p.singleton or ""]
         with self.holding(queue, "hold_many") as taken:
             [held] = self._pipelined(self.keys(queue).prefix, [("hold_many", args)],
                                      register=queue, replicate=True, taken=taken)

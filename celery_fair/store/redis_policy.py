@@ -29,7 +29,7 @@ class RedisPolicy:
                   "" if policy.default_rate is None else policy.default_rate.encode(),
                   policy.name, policy.charge, policy.cap_mode,
                   "" if policy.interactive_share is None else repr(policy.interactive_share),
-                  repr(float(policy.aging_seconds)))
+                  repr(float(policy.aging_seconds)), policy.subgroup)
 
     def limit(self, queue: str, group: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int | None, float]:

@@ -37,13 +37,18 @@ class RedisRouting:
     def _quarantined(self, queue: str, ids: list[Any]) -> None:
         raise NotImplementedError  # RedisStore logs them
 
+    def promote(self, queue: str, now_ms: int, limit: int) -> tuple[int, int | None]:
+        raise NotImplementedError  # RedisStore promotes
+
     def pick_routed(self, queue: str, limit: int, capacity: int | None, now_ms: int,
                     lease_ms: int, workers: Mapping[str, int], spill_ms: int | None, *,
-                    promote: bool = False) -> Routed:
+                    promote: bool = False, token: str | None = None) -> Routed:
+        if not workers:  # no live target: nothing goes (pick.lua would pick unrouted)
+            return Routed(promoted=self.promote(queue, now_ms, 1000) if promote else (0, None))
         spec = "".join(f"{w}\n{n}\n" for w, n in workers.items())
         # pick.lua's ARGV: no direct push (ARGV[6] to [12] empty), then the routing
         args: list[Any] = [now_ms, limit, -1 if capacity is None else capacity, lease_ms,
-                           uuid.uuid4().hex[:12] + ".", "", "", "", "", "", "", "", spec,
+                           token or uuid.uuid4().hex[:12] + ".", "", "", "", "", "", "", "", spec,
                            -1 if spill_ms is None else spill_ms]
         calls = [("pick", args)]
         if promote:

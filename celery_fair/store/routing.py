@@ -9,8 +9,10 @@ reclaim give the slot back to it) and the number of groups moved so far. The pic
 group only when its worker has a free slot of its own, or when its head has waited the
 spill time (then the worker with the most room takes it).
 
-A backend declares :attr:`supports_affinity`; the others refuse the setting when a
-dispatcher starts (:func:`refuse_affinity`). Only the Redis store has it so far.
+A backend declares :attr:`supports_affinity`; one without it refuses the setting when a
+dispatcher starts (:func:`refuse_affinity`). Every store of celery-fair has it (Redis:
+``redis_routing.py``; memory and SQL: the shared policy's ``policy/routing.py``); the
+refusal is for another backend of the contract.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 from ..errors import ConfigurationError
 from .models import Picked
 
-__all__ = ["Routed", "Routing", "refuse_affinity"]
+__all__ = ["Routed", "Routing", "refuse_affinity", "refuse_group_queues"]
 
 
 @dataclass(frozen=True)
@@ -42,13 +44,25 @@ class Routed:
 def refuse_affinity(store: Routing, queues: Sequence[str]) -> None:
     """Raise ConfigurationError when ``queues`` ask for affinity (``"*"``: the app-wide
     setting) and ``store`` has none."""
+    _refuse(store, queues, "fair_affinity='hash'", "routes by worker", "fair_affinity='none'")
+
+
+def refuse_group_queues(store: Routing, queues: Sequence[str]) -> None:
+    """Raise ConfigurationError when ``queues`` set fair_group_queues (``"*"``: the
+    app-wide setting) and ``store`` cannot route (the same machinery as affinity)."""
+    _refuse(store, queues, "fair_group_queues", "routes groups",
+            "leave fair_group_queues empty")
+
+
+def _refuse(store: Routing, queues: Sequence[str], setting: str, needs: str,
+            instead: str) -> None:
     if queues and not store.supports_affinity:
         which = "every fair queue" if "*" in queues else \
             "queues " + ", ".join(map(repr, queues))
         raise ConfigurationError(
-            f"setting fair_affinity='hash' ({which}) needs a "
-            f"store that routes by worker; the {type(store).__name__} does not yet: use a "
-            "Redis store (fair_store_url redis://...), or fair_affinity='none'")
+            f"setting {setting} ({which}) needs a store that {needs}; the "
+            f"{type(store).__name__} does not: use one of celery-fair's stores (Redis, "
+            f"SQL or memory: fair_store_url redis://..., postgresql://...), or {instead}")
 
 
 class Routing:
@@ -60,14 +74,16 @@ class Routing:
 
     def pick_routed(self, queue: str, limit: int, capacity: int | None, now_ms: int,
                     lease_ms: int, workers: Mapping[str, int], spill_ms: int | None, *,
-                    promote: bool = False) -> Routed:
+                    promote: bool = False, token: str | None = None) -> Routed:
         """:meth:`~Store.pick` for a queue with affinity, atomic as it is: a group is
         taken only while its worker in the map is one of ``workers`` (worker -> the most
         it may have in flight) with a slot free, or once its head has waited
         ``spill_ms`` (None: never; then the worker with the most room takes it). Each
         dispatch's record names its worker, which it counts against until its release or
         reclaim. With ``promote``, due delayed messages are promoted first (the same
-        round trip). Returns the picks, their workers, the groups met unassigned."""
+        round trip). ``token``: the dispatch ids' prefix (as :meth:`~Store.pick`'s;
+        None: a random one). Without ``workers`` nothing is taken (no pick counted).
+        Returns the picks, their workers, the groups met unassigned."""
         raise ConfigurationError(f"the {type(self).__name__} has no affinity routing")
 
     def assign(self, queue: str, changes: Sequence[tuple[str, str | None, str]]) -> int:

@@ -12,6 +12,7 @@ ARGV[3]  now in ms: a removed head stamps its group's head time of its class (`h
 ARGV[4..] task ids
 Returns: flat array {hold id, stored value, ...} of the messages removed. ]]
 -- @include common
+-- @include singleton
 local keep = tonumber(ARGV[1])
 
 -- Removes hold id `id` if held; returns its stored value.
@@ -29,6 +30,7 @@ local function remove(id)
   local cls, g = m.cls, m.g
   redis.call('HDEL', K_MSG, id)
   unindex_copy(id)
+  singleton_removed(id, ARGV[3])  -- out of its key's list, or its key passes on
   if redis.call('ZREM', K_DELAYED, id) == 1 then
     redis.call('HINCRBY', k_group(g), 'd', -1)
   else

@@ -46,6 +46,7 @@ entries this call read; action is '' when nothing was done (report mode, or a fi
 that cannot be repaired). Step fixed: `next` is 'blocked' when a foreign key stops the
 rest (report mode). ]]
 -- @include common
+-- @include singleton
 local repair, now, lease_ms = ARGV[1] == '1', tonumber(ARGV[2]), tonumber(ARGV[3])
 local step, batch, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local out = {'', 0}
@@ -268,7 +269,7 @@ local function step_msg(cursor)
               'moved to ' .. K_QUARANTINE)
       if repair then quarantine(id, v, 'check: undecodable stored value') end
     elseif redis.call('SISMEMBER', K_SEEN, id) == 0 and not redis.call('ZSCORE', K_DELAYED, id)
-        and not listed(id, m) then
+        and not listed(id, m) and not singleton_waiting(id) then
       finding('orphan_message', id, 'held for group ' .. m.g .. ' but in no list',
               'held again in ' .. k_list(m.cls, m.g))
       if repair then  -- the counters still count it: only its list entry was lost
@@ -481,7 +482,29 @@ end
 
 -- Suspects, checked on exact counts; then the totals, from the tallies when they agree,
 -- else re-counted (the lists' lengths over every group: O(groups) O(1) reads).
+-- Singleton keys: each owner must be a held message (listed) or a live dispatch, else
+-- the key's waiters would wait for ever; the repair passes the key on. O(keys owned).
+local function check_singletons()
+  local owners = redis.call('HGETALL', K_SOWNER)
+  read(#owners / 2)
+  for i = 1, #owners, 2 do
+    local key, owner = owners[i], owners[i + 1]
+    local id, live = string.sub(owner, 2), false
+    if string.sub(owner, 1, 1) == 'h' then
+      live = redis.call('HEXISTS', K_MSG, id) == 1
+    else
+      live = active[redis.call('HGET', k_dispatch(id), 's') or ''] == true
+    end
+    if not live then
+      finding('singleton_owner', key, 'owned by ' .. owner .. ', which is neither held ' ..
+              'nor in flight', 'passed to its next waiting message')
+      if repair then singleton_next(key, now) end
+    end
+  end
+end
+
 local function step_final()
+  check_singletons()
   local suspects, wanted = redis.call('SMEMBERS', K_SUSPECTS), {}
   for _, g in ipairs(suspects) do  -- `delayed` is read only for a delayed count that moved
     if tallied('recount_d:' .. g) > 0 then wanted[g] = true end

@@ -21,6 +21,8 @@ ARGV[10] the cap mode: 'hard' or 'soft' (absent: 'hard'); under 'hard' the over 
 ARGV[11] the interactive share: a number in (0, 1], or '' (absent) for none
 ARGV[12] the aging under 'smallest' in seconds per unit of cost (fair_aging_seconds):
          a number from 0 to MAX_AGING (absent: DEFAULT_AGING)
+ARGV[13] fair_subgroup: 'none' or 'path' (absent: 'none'); a change drops the lists'
+         keys (k_keys) and subgroup tags (k_subtags), as leaving 'smallest' does
 Returns: number of groups re-ranked.
 Error (before anything is written): an unknown policy, charge or cap mode, a share
 out of range; a cap, reserve, weight or rate
@@ -63,6 +65,9 @@ if not valid_aging(conf_aging) then
   return refuse('aging', conf_aging, 'a number of seconds from 0 to ' .. MAX_AGING)
 end
 local charge = ARGV[9] or 'cost'
+if ARGV[13] and ARGV[13] ~= 'none' and ARGV[13] ~= 'path' then
+  return refuse('subgroup', ARGV[13], "'none' or 'path'")
+end
 if not CHARGES[charge] then
   return refuse('charge', charge, "'cost', 'count' or 'runtime'")
 end
@@ -77,10 +82,15 @@ end
 local before = {}  -- the rates in force of the groups with a bucket (rerate below)
 for _, g in ipairs(redis.call('ZRANGE', K_TATS, 0, -1)) do before[g] = {rate_of(g)} end
 local policy_before = redis.call('HGET', K_CONF, 'policy') or 'wfq'
-if policy_before == 'smallest' and ARGV[8] ~= 'smallest' then
+local sub = ARGV[13] or 'none'
+local sub_before = redis.call('HGET', K_CONF, 'subgroup') or 'none'
+if (policy_before == 'smallest' and ARGV[8] ~= 'smallest') or sub_before ~= sub then
   -- the lists keep their order; the sort keys would go stale as ids come and go
   for _, g in ipairs(redis.call('SMEMBERS', K_GROUPS)) do
-    for _, cls in ipairs(CLASSES) do redis.call('DEL', k_keys(cls, g)) end
+    for _, cls in ipairs(CLASSES) do
+      redis.call('DEL', k_keys(cls, g))
+      redis.call('DEL', k_subtags(cls, g))
+    end
   end
 end
 if policy_before ~= ARGV[8] then
@@ -91,9 +101,10 @@ if policy_before ~= ARGV[8] then
   end
 end
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3],
-           'policy', ARGV[8], 'charge', charge, 'capmode', capmode, 'aging', conf_aging)
+           'policy', ARGV[8], 'charge', charge, 'capmode', capmode, 'aging', conf_aging,
+           'subgroup', sub)
 if ishare == '' then redis.call('HDEL', K_CONF, 'ishare') else redis.call('HSET', K_CONF, 'ishare', ishare) end
-policy_read, soft_read, aging_read = nil, nil, nil  -- the refreshes below rank under the new policy
+policy_read, soft_read, aging_read, subgroup_read = nil, nil, nil, nil  -- the refreshes below rank under the new policy
 if capmode == 'hard' then
   for _, cls in ipairs(CLASSES) do redis.call('DEL', k_over(cls)) end
 end

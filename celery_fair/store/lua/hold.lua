@@ -13,6 +13,9 @@ ARGV[8]  front ('1': at the head of its group, a retry; '0': at its tail)
 ARGV[9]  max held ('': unlimited): backpressure (fair_group_max_held); refuse the hold
          when the group already holds this many messages (both classes' lists and its
          delayed ones). A resend of what is held under ARGV[1] is never refused.
+ARGV[11] singleton key ('' or absent: none; include/singleton.lua): a message held now
+         whose key has an owner waits in the key's list
+ARGV[12] 'drop' (singleton_mode): refuse the hold when the key has a message waiting
 ARGV[10] seconds to remember what was held under task id ARGV[1] (k_sent; '' or 0:
          not at all): the same message published again within them (its hold time aside:
          a caller told HoldOutcomeUnknown or HoldNotReplicated sends it again) is not held
@@ -21,13 +24,14 @@ ARGV[10] seconds to remember what was held under task id ARGV[1] (k_sent; '' or 
 A message that becomes its list's head (to the front, or into an empty list) stamps the
 group's head time of its class (`h<class>` in `g:<group>`: ARGV[4]).
 Returns: the hold id used.
-Errors (before anything is written): FULL <count> <limit> <group> when the
+Errors (before anything is written): DROPPED <hold id> <key> (ARGV[12]); FULL <count> <limit> <group> when the
 group is full; CORRUPT when the value's prefix is not envelope.py's
 encoding of this placement; ERR for a placement out of range, a due time that is not a
 number, a key of a foreign type.
 The checks and writes are include/holding.lua's (hold_many.lua shares them).
 Wakes dispatchers when the group became ready or the message is the next one due. ]]
 -- @include common
+-- @include singleton
 -- @include holding
 local id, value = ARGV[1], ARGV[2]
 local due, now = finite(ARGV[3]), finite(ARGV[4])
@@ -47,7 +51,11 @@ if max_held then
   local n = held_of(g)
   if n >= max_held then return redis.error_reply('FULL ' .. n .. ' ' .. ARGV[9] .. ' ' .. g) end
 end
+local key = ARGV[11] ~= '' and ARGV[11] or nil
+if key and ARGV[12] == 'drop' and singleton_drops(key) then
+  return redis.error_reply('DROPPED ' .. id .. ' ' .. key)
+end
 local known = preflight(g, due > now, id)
-local hold_id = hold_write(id, value, held, due, now, g, cls, front, known)
+local hold_id = hold_write(id, value, held, due, now, g, cls, front, known, key)
 if digest then remember_sent(id, digest, hold_id, remember) end
 return hold_id

@@ -4,9 +4,9 @@ ARGV[1]  now in ms
 ARGV[2]  seconds to remember what was held under each task id (hold.lua's ARGV[10]):
          a message published again within them is held once, even after the first was
          picked or has run (a BulkHoldFailed retry, or a resend after HoldOutcomeUnknown)
-then 8 per message, in order:
+then 9 per message, in order:
   hold id, stored value, due time in ms (0: now), group, class, cost, front ('1'/'0'),
-  max held ('': unlimited)
+  max held ('': unlimited), singleton key ('': none; hold.lua's ARGV[11], no 'drop')
 each as hold.lua's ARGV[1]..ARGV[3] and ARGV[5]..ARGV[9].
 Every message is checked before the first write, so the batch is held whole or not at
 all: its arguments (as hold.lua), and backpressure per group, counting what the group
@@ -19,8 +19,9 @@ batch's messages of the group before the refused one); CORRUPT and ERR as hold.l
 followed by ' (message <n> of the batch)', n counted from 0.
 Wakes dispatchers as hold.lua does, and stamps a new head's time as it does. ]]
 -- @include common
+-- @include singleton
 -- @include holding
-local FIELDS, FIRST = 8, 2
+local FIELDS, FIRST = 9, 2
 local now, remember = finite(ARGV[1]), tonumber(ARGV[2]) or 0
 local count = (#ARGV - FIRST) / FIELDS
 if not now or count ~= math.floor(count) then
@@ -33,7 +34,8 @@ for i = 1, count do
   local b = FIRST + (i - 1) * FIELDS
   local it = {id = ARGV[b + 1], value = ARGV[b + 2], due = finite(ARGV[b + 3]),
               g = ARGV[b + 4], cls = ARGV[b + 5], cost = tonumber(ARGV[b + 6]),
-              front = ARGV[b + 7] == '1', max_held = tonumber(ARGV[b + 8])}
+              front = ARGV[b + 7] == '1', max_held = tonumber(ARGV[b + 8]),
+              key = ARGV[b + 9] ~= '' and ARGV[b + 9] or nil}
   local refused = hold_refusal(it.id, it.value, it.due, now, it.g, it.cls, it.cost, it.front)
   if refused then
     return redis.error_reply(refused .. ' (message ' .. (i - 1) .. ' of the batch)')
@@ -75,11 +77,15 @@ for i, it in ipairs(items) do
     end
     redis.call('HSET', K_MSG, id, it.value)
     if id == it.id then written[id] = it.value end
-    if not groups[it.g] then groups[it.g] = true; groups[#groups + 1] = it.g end
-    if it.due > now then
+    local waits = it.key and it.due <= now and not singleton_enter(id, it.key, it.front)
+    if not waits and not groups[it.g] then groups[it.g] = true; groups[#groups + 1] = it.g end
+    if waits then
+      -- waits in its key's list (include/singleton.lua), in no group
+    elseif it.due > now then
       redis.call('ZADD', K_DELAYED, it.due, id)
       redis.call('HINCRBY', k_group(it.g), 'd', 1)
       delayed[id] = true
+      if it.key then redis.call('HSET', K_SKEY, id, it.key) end
     else
       push_held(it.cls, it.g, id, it.front, ARGV[1])
       local key = it.cls .. ':' .. it.g

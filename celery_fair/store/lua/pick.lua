@@ -51,6 +51,7 @@ message in order, the groups met without a live worker assigned}. A held message
 cannot be decoded moves to `quarantine` and comes back as {'', hold id, ''} (so it is
 logged). ]]
 -- @include common
+-- @include singleton
 -- @include kombu
 -- @include routing
 local now, want, capacity = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -226,7 +227,10 @@ while taken < want and not (routing and routing.open == 0) do
   if not m then
     -- nothing taken (an id without a message, or quarantined): maybe nothing left
     write_pending(g)
-    if id then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1]) end  -- before a forget
+    if id then
+      redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1])  -- before a forget
+      singleton_removed(id, ARGV[1])  -- a quarantined owner passes its key on
+    end
     redis.call('ZREM', k_ready(cls), g)
     if soft then redis.call('ZREM', k_over(cls), g) end
     refresh(g, default_cap, {cap = cap_in_call(g)})
@@ -259,6 +263,7 @@ while taken < want and not (routing and routing.open == 0) do
     heads[cls], new_head[g] = true, heads
     taken = taken + 1
     local did = token .. taken
+    singleton_picked(id, did)  -- the key goes with the record (`k`)
     if target and push(did, value) then
       -- the bytes stay with the record until a worker reports it (as confirm.lua keeps
       -- them): a copy the broker lost is held again when the lease runs out

@@ -12,6 +12,7 @@ Returns: {moved, when to step next in ms (the next delayed message's due time or
 next throttle's lift, whichever is sooner) or -1, {quarantined ids}}: a due message
 that cannot be decoded moves to `quarantine` instead. ]]
 -- @include common
+-- @include singleton
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local moved, bad = 0, {}
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)) do
@@ -23,10 +24,13 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT',
     bad[#bad + 1] = id
   elseif m then
     local cls, front, g = m.cls, m.front, m.g
-    push_held(cls, g, id, front, ARGV[1])
     redis.call('HINCRBY', k_group(g), 'd', -1)
-    count_held(cls, g, 1)
-    refresh(g)
+    local key = singleton_any() and redis.call('HGET', K_SKEY, id)
+    if not key or singleton_enter(id, key, front) then  -- else it waits for its key
+      push_held(cls, g, id, front, ARGV[1])
+      count_held(cls, g, 1)
+      refresh(g)
+    end
     moved = moved + 1
   end
 end

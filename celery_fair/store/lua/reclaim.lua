@@ -15,23 +15,29 @@ KEYS[1]  fair queue prefix
 ARGV[1]  now in ms
 ARGV[2]  most dispatches to reclaim
 ARGV[3]  seconds to keep the record of a superseded or lost dispatch
+A dispatch with a singleton key (`k`) held again keeps its key (or waits first in the
+key's list when it passed on); a lost one passes it to its next waiter.
 Returns: {held again, lost}. ]]
 -- @include common
+-- @include singleton
 local now, limit, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local requeued, lost = 0, 0
 for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, limit)) do
   redis.call('ZREM', K_LEASES, did)
   local dk = k_dispatch(did)
-  local state, g, cls, id, value, kept, w =
-    unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v', 'a', 'w'))
+  local state, g, cls, id, value, kept, w, key =
+    unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v', 'a', 'w', 'k'))
   if value and (state == 'picked' or state == 'queued'
                 or (state == 'running' and kept == '1')) then
     if redis.call('HEXISTS', K_MSG, id) == 1 then id = id .. '~' .. did end
     index_copy(id)  -- a copy (this one, or one picked before) is found by cancel
     redis.call('HSET', K_MSG, id, value)
-    redis.call('LPUSH', k_list(cls, g), id)
-    redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1])  -- the head since now
-    count_held(cls, g, 1)
+    -- a singleton keeps its key, or waits first in its list (the key passed on)
+    if not key or singleton_requeued(key, did, id) then
+      redis.call('LPUSH', k_list(cls, g), id)
+      redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1])  -- the head since now
+      count_held(cls, g, 1)
+    end
     redis.call('HSET', dk, 's', 'superseded')
     redis.call('HDEL', dk, 'v', 'a')
     redis.call('EXPIRE', dk, ttl)
@@ -44,6 +50,7 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT',
     lost = lost + 1
     free_slot(g, cls)
     worker_slot(w, -1)
+    singleton_ended(key, did, ARGV[1])  -- the key passes on with the slot
   end
 end
 if requeued + lost > 0 then wake() end

@@ -17,13 +17,17 @@ ARGV[4]  seconds the task ran, as the worker measured it ('' or absent: none rep
          `corrected`), and the runtime goes into the group's mean runtime (`r`, the
          estimate of its next dispatches: policy `mean_runtime`); a lost dispatch, or one
          released under Harmony, corrects nothing
+A dispatch with a singleton key (record field `k`) passes the key to its next waiter.
+ARGV[5]  now in ms ('' or absent: Redis's clock): the head time of a singleton key's next
+         waiter (below)
 Counts the release in `stat` `released` (the metrics' counter of ended dispatches).
 Returns: 1 slot freed, 0 nothing to do. ]]
 -- @include common
+-- @include singleton
 local did, done_ttl = ARGV[1], tonumber(ARGV[2] or '0')
 local dk = k_dispatch(did)
-local state, runner, g, cls, estimate, w =
-  unpack(redis.call('HMGET', dk, 's', 'x', 'g', 'c', 'e', 'w'))
+local state, runner, g, cls, estimate, w, key =
+  unpack(redis.call('HMGET', dk, 's', 'x', 'g', 'c', 'e', 'w', 'k'))
 if not state or state == 'superseded' or state == 'released' then return 0 end
 if ARGV[3] and ARGV[3] ~= '' and runner and runner ~= ARGV[3] then return 0 end
 redis.call('DEL', dk)
@@ -53,5 +57,6 @@ if runtime and runtime >= 0 and runtime <= MAX_RUNTIME and charged and not harmo
 end
 free_slot(g, cls, not corrected)
 worker_slot(w, -1)
+if key then singleton_ended(key, did, finite(ARGV[5]) or singleton_now()) end  -- its next waiter enters
 wake()
 return 1

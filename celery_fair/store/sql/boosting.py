@@ -15,6 +15,7 @@ from ..models import now_ms as wall_ms
 from .controls import drop_empty_limits
 from .mixin import SqlMixin
 from .rows import upsert
+from .subgrouping import emptied
 from .unit import Unit
 
 
@@ -56,6 +57,9 @@ class SqlBoosting(SqlMixin):
             if hold_id != u.list_head(msg.grp, msg.klass):  # a new head
                 row[f"since_{msg.klass}"] = wall_ms() if now_ms is None else now_ms
             row["head"] -= 1  # the front of its group's list (as a hold with front)
+            row[f"held_{msg.klass}"] -= 1  # unlist_held: a list it alone was in starts
+            emptied(row, msg.klass)  # afresh (fair_subgroup), then it is back in it
+            row[f"held_{msg.klass}"] += 1
             c.execute(update(self.s.t.messages).where(
                 m.ns == self.namespace, m.queue == queue, m.hold_id == hold_id
             ).values(seq=row["head"], sort_key=None))

@@ -8,6 +8,7 @@ or a copy under a suffixed id, as a single hold decides it)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -16,7 +17,10 @@ from ...errors import GroupFull
 from ...policy import Placement
 from ...policy.decisions import batch_room, task_of
 from ..bulk import Hold
-from .lifecycle import Lifecycle, stamp_head, stamp_keyed_head
+from .heads import stamp_head, stamp_keyed_head
+from .lifecycle import Lifecycle
+from .singletons import hold_keyed
+from .subgrouping import sort_key
 from .unit import Unit
 
 
@@ -24,7 +28,8 @@ def hold_many(life: Lifecycle, conn: Connection, queue: str, holds: Sequence[Hol
               now_ms: int) -> tuple[list[str], bool]:
     """See ``FairQueue.hold_many``; returns the hold ids and whether to wake. GroupFull
     rolls the whole transaction back."""
-    u = life.unit(conn, queue)
+    keyed = any(h.placement.singleton is not None for h in holds)
+    u = life.unit(conn, queue, lock_queue=keyed)  # keys: the queue's row first
     for g in sorted({h.placement.group for h in holds}):
         u.group(g, create=True)
     held = _held_values(life, conn, queue, [h.hold_id for h in holds])
@@ -39,7 +44,7 @@ def hold_many(life: Lifecycle, conn: Connection, queue: str, holds: Sequence[Hol
                      held.get(h.hold_id) != h.value) for h in holds), count)
     except GroupFull as full:
         raise full.in_queue(queue) from None
-    if held or len({h.hold_id for h in holds}) < len(holds):
+    if keyed or held or len({h.hold_id for h in holds}) < len(holds):
         return _one_by_one(life, conn, queue, holds, now_ms)
     return [h.hold_id for h in holds], _insert_all(life, u, holds, now_ms)
 
@@ -63,7 +68,7 @@ def _insert_all(life: Lifecycle, u: Unit, holds: Sequence[Hold], now_ms: int) ->
         later = h.due_ms > now_ms
         group = u.groups[p.group]
         assert group is not None
-        key = None if later else u.sort_key(p.cost, p.front, now_ms)
+        key = None if later else sort_key(u, p, now_ms, p.subgroup)
         if later:
             delayed.add(h.hold_id)
             group["delayed"] += 1
@@ -96,8 +101,16 @@ def _one_by_one(life: Lifecycle, conn: Connection, queue: str, holds: Sequence[H
     ids, woken = [], False
     for h in holds:
         p = h.placement
-        held, wake = life.hold(conn, queue, h.hold_id, h.value,
-                               Placement(p.group, p.klass, p.cost, p.front), h.due_ms, now_ms)
+        held, wake = hold_one(life, conn, queue, h.hold_id, h.value,
+                              replace(p, max_held=None), h.due_ms, now_ms)
         ids.append(held)
         woken = woken or wake
     return ids, woken
+
+
+def hold_one(life: Lifecycle, conn: Connection, queue: str, hold_id: str, value: bytes,
+             p: Placement, due_ms: int, now_ms: int) -> tuple[str, bool]:
+    """One hold: ``Lifecycle.hold``, or with a singleton key ``singletons.hold_keyed``."""
+    if p.singleton is not None:
+        return hold_keyed(life, conn, queue, hold_id, value, p, due_ms, now_ms)
+    return life.hold(conn, queue, hold_id, value, p, due_ms, now_ms)

@@ -18,7 +18,9 @@ from ..models import Policy
 from .metering import rerate
 from .rows import upsert
 from .schema import Tables
+from .singletons import removed
 from .statements import Statements
+from .subgrouping import emptied
 from .unit import Unit
 
 
@@ -63,9 +65,14 @@ class Controls:
     def _remove(self, u: Unit, hold_id: str, now_ms: int) -> bytes | None:
         m = self.t.messages.c
         mine = and_(m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id)
-        row = u.conn.execute(select(m.grp, m.klass, m.due_ms, m.value).where(mine)).first()
+        row = u.conn.execute(select(m.grp, m.klass, m.seq, m.due_ms, m.value).where(mine)
+                             ).first()
         if row is None:
             return None
+        if row.seq is None and row.due_ms is None:  # waiting for its singleton key
+            u.conn.execute(delete(self.t.messages).where(mine))
+            removed(u, hold_id, now_ms)
+            return bytes(row.value)
         group = u.group(row.grp)
         assert group is not None
         if row.due_ms is not None:
@@ -74,9 +81,11 @@ class Controls:
             if hold_id == u.list_head(row.grp, row.klass):  # the next one is the head now
                 group[f"since_{row.klass}"] = now_ms
             group[f"held_{row.klass}"] -= 1
+            emptied(group, row.klass)
         u.conn.execute(delete(self.t.messages).where(mine))
         u.refresh(row.grp)
         u.forget_if_idle(row.grp)
+        removed(u, hold_id, now_ms)  # a listed owner: its key's next waiter enters
         return bytes(row.value)
 
     # -- quarantine -----------------------------------------------------------------------
@@ -105,10 +114,13 @@ class Controls:
         u.lock_groups(conn.execute(select(g.grp).where(g.ns == self.ns, g.queue == queue))
                       .scalars())
         u.load_ready([(k, name) for name in u.groups for k in CLASSES])  # before the change
-        if u.q["policy"] == limits.SMALLEST and policy.name != limits.SMALLEST:
+        sub_change = (u.q["subgroup"] or limits.NO_SUBGROUP) != policy.subgroup
+        if (u.q["policy"] == limits.SMALLEST and policy.name != limits.SMALLEST) \
+                or sub_change:
             for row in u.groups.values():  # what is held keeps its order; later holds
                 if row is not None:  # go after it (configure.lua drops the sort keys)
                     row["tail"] += 1
+                    row["subtags"] = None if sub_change else row["subtags"]
         if policy.name != (u.q["policy"] or limits.WFQ):  # the scores change meaning:
             u.ready.update((key, None) for key in u.ready)  # every group enters anew
         tc = self.t.tats.c  # the rates in force of the groups with a bucket (rerate below)
@@ -124,7 +136,7 @@ class Controls:
                     else policy.default_rate.encode(), "charge": policy.charge,
                     "policy": policy.name, "cap_mode": policy.cap_mode,
                     "interactive_share": policy.interactive_share,
-                    "aging": policy.aging_seconds}
+                    "aging": policy.aging_seconds, "subgroup": policy.subgroup}
         conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue)
                      .values(settings))
         u.q.update(settings)

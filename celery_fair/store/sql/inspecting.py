@@ -11,6 +11,7 @@ from ...policy.decisions import CLASSES, LIVE, OVER, READY, task_of
 from ..base import Location
 from ..locating import CLASS_NAMES, Locating, PlaceReads, place_of
 from .reads import SqlReads
+from .singletons import check_owners
 from .statements import LAST_KEY, after_place
 from .unit import Unit
 
@@ -94,15 +95,18 @@ class SqlInspecting(SqlReads, Locating):
         """Counts that disagree with the rows they count, and ready sets that disagree
         with eligibility; with ``repair`` each is set from the rows (one transaction, the
         queue's row locked, so beside running dispatchers and workers)."""
-        return self._read("check", lambda c: self._check(c, queue, repair))
+        return self._read("check", lambda c: self._check(c, queue, repair, now_ms))
 
-    def _check(self, c: Connection, queue: str, repair: bool) -> list[tuple[str, str, str, str]]:
+    def _check(self, c: Connection, queue: str, repair: bool,
+               now_ms: int) -> list[tuple[str, str, str, str]]:
         u = Unit(c, self.s, self.namespace, queue, lock_queue=True)
         m, d, g = self.t.messages.c, self.t.dispatches.c, self.t.groups.c
         counted: dict[str, dict[str, int]] = {}
         for grp, klass, seq_set, n in c.execute(select(
                 m.grp, m.klass, m.seq.is_not(None), func.count()).where(
-                self._q(self.t.messages, queue)).group_by(m.grp, m.klass, m.seq.is_not(None))):
+                self._q(self.t.messages, queue),  # not those waiting for their key
+                m.seq.is_not(None) | m.due_ms.is_not(None)).group_by(
+                m.grp, m.klass, m.seq.is_not(None))):
             key = f"held_{klass}" if seq_set else "delayed"
             counted.setdefault(grp, {})[key] = counted.get(grp, {}).get(key, 0) + int(n)
         for grp, n in c.execute(select(d.grp, func.count()).where(
@@ -114,6 +118,7 @@ class SqlInspecting(SqlReads, Locating):
         out = self._check_throttles(u, repair)
         for name in sorted(names):
             out += self._check_group(u, name, counted.get(name, {}), repair)
+        out += check_owners(u, repair, now_ms)  # after the counts: a repair admits a waiter
         u.flush()
         return out
 

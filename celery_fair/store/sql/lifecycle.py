@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, and_, func, select, update
 
+from ...envelope import subgroup_of
 from ...errors import GroupFull
 from ...limits import SMALLEST
 from ...policy import Placement
@@ -28,9 +30,12 @@ from ...policy.decisions import (
     task_of,
 )
 from ..models import BeginAnswer, BeginResult, Picked
+from . import singletons
+from .heads import stamp_head, stamp_keyed_head
 from .metering import lift_throttles
 from .picking import Picking
 from .statements import Statements
+from .subgrouping import keyed, sort_key
 from .unit import Unit
 
 _LIVE = list(LIVE)
@@ -60,7 +65,7 @@ class Lifecycle:
         if front:
             row["head"] -= 1
             return int(row["head"])
-        if u.q.get("policy") == SMALLEST:
+        if u.q.get("policy") == SMALLEST or keyed(u):
             return int(row["tail"])
         row["tail"] += 1
         return int(row["tail"]) - 1
@@ -75,9 +80,10 @@ class Lifecycle:
             "value": value, "sort_key": sort_key})
         return (len(result.all()) if result.returns_rows else result.rowcount) == 1
 
-    def _enqueue(self, u: Unit, hold_id: str, p: Placement, now_ms: int) -> bool:
-        """Move a delayed message into its group's list."""
-        key = u.sort_key(p.cost, p.front, now_ms)
+    def _enqueue(self, u: Unit, hold_id: str, p: Placement, now_ms: int,
+                 sub: str | None) -> bool:
+        """Move a delayed message (of subgroup ``sub``) into its group's list."""
+        key = sort_key(u, p, now_ms, sub)
         if key is None:
             stamp_head(u, p, now_ms)
         seq = self.place(u, p.group, p.front)
@@ -104,7 +110,7 @@ class Lifecycle:
         delayed = due_ms > now_ms
         seq = None if delayed else self.place(u, p.group, p.front)
         due = due_ms if delayed else None
-        key = None if delayed else u.sort_key(p.cost, p.front, now_ms)
+        key = None if delayed else sort_key(u, p, now_ms, p.subgroup)
         if not self._insert_message(u, hold_id, value, p, seq, due, key):
             held = self._message(conn, queue, hold_id)
             if held is not None and bytes(held["value"]) == value:
@@ -139,8 +145,8 @@ class Lifecycle:
         count = int(row["held_i"] + row["held_b"] + row["delayed"])
         if count >= p.max_held:
             raise GroupFull(queue=u.queue, group=p.group, count=count, limit=p.max_held)
-        return self.hold(u.conn, u.queue, hold_id, value,
-                         Placement(p.group, p.klass, p.cost, p.front), due_ms, now_ms)
+        return self.hold(u.conn, u.queue, hold_id, value, replace(p, max_held=None),
+                         due_ms, now_ms)
 
     def _next_dup(self, conn: Connection, queue: str) -> int:
         q = self.t.queues.c
@@ -157,9 +163,10 @@ class Lifecycle:
     # -- pick -----------------------------------------------------------------------------
 
     def pick(self, conn: Connection, queue: str, want: int, capacity: int | None,
-             now_ms: int, lease_ms: int, token: str) -> list[Picked]:
+             now_ms: int, lease_ms: int, token: str, make: Any = Picking) -> list[Picked]:
         """See ``FairQueue.pick``: the queue's row locked, so picks of a queue run one at
-        a time and never overshoot ``capacity``."""
+        a time and never overshoot ``capacity``. ``make``: the pick's class (routing:
+        ``sql/routing.py``'s)."""
         u = self.unit(conn, queue, lock_queue=True)
         u.q["picks"] += 1
         u.queue_changed = True
@@ -170,8 +177,9 @@ class Lifecycle:
         out: list[Picked] = []
         if want > 0:
             shared = u.q.get("interactive_share") is not None and capacity is not None
-            out = Picking(self.s, u, want, now_ms, now_ms + lease_ms, token, capacity,
-                          self.inflight_interactive(conn, queue) if shared else 0).run()
+            out = make(self.s, u, want, now_ms, now_ms + lease_ms, token, capacity,
+                       self.inflight_interactive(conn, queue) if shared else 0).run()
+            singletons.take_keys(u, out)
         u.flush()
         return out
 
@@ -265,8 +273,8 @@ class Lifecycle:
         return int(renewed)
 
     def release(self, conn: Connection, queue: str, did: str, done_until_ms: int | None,
-                run: str, wall_ms: int, runtime: float | None = None) -> bool:
-        u = self.unit(conn, queue)
+                run: str, wall_ms: int, runtime: float | None = None, now_ms: int = 0) -> bool:
+        u, key = singletons.release_unit(self, conn, queue, did)  # a key: the queue's row first
         rec = self.dispatch(u, did, wall_ms)
         if rec is None or rec["state"] in (SUPERSEDED, "released") \
                 or not may_release(rec["runner"], run):
@@ -281,6 +289,7 @@ class Lifecycle:
         if freed:
             self._correct(u, rec, runtime_of(runtime))
             self.free_slot(u, rec["grp"])
+        singletons.released(u, key, did, now_ms or wall_ms, freed)  # a waiter's head time
         u.flush()
         return bool(freed)
 
@@ -319,19 +328,21 @@ class Lifecycle:
         ).mappings()]
         u.lock_groups(r["grp"] for r in due if r["state"] in LIVE)
         requeued = lost = 0
+        keys = singletons.SqlKeys(u).dkeys.of(r["did"] for r in due if r["state"] in LIVE)
         for rec in due:
             did = rec["did"]
             if rec["state"] not in LIVE:
                 self._set(u, did, lease_ms=None)
                 continue
             if requeues(rec["state"], rec["kept"], rec["value"] is not None):
-                self._hold_again(u, rec, now_ms)
+                singletons.hold_again(self, u, rec, keys.get(did), now_ms)  # its key, if any
                 self._set(u, did, state=SUPERSEDED, value=None, kept=False, lease_ms=None,
                           expires_ms=tombstone_until_ms)
                 requeued += 1
             else:
                 self._set(u, did, state=LOST, lease_ms=None, expires_ms=tombstone_until_ms)
                 lost += 1
+                singletons.lost(u, keys.get(did), did, now_ms)
             self.free_slot(u, rec["grp"])
         u.woken = requeued + lost > 0
         u.flush()
@@ -357,14 +368,17 @@ class Lifecycle:
         """See ``FairQueue.promote``: due delayed messages, then the throttles due."""
         u = self.unit(conn, queue, lock_queue=True)
         m = self.t.messages.c
-        due = list(conn.execute(select(m.hold_id, m.grp, m.klass, m.cost, m.front).where(
+        due = list(conn.execute(select(m.hold_id, m.grp, m.klass, m.cost, m.front,
+                                       m.value).where(
             m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None), m.due_ms <= now_ms
         ).order_by(m.due_ms, m.hold_id).limit(limit)))
         u.lock_groups(r.grp for r in due)
+        keys = singletons.promoted_keys(u, [r.hold_id for r in due])
         for r in due:
             u.groups[r.grp]["delayed"] -= 1  # type: ignore[index]
-            self._enqueue(u, r.hold_id, Placement(r.grp, r.klass, r.cost, bool(r.front)),
-                          now_ms)
+            if not singletons.waits_when_due(u, r.hold_id, keys, bool(r.front)):  # else: its key's
+                self._enqueue(u, r.hold_id, Placement(r.grp, r.klass, r.cost, bool(r.front)),
+                              now_ms, subgroup_of(bytes(r.value)))
         nxt = conn.execute(select(func.min(m.due_ms)).where(
             m.ns == self.ns, m.queue == queue, m.due_ms.is_not(None))).scalar()
         lift = lift_throttles(u, now_ms, limit)
@@ -373,20 +387,3 @@ class Lifecycle:
             return len(due), lift
         return len(due), None if nxt is None else int(nxt)
 
-
-def stamp_keyed_head(u: Unit, p: Placement, held: list[str], now_ms: int) -> None:
-    """'smallest': messages ``held`` just entered ``p``'s list by sort key; one of them
-    is its head now, so it became the head (``insert_held``): the group's head time of
-    that class is ``now_ms``. (Only an insert changes the head between two picks, so a
-    head that is not new was the head before them.)"""
-    if u.list_head(p.group, p.klass) in held:
-        u.groups[p.group][f"since_{p.klass}"] = now_ms  # type: ignore[index]
-
-
-def stamp_head(u: Unit, p: Placement, now_ms: int) -> None:
-    """A message about to enter ``p``'s list becomes its head (to the front, or into an
-    empty list): the group's head time of that class is ``now_ms`` (``hold.lua``)."""
-    row = u.groups[p.group]
-    assert row is not None
-    if p.front or not row[f"held_{p.klass}"]:
-        row[f"since_{p.klass}"] = now_ms

@@ -22,6 +22,7 @@ from ...policy.decisions import (
 from ..models import Picked
 from .metering import Meter
 from .statements import LAST_KEY, Statements
+from .subgrouping import picked
 from .unit import Unit
 
 
@@ -112,7 +113,7 @@ class Picking:
         for klass in ("i", "b"):
             self._prefetch(klass, sorted({g for (_, k), heads in self.heads.items()
                                           if k == klass for g in heads}))
-        while len(out) < self.want and (head := self._head()) is not None:
+        while len(out) < self.want and self._open() and (head := self._head()) is not None:
             klass, g, tag = head
             msg = self._pop(klass, g)
             row = u.groups[g]
@@ -130,6 +131,7 @@ class Picking:
             row["inflight"] += 1
             self.inflight_i += klass == "i"
             row[f"held_{klass}"] -= 1
+            picked(u, row, klass, msg.sort_key)  # fair_subgroup: the list's virtual time
             row[f"since_{klass}"] = self.now_ms  # the next one is the head now
             did = dispatch_id(self.token, u.q["picks"], len(out) + 1)
             taken.append(msg.hold_id)
@@ -189,7 +191,15 @@ class Picking:
                              "cost": msg.cost, "front": msg.front, "value": msg.value,
                              "kept": False, "runner": "", "lease_ms": self.deadline,
                              "expires_ms": None,
-                             "estimate": estimate})
+                             "estimate": estimate, "target": self._target(klass)})
+
+    def _open(self) -> bool:
+        """Whether the pick may go on (routing: while a target has room)."""
+        return True
+
+    def _target(self, klass: str) -> str | None:
+        """The target of the message of ``klass`` just taken (routing; None: not routed)."""
+        return None
 
     def _write(self, taken: list[str]) -> None:
         if taken:

@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0011"
+SCHEMA_VERSION = "0014"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -53,6 +53,10 @@ def blob() -> TypeEngine[bytes]:
 
 
 NS, QUEUE, GROUP, HOLD, DISPATCH = 64, 200, 200, 255, 160
+#: An affinity target: a worker's hostname, or 'queue:' and a real queue's name.
+TARGET = 255
+#: A singleton key (``singleton.MAX_KEY_LENGTH``).
+KEY = 200
 #: A stored rate limit: '<interval ms>:<burst>' or 'none' (``limits.encode_rate``).
 RATE = 64
 
@@ -109,7 +113,9 @@ class Tables:
                        server_default="hard"),
                 Column("interactive_share", Double),
                 # fair_aging_seconds under 'smallest' (0011; None: limits.DEFAULT_AGING)
-                Column("aging", Double)))
+                Column("aging", Double),
+                # fair_subgroup (0012): 'none' or 'path' (None: 'none')
+                Column("subgroup", String(8))))
         #: Caps, weights and rate limits (stored rates, ``RATE``) of groups, from the
         #: settings and at runtime (``fair limit``), and a boost (``fair boost``): its
         #: weight wins until ``boost_until_ms`` (None: no end), kept apart so that
@@ -142,7 +148,10 @@ class Tables:
                 Column("runtime", Double),
                 # Harmony (0009): the queue's pick sequence when the group was last served
                 # (None: never) and the rank ``fair boost --task`` set until its next pick
-                Column("served", BigInteger), Column("jump", Double)))
+                Column("served", BigInteger), Column("jump", Double),
+                # fair_subgroup 'path' (0012): JSON {class: {subgroup: its last key,
+                # "\n": the key picked last}} (sql/subgrouping.py; None: none)
+                Column("subtags", Text)))
         #: A group that may be picked now, in its class, with its virtual start tag (its
         #: rank under Harmony).
         self.ready = _tag_set(md, f"{p}ready")
@@ -187,7 +196,15 @@ class Tables:
                 Column("lease_ms", BigInteger), Column("expires_ms", BigInteger),
                 # the estimate the pick charged under fair_charge 'runtime' (0007; None:
                 # another charge), corrected at release by the runtime reported
-                Column("estimate", Double)))
+                Column("estimate", Double),
+                # fair_affinity: the target a routed dispatch went to (0013; NULL: not
+                # routed), counted while live through dispatches_state
+                Column("target", name(TARGET))))
+        #: fair_affinity: each group's target (the map; ``sql/routing.py``, 0013).
+        self.assignments = Table(
+            f"{p}assignments", md, *_keys(
+                Column("grp", name(GROUP), primary_key=True),
+                Column("target", name(TARGET), nullable=False)))
         d = self.dispatches.c
         Index(f"{p}dispatches_lease", d.ns, d.queue, d.lease_ms)
         Index(f"{p}dispatches_state", d.ns, d.queue, d.state)
@@ -277,3 +294,22 @@ class Tables:
             Column("at_ms", BigInteger, nullable=False),
             Column("doc", Text, nullable=False),
             Index(f"{p}audit_ns_seq", "ns", "seq"))
+        self.skeys, self.sowners, self.swaits = _singleton_tables(md, p)
+
+
+def _singleton_tables(md: MetaData, p: str) -> tuple[Table, Table, Table]:
+    """Singleton keys (0014, ``singletons.py``), as Redis's ``skey``/``sowner``/``sw:``:
+    the key of a held message (``ref`` 'h'<hold id>) or of a dispatch ('d'<dispatch
+    id>); a key's owner (the same encoding); a key's waiting hold ids in ``pos`` order."""
+    keys = Table(f"{p}skeys", md, *_keys(
+        Column("ref", name(HOLD + 1), primary_key=True),
+        Column("skey", name(KEY), nullable=False)))
+    owners = Table(f"{p}sowners", md, *_keys(
+        Column("skey", name(KEY), primary_key=True),
+        Column("owner", name(HOLD + 1), nullable=False)))
+    waits = Table(f"{p}swaits", md, *_keys(
+        Column("skey", name(KEY), primary_key=True),
+        Column("pos", BigInteger, primary_key=True, autoincrement=False),
+        Column("hold_id", name(HOLD), nullable=False)))
+    Index(f"{p}swaits_hold", waits.c.ns, waits.c.queue, waits.c.hold_id)
+    return keys, owners, waits

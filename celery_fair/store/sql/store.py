@@ -35,13 +35,14 @@ from ..connection import Bounds
 from ..models import check_hold
 from .audit import SqlAudit
 from .boosting import SqlBoosting
-from .bulk import hold_many
+from .bulk import hold_many, hold_one
 from .controls import Controls
 from .engine import make_engine, transaction
 from .inspecting import SqlInspecting
 from .lifecycle import Lifecycle
 from .pausing import SqlPausing
 from .registry import SqlRegistry
+from .routing import SqlRouting
 from .schema import DEFAULT_PREFIX, Tables
 from .statements import Statements
 from .throttling import SqlThrottling
@@ -56,7 +57,7 @@ def wall_ms() -> int:
 
 
 class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, SqlRegistry,
-               Store):
+               SqlRouting, Store):
     """Fair queues of one namespace in one SQL database."""
 
     def __init__(self, engine: Engine, namespace: str = "fair",
@@ -98,8 +99,8 @@ class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, 
         """See :meth:`Store.hold`; a lost reply raises :class:`HoldOutcomeUnknown`."""
         placement = check_hold(hold_id, value, placement)
         with _hold_outcome():
-            held, woken = self._do("hold", queue, lambda c: self.life.hold(
-                c, queue, hold_id, value, placement, due_ms, now_ms))
+            held, woken = self._do("hold", queue, lambda c: hold_one(
+                self.life, c, queue, hold_id, value, placement, due_ms, now_ms))
         self._wake_if(queue, woken)
         return held
 
@@ -151,11 +152,12 @@ class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, 
                                                                     now))
 
     def release(self, queue: str, dispatch_id: str, done_seconds: int = 0,
-                run: str | None = None, runtime: float | None = None) -> bool:
-        now = wall_ms()
+                run: str | None = None, runtime: float | None = None,
+                now_ms: int | None = None) -> bool:
+        now = wall_ms()  # ``now_ms``: the head time of a singleton key's waiter entering
         until = now + done_seconds * 1000 if done_seconds > 0 else None
         freed = self._do("release", queue, lambda c: self.life.release(
-            c, queue, dispatch_id, until, run or "", now, runtime))
+            c, queue, dispatch_id, until, run or "", now, runtime, now_ms or now))
         self._wake_if(queue, freed)
         return freed
 

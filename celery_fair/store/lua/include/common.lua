@@ -37,6 +37,10 @@ local CLASSES = {'i', 'b'}               -- interactive first
 local function k_list(cls, g) return prefix .. ':q:' .. cls .. ':' .. g end
 -- smallest: ZSET hold id -> sort key of the ids its hold placed in order (push_held)
 local function k_keys(cls, g) return prefix .. ':qk:' .. cls .. ':' .. g end
+-- fair_subgroup 'path': HASH subgroup -> the key its last hold got in g's class list
+-- (subgroup_key; '': the tasks without a subgroup), and SUB_VT -> the key of the last one
+-- picked (the list's virtual time)
+local function k_subtags(cls, g) return prefix .. ':sg:' .. cls .. ':' .. g end
 local function k_group(g) return prefix .. ':g:' .. g end
 local function k_ready(cls) return prefix .. ':ready:' .. cls end
 -- soft caps: the groups at or over their cap with work held, picked only when no group
@@ -182,6 +186,16 @@ local function smallest()
   return policy_read == 'smallest'
 end
 
+-- fair_subgroup (conf `subgroup`): 'path' keeps each group's class lists in subgroup
+-- key order (subgroup_key), read once per script call as the policy is; configure.lua
+-- sets it and forgets what was read. Never with smallest (policies.py refuses both).
+local subgroup_read = nil
+local function subgroups()
+  if subgroup_read == nil then subgroup_read = redis.call('HGET', K_CONF, 'subgroup') == 'path' end
+  return subgroup_read
+end
+local SUB_VT = '\n'  -- no subgroup name has a control character (names.py)
+
 -- fair_aging_seconds (conf `aging`, limits.py DEFAULT_AGING, MAX_AGING): read once per
 -- script call, as the policy is; configure.lua sets it and forgets what was read.
 local DEFAULT_AGING, MAX_AGING = 1, 31536000
@@ -240,6 +254,35 @@ local function decode(v)
   end
 end
 
+-- The subgroup a stored value names (its meta's `sg`: envelope.py), '' for none.
+local function subgroup_of(v)
+  local ok, sg = pcall(function()
+    local p1 = string.find(v, ':', 3, true)
+    local p2 = string.find(v, ':', p1 + 1, true)
+    local start = p2 + tonumber(string.sub(v, p1 + 1, p2 - 1)) + 1
+    return cjson.decode(string.sub(v, start, string.find(v, '\n', start, true) - 1)).sg
+  end)
+  if ok and type(sg) == 'string' then return sg end
+  return ''
+end
+
+-- fair_subgroup 'path': the key of a message of cost `cost` held now in g's class list
+-- (decisions.py `subgroup_key`): self-clocked fair queueing among the subgroups, the
+-- later of the list's virtual time (the key last picked) and the key the subgroup's
+-- previous hold got, plus cost / the subgroup's weight (`weights` "<g>/<subgroup>", else
+-- 1). So a subgroup that floods gets keys far ahead, one that arrives starts at the
+-- virtual time, and they alternate. An empty list starts afresh (its keys all left).
+local function subgroup_key(cls, g, cost, v)
+  local tags = k_subtags(cls, g)
+  if redis.call('LLEN', k_list(cls, g)) == 0 then redis.call('DEL', tags) end
+  local sg = subgroup_of(v)
+  local vt, last = unpack(redis.call('HMGET', tags, SUB_VT, sg))
+  local w = sg ~= '' and valid_weight(redis.call('HGET', K_WEIGHTS, g .. '/' .. sg)) or 1
+  local key = math.max(tonumber(vt) or 0, tonumber(last) or 0) + cost / w
+  redis.call('HSET', tags, sg, string.format('%.17g', key))
+  return key
+end
+
 -- smallest: put hold id `id` into g's class list at its place by sort key (decisions.py
 -- `smallest_key`: when it became held, in ms, plus its cost times the aging in ms: a
 -- task of cost c ranks as if it had come c * aging seconds later). The keys of the ids
@@ -248,10 +291,17 @@ end
 -- index does not know (held under another policy, or at the front) stay where they are:
 -- before every keyed one. An index entry whose id left the list some way that did not
 -- drop it is dropped when met. Returns the list's length.
+-- Under fair_subgroup 'path' the key is subgroup_key's instead.
 local function insert_held(cls, g, id, now)
   local list, index = k_list(cls, g), k_keys(cls, g)
-  local m = decode(redis.call('HGET', K_MSG, id) or '')
-  local key = tonumber(now) + (m and m.cost or 1) * aging() * 1000
+  local v = redis.call('HGET', K_MSG, id) or ''
+  local m = decode(v)
+  local key
+  if smallest() then
+    key = tonumber(now) + (m and m.cost or 1) * aging() * 1000
+  else
+    key = subgroup_key(cls, g, m and m.cost or 1, v)
+  end
   redis.call('ZADD', index, string.format('%.17g', key), id)
   local rank = redis.call('ZRANK', index, id)
   while true do
@@ -276,7 +326,7 @@ end
 -- group's head time of that class (`h<class>`) with `now`, the time its wait counts from.
 -- Returns the list's length.
 local function push_held(cls, g, id, front, now)
-  if not front and smallest() then return insert_held(cls, g, id, now) end
+  if not front and (smallest() or subgroups()) then return insert_held(cls, g, id, now) end
   local len
   if front then
     len = redis.call('LPUSH', k_list(cls, g), id)
@@ -287,18 +337,33 @@ local function push_held(cls, g, id, front, now)
   return len
 end
 
--- The head of g's class list taken off (pick), out of the smallest index too.
+-- The head of g's class list taken off (pick), out of the smallest index too; under
+-- fair_subgroup 'path' its key is the list's virtual time now (the subgroup tags go
+-- with the list's last id).
 local function pop_held(cls, g)
   local id = redis.call('LPOP', k_list(cls, g))
   if id and smallest() then redis.call('ZREM', k_keys(cls, g), id) end
+  if id and not smallest() and subgroups() then
+    local index, tags = k_keys(cls, g), k_subtags(cls, g)
+    local key = redis.call('ZSCORE', index, id)
+    redis.call('ZREM', index, id)
+    if redis.call('LLEN', k_list(cls, g)) == 0 then
+      redis.call('DEL', tags)
+    elseif key then
+      redis.call('HSET', tags, SUB_VT, key)
+    end
+  end
   return id
 end
 
 -- Hold id `id` taken out of g's class list (cancel, boost_task, check): out of the
--- smallest index too. Returns 1 when it was listed.
+-- sort-key index too, and the list empty, its subgroup tags go (no tag outlives what is
+-- held: a forgotten group's would be left behind). Returns 1 when it was listed.
 local function unlist_held(cls, g, id)
   redis.call('ZREM', k_keys(cls, g), id)
-  return redis.call('LREM', k_list(cls, g), 1, id)
+  local listed = redis.call('LREM', k_list(cls, g), 1, id)
+  if redis.call('LLEN', k_list(cls, g)) == 0 then redis.call('DEL', k_subtags(cls, g)) end
+  return listed
 end
 
 local function count_held(cls, g, delta)

@@ -57,17 +57,23 @@ end
 -- Keep the message (checked); `held`: a message is held under id already, so this one
 -- is a copy under a suffixed id. Returns the hold id used. Wakes dispatchers when the
 -- group became ready or the message is the next one due. `known`: preflight's answer.
-local function hold_write(id, value, held, due, now, g, cls, front, known)
+-- `key`: its singleton key (nil: none; needs the singleton include): a delayed one
+-- passes the key's gate at promote, one held now here (it may wait in the key's list).
+local function hold_write(id, value, held, due, now, g, cls, front, known, key)
   if held then
     id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)
     index_copy(id)  -- so cancel finds it
   end
   redis.call('HSET', K_MSG, id, value)
+  -- a message waiting for its key is in no group: its group is not touched (an idle one
+  -- stays forgotten until the message enters it)
+  if key and due <= now and not singleton_enter(id, key, front) then return id end
   redis.call('SADD', K_GROUPS, g)
   if due > now then
     redis.call('ZADD', K_DELAYED, due, id)
     redis.call('HINCRBY', k_group(g), 'd', 1)
     if redis.call('ZRANGE', K_DELAYED, 0, 0)[1] == id then wake() end
+    if key then redis.call('HSET', K_SKEY, id, key) end
     return id
   end
   local len = push_held(cls, g, id, front, now)

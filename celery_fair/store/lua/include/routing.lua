@@ -7,6 +7,9 @@
 -- The ready sets stay as they are; the pick looks past the groups whose worker is full,
 -- in order, and remembers them (and how far the set's front is made of them) for the
 -- rest of the call, so a message costs O(log G) plus the groups looked past once per call.
+-- fair_group_queues: a target may be a real queue, 'queue:<name>' (group_queues.py), with
+-- the pools of the workers consuming it as its limit; the routing is the same, but a group
+-- never spills to or from such a target (a dedicated pool is the point of the setting).
 
 -- Most entries of one set looked at for one head (the rest waits for the next call).
 local ROUTE_SCAN = 1000
@@ -29,11 +32,16 @@ local function routing_of(spec, spill, now)
   return r
 end
 
+-- Whether target `w` is a real queue (fair_group_queues), not a worker.
+local function queue_target(w)
+  return string.sub(w, 1, 6) == 'queue:'
+end
+
 -- The worker with the most room (the first in the dispatcher's order on a tie), or nil.
 local function roomiest(r)
   local best, most = nil, 0
   for _, w in ipairs(r.order) do
-    if r.room[w] > most then best, most = w, r.room[w] end
+    if r.room[w] > most and not queue_target(w) then best, most = w, r.room[w] end
   end
   return best
 end
@@ -51,7 +59,7 @@ local function route(r, g, cls)
     return nil
   end
   if r.room[w] > 0 then return w end
-  if r.spill >= 0 then
+  if r.spill >= 0 and not queue_target(w) then
     local since = tonumber(redis.call('HGET', k_group(g), 'h' .. cls) or '')
     if since and r.now - since >= r.spill then return roomiest(r) end
   end

@@ -1,0 +1,48 @@
+"""The invariants of one fair queue's state (``check.lua`` checks the same ones in
+Redis), for :meth:`celery_fair.policy.common.QueueData.problems` and ``fair check``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .decisions import CLASSES, LIVE
+from .routing import routing_problems
+
+if TYPE_CHECKING:
+    from .common import QueueData
+
+
+def queue_problems(q: QueueData) -> list[tuple[str, str, str]]:
+    """``(kind, subject, detail)`` of every invariant of ``q`` that does not hold."""
+    counted = q.stat.get("inflight", 0)
+    in_groups = sum(g.inflight for g in q.groups.values())
+    live = sum(1 for r in q.records.values() if r.state in LIVE)
+    out = []
+    if not counted == in_groups == live:
+        out.append(("inflight", "queue",
+                    f"counted {counted}, in groups {in_groups}, live dispatches {live}"))
+    interactive = sum(1 for r in q.records.values()
+                      if r.state in LIVE and r.klass == "i")
+    if q.stat.get("inflight:i", 0) != interactive:
+        out.append(("inflight", "interactive", f"counted {q.stat.get('inflight:i', 0)}"
+                    f", live interactive dispatches {interactive}"))
+    for klass in CLASSES:
+        held = sum(len(ids) for (k, _), ids in q.lists.items() if k == klass)
+        if held != q.stat.get("held:" + klass, 0):
+            out.append(("held", klass, f"counted {q.stat.get('held:' + klass, 0)}, "
+                        f"listed {held}"))
+    if len(q.msgs) != sum(map(len, q.lists.values())) + len(q.delayed) \
+            + sum(map(len, q.swait.values())):
+        out.append(("messages", "queue", "a message neither held nor delayed"))
+    if set(q.leases) != {d for d, r in q.records.items() if r.state in LIVE}:
+        out.append(("leases", "queue", "a lease without a live dispatch, or the reverse"))
+    for g in set(q.groups).union(*q.ready.values(), *q.over.values()):
+        group = q.groups.get(g)
+        for klass in CLASSES:
+            eligible = group is not None and q._eligible(klass, g, group.inflight)
+            if eligible != (g in q.ready[klass]):
+                out.append(("ready", f"{klass}:{g}", "ready set and eligibility differ"))
+            over = group is not None and q._standing(klass, g, group.inflight) == "over"
+            if over != (g in q.over[klass]):
+                out.append(("over", f"{klass}:{g}", "over set and standing differ"))
+    return out + routing_problems(q.records.values(), q.wflight)
