@@ -18,7 +18,6 @@ from bench.__main__ import main
 def test_the_charge_benchmark_runs_and_reports(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bench.harness, "RESULTS", tmp_path)
-    monkeypatch.setattr(bench.report, "RESULTS", tmp_path)
     assert main(["charge", "--smoke"]) == 0
     [row] = [json.loads(line) for line in (tmp_path / "controls.jsonl").read_text().splitlines()]
     assert (row["scenario"], row["window_s"]) == ("charge", 3)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import bench.harness
 import bench.report
 from bench import cpu
 
@@ -26,6 +27,6 @@ def test_the_cpu_benchmark_measures_every_process(tmp_path: Path,
         assert row[side]["tasks_per_s"] > 0
     assert row["fair"]["us_cpu_per_task"]["dispatcher"] > 0
     assert row["plain"]["us_cpu_per_task"]["dispatcher"] == 0  # plain Celery has none
-    monkeypatch.setattr(bench.report, "RESULTS", tmp_path)
+    monkeypatch.setattr(bench.harness, "RESULTS", tmp_path)
     section = "\n".join(bench.report._cpu_lines())
     assert "## CPU per task" in section and "| fair |" in section

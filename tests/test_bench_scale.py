@@ -22,7 +22,6 @@ def test_the_scale_benchmark_measures_both_stores_and_reports(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     components.require(components.REDIS_CLUSTER)
     monkeypatch.setattr(bench.harness, "RESULTS", tmp_path)
-    monkeypatch.setattr(bench.report, "RESULTS", tmp_path)
     assert main(["scale", "--smoke"]) == 0
     [row] = [json.loads(line) for line in (tmp_path / "scale.jsonl").read_text().splitlines()]
     assert set(row["dispatch"]) == {"single/2", "cluster/2", "single_direct/1"}

@@ -121,6 +121,25 @@ def test_a_lost_dispatch_frees_the_key(store: Store) -> None:
     assert ids(store, now=NOW + 2_001) == ["k2"]
 
 
+def test_a_waiter_entering_at_a_lost_dispatch_keeps_its_groups_tag(store: Store) -> None:
+    """The key passes on before the lost dispatch's slot is freed: its group is not idle
+    (its own work waited for the key), so it is not forgotten and keeps the tag its pick
+    charged; it does not re-enter at the virtual time, ahead of a group served less."""
+    configure(store)
+    data = value("a", BACKGROUND, 2, False, body=b"k1", task_id="k1")
+    store.hold(Q, "k1", data, Placement("a", BACKGROUND, 2, False, None, "x"), 0, NOW)
+    hold(store, "k2", "x")
+    hold(store, "b1", None, group="b")
+    hold(store, "b2", None, group="b")
+    first = dids(store, 2)  # a at tag 0 (then 2), b at tag 0 (then 1)
+    assert set(first) == {"k1", "b1"}
+    store.begin(Q, first["k1"], NOW + 1_000, now_ms=NOW, run="r",
+                acks_late=False)  # running without its bytes: lost at reclaim
+    assert store.reclaim(Q, NOW + 2_000, 100) == (0, 1)
+    assert ids(store, 1, now=NOW + 2_001) == ["b2"]  # b's tag 1 before a's 2
+    assert ids(store, 1, now=NOW + 2_001) == ["k2"]
+
+
 def test_cancel_of_the_owner_or_of_a_waiter(store: Store) -> None:
     configure(store)
     for hid in ("k1", "k2", "k3"):

@@ -18,9 +18,10 @@ and boosts, a per-queue capacity, idle groups forgotten, and
 dispatch leases that hold a message again at its group's head when they run out.
 """
 
-from .common import KEEP, RESET, Placement, QueueData, QueueState, Record
+from .common import KEEP, RESET, Placement, QueueData
 from .decisions import CLASSES
 from .operations import FairQueue
+from .records import QueueState, Record
 
 __all__ = ["CLASSES", "KEEP", "RESET", "FairQueue", "Placement", "QueueData", "QueueState",
            "Record"]

@@ -23,87 +23,10 @@ from .decisions import (
     smallest_key,
     standing,
 )
-from .problems import queue_problems
+from .records import Group, Held, QueueState, Record
 from .routing import worker_slot
-from .subgroups import NO_SUBGROUP, PATH_SUBGROUP, hold_key
+from .subgroups import NO_SUBGROUP, PATH_SUBGROUP, SUB_VT, hold_key
 
-
-@dataclass
-class Held:
-    """A held or delayed message."""
-
-    value: bytes
-    placement: Placement
-
-
-@dataclass
-class Group:
-    """A group with held, delayed or in-flight work (an idle one is forgotten)."""
-
-    inflight: int = 0
-    delayed: int = 0
-    #: class -> virtual start tag; absent until first set (then read as 0)
-    tags: dict[str, float] = field(default_factory=dict)
-    #: harmony: the queue's pick sequence when it was last served (0: never), and the
-    #: rank ``boost_task`` set until its next pick
-    served: int = 0
-    jump: float | None = None
-    #: fair_charge 'runtime': the mean of the runtimes its releases reported (seconds;
-    #: None: none yet), the estimate its next dispatches are charged
-    runtime: float | None = None
-    #: class -> when (ms) the head of its list became the head: set at every change of
-    #: the head (a hold into an empty list or to the front, a pick, a cancel of the
-    #: head, a promote or reclaim to the head, a boost to the front); stale while the
-    #: list is empty (the next message in stamps it again)
-    since: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass
-class Record:
-    """A dispatch: a message taken by ``pick`` until it is released."""
-
-    state: str
-    placement: Placement  # of the message it carries
-    hold_id: str
-    #: the stored value, kept until a worker begins it (and while an acks_late run runs)
-    value: bytes | None
-    kept: bool = False  # an acks_late run keeps the value with the record
-    runner: str = ""  # the run that began it
-    expires_ms: int | None = None  # when a superseded or lost record is forgotten
-    #: what the pick charged its group as the estimate under ``fair_charge`` 'runtime'
-    #: (None: another charge), corrected at release by the runtime the worker reports
-    estimate: float | None = None
-    singleton: str | None = None  # its singleton key: the dispatch owns it
-    #: fair_affinity: the target it was routed to ('' for none), counted in ``wflight``
-    target: str = ""
-
-    @property
-    def group(self) -> str:
-        return self.placement.group
-
-    @property
-    def klass(self) -> str:
-        return self.placement.klass
-
-
-@dataclass(frozen=True)
-class QueueState:
-    """What a fair queue's scheduling looks like now: the common inspection of every
-    store (what the model test compares). Only groups with something are listed."""
-
-    ready: dict[str, dict[str, float]]  # class -> {group: tag}
-    vt: dict[str, float]  # class -> virtual time (absent: never set)
-    tags: dict[tuple[str, str], float]  # (class, group) -> tag
-    inflight: dict[str, int]  # group -> dispatches in flight
-    delayed: dict[str, int]  # group -> delayed messages
-    held: dict[tuple[str, str], list[str]]  # (class, group) -> hold ids, head first
-    total_inflight: int
-    #: (class, group) -> when its head became the head (ms), for the non-empty lists
-    since: dict[tuple[str, str], int] = field(default_factory=dict)
-    #: soft caps: class -> {group: tag} of the groups at or over their cap with work
-    over: dict[str, dict[str, float]] = field(default_factory=lambda: {c: {} for c in CLASSES})
-    #: interactive dispatches in flight (``fair_interactive_share``)
-    inflight_interactive: int = 0
 
 @dataclass
 class QueueData:
@@ -293,7 +216,7 @@ class QueueData:
         at the front) stay before every keyed one."""
         index = self.keys.setdefault((p.klass, p.group), [])
         entry = (smallest_key(now_ms, p.cost, self.aging) if self.policy == SMALLEST
-                 else hold_key(self, p, queue), hold_id)
+                 else hold_key(self.subtags, self.weights, p, queue), hold_id)
         at = bisect.bisect_left(index, entry)
         index.insert(at, entry)
         place = queue.index(index[at + 1][1]) if at + 1 < len(index) else len(queue)
@@ -315,6 +238,16 @@ class QueueData:
                 break
         if not index:
             del self.keys[(klass, g)]
+
+    def _subgroup_picked(self, klass: str, g: str, hold_id: str) -> None:
+        """fair_subgroup 'path': ``hold_id``, the head of g's class list, was taken off:
+        its key is the list's virtual time now (a front hold has none); the subgroups'
+        keys go with the last id (``pop_held``)."""
+        index = self.keys.get((klass, g), [])
+        key = next((k for k, held in index if held == hold_id), None)
+        self._unkey(klass, g, hold_id)  # the list empty: its tags go
+        if key is not None and self.lists.get((klass, g)):
+            self.subtags.setdefault((klass, g), {})[SUB_VT] = key
 
     def _hold_lease(self, did: str, deadline: int) -> str | None:
         """A worker holds dispatch ``did``: extend its lease; a lost one takes a slot
@@ -371,8 +304,3 @@ class QueueData:
         """Nothing held, delayed, in flight or quarantined (the queue may be forgotten)."""
         return not (self.msgs or self.leases or self.quarantine
                     or self.stat.get("inflight", 0))
-
-    def problems(self) -> list[tuple[str, str, str]]:
-        """``(kind, subject, detail)`` of every invariant that does not hold (``check.lua``
-        checks the same ones in Redis); none ever should, as only the operations write."""
-        return queue_problems(self)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from ..errors import GroupFull, SingletonDropped
 from ..limits import HARMONY, PATH_SUBGROUP, RUNTIME, SMALLEST, SOFT
 from ..store.base import BeginResult, Picked, check_hold
-from .common import Group, Held, Placement, Record
+from .common import Placement
 from .controls import QueueControls
 from .decisions import (
     CLASSES,
@@ -32,9 +32,9 @@ from .decisions import (
     runtime_of,
     skip_copy,
 )
+from .records import Group, Held, Record
 from .routing import QueueRouting, RouteCall, worker_slot
 from .singletons import Singletons
-from .subgroups import picked
 
 
 class FairQueue(QueueRouting, QueueControls, Singletons):
@@ -159,7 +159,7 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
             if self.policy == SMALLEST:
                 self._unkey(klass, g, hold_id)
             elif self.subgroup == PATH_SUBGROUP:
-                picked(self, klass, g, hold_id)
+                self._subgroup_picked(klass, g, hold_id)
             held = self.msgs.pop(hold_id)
             self._unindex_copy(hold_id)
             self._count("held:" + klass, -1)

@@ -1,15 +1,11 @@
 """The invariants of one fair queue's state (``check.lua`` checks the same ones in
-Redis), for :meth:`celery_fair.policy.common.QueueData.problems` and ``fair check``."""
+Redis), for the memory store's ``check`` and ``fair check``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from .common import QueueData
 from .decisions import CLASSES, LIVE
 from .routing import routing_problems
-
-if TYPE_CHECKING:
-    from .common import QueueData
 
 
 def queue_problems(q: QueueData) -> list[tuple[str, str, str]]:

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .decisions import LIVE
-
-if TYPE_CHECKING:
-    from .common import Group, Record
+from .records import Group, Record
 
 #: Most entries of one set looked at for one head (the rest waits for the next call):
 #: ``ROUTE_SCAN`` in ``include/routing.lua``.

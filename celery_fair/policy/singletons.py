@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from .common import Group, QueueData
+from .common import QueueData
+from .records import Group
 
 
 class SingletonRules:

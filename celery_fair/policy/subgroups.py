@@ -8,41 +8,30 @@ got, plus its cost over the subgroup's weight; the list is kept in key order (th
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
 
 from ..limits import NO_SUBGROUP, PATH_SUBGROUP
+from ..store.base import Placement
 from .decisions import subgroup_key
 
-if TYPE_CHECKING:
-    from .common import Placement, QueueData
-
-__all__ = ["NO_SUBGROUP", "PATH_SUBGROUP", "SUB_VT", "hold_key", "picked"]
+__all__ = ["NO_SUBGROUP", "PATH_SUBGROUP", "SUB_VT", "hold_key"]
 
 #: The field of the list's virtual time among the subgroups' keys (no subgroup name has
 #: a control character: names.py), as ``common.lua``'s SUB_VT.
 SUB_VT = "\n"
 
 
-def hold_key(q: QueueData, p: Placement, queue: deque[str]) -> float:
+def hold_key(subtags: dict[tuple[str, str], dict[str, float]], weights: dict[str, float],
+             p: Placement, queue: deque[str]) -> float:
     """The key of a message held now (not at the front) in ``p``'s group and class list
-    ``queue``, before it is placed; its subgroup's last key becomes it. An empty list
-    starts afresh (every key it gave has left)."""
+    ``queue``, before it is placed; its subgroup's last key becomes it (in ``subtags``,
+    ``QueueData.subtags``). An empty list starts afresh (every key it gave has left)."""
     where = (p.klass, p.group)
     if not queue:
-        q.subtags.pop(where, None)
-    tags = q.subtags.setdefault(where, {})
+        subtags.pop(where, None)
+    tags = subtags.setdefault(where, {})
     sub = p.subgroup or ""
-    weight = q.weights.get(f"{p.group}/{sub}", 1.0) if sub else 1.0
+    weight = weights.get(f"{p.group}/{sub}", 1.0) if sub else 1.0
     key = subgroup_key(tags.get(SUB_VT), tags.get(sub), p.cost, weight)
     tags[sub] = key
     return key
 
-
-def picked(q: QueueData, klass: str, g: str, hold_id: str) -> None:
-    """``hold_id``, the head of g's class list, was taken off: its key is the list's
-    virtual time now (a front hold has none); the subgroups' keys go with the last id."""
-    index = q.keys.get((klass, g), [])
-    key = next((k for k, held in index if held == hold_id), None)
-    q._unkey(klass, g, hold_id)  # the list empty: its tags go
-    if key is not None and q.lists.get((klass, g)):
-        q.subtags.setdefault((klass, g), {})[SUB_VT] = key

@@ -24,6 +24,7 @@ from ..envelope import due_of
 from ..errors import GroupFull
 from ..names import validate_group
 from ..policy import CLASSES, KEEP, FairQueue, Placement, QueueState
+from ..policy.problems import queue_problems
 from .audit import AuditEntry
 from .base import (
     CANCELLED_SECONDS,
@@ -297,7 +298,8 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
         """The invariants of ``queue`` that do not hold (none should: only the policy
         writes, one operation at a time); nothing to repair, so ``action`` is empty."""
         with self._queue(queue) as fq:
-            return [(kind, subject, detail, "") for kind, subject, detail in fq.problems()]
+            return [(kind, subject, detail, "")
+                    for kind, subject, detail in queue_problems(fq)]
 
     def ping(self) -> None:
         """Always answers."""

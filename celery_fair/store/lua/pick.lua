@@ -130,11 +130,12 @@ end
 
 -- The interactive ready set is skipped while empty; only a full refresh can fill it.
 local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0
--- the companions, read in one call: the policy (harmony()'s), the charge, the cap mode
--- (soft_caps()'s) and the interactive share
-local conf_policy, conf_charge, conf_capmode, conf_ishare =
-  unpack(redis.call('HMGET', K_CONF, 'policy', 'charge', 'capmode', 'ishare'))
+-- the companions, read in one call: the policy and subgroups (harmony()'s), the charge,
+-- the cap mode (soft_caps()'s) and the interactive share
+local conf_policy, conf_charge, conf_capmode, conf_ishare, conf_subgroup =
+  unpack(redis.call('HMGET', K_CONF, 'policy', 'charge', 'capmode', 'ishare', 'subgroup'))
 if policy_read == nil then policy_read = conf_policy or 'wfq' end
+if subgroup_read == nil then subgroup_read = conf_subgroup == 'path' end
 if soft_read == nil then soft_read = conf_capmode == 'soft' end
 local harmonious, soft = harmony(), soft_caps()
 local charge = conf_charge or 'cost'

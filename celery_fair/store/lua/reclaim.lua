@@ -48,9 +48,11 @@ for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT',
     redis.call('HSET', dk, 's', 'lost')
     redis.call('EXPIRE', dk, ttl)
     lost = lost + 1
+    -- the key passes on with the slot, its next waiter entering before the slot is
+    -- freed: the group is not idle (its tag kept) while its own work waited for the key
+    singleton_ended(key, did, ARGV[1])
     free_slot(g, cls)
     worker_slot(w, -1)
-    singleton_ended(key, did, ARGV[1])  -- the key passes on with the slot
   end
 end
 if requeued + lost > 0 then wake() end

@@ -174,9 +174,19 @@ end
 -- The policy (conf `policy`, limits.py POLICIES): read once per script call, as every
 -- refresh asks; configure.lua sets it and forgets what was read.
 local POLICIES = {wfq = true, harmony = true, smallest = true}
-local policy_read = nil
+-- With it, in the same call, fair_subgroup (conf `subgroup`): 'path' keeps each group's
+-- class lists in subgroup key order (subgroup_key). Never with smallest (policies.py
+-- refuses both). A script that read conf already sets both before asking.
+local policy_read, subgroup_read = nil, nil
+local function read_policy()
+  if policy_read == nil or subgroup_read == nil then
+    local policy, subgroup = unpack(redis.call('HMGET', K_CONF, 'policy', 'subgroup'))
+    if policy_read == nil then policy_read = policy or 'wfq' end
+    if subgroup_read == nil then subgroup_read = subgroup == 'path' end
+  end
+end
 local function harmony()
-  if policy_read == nil then policy_read = redis.call('HGET', K_CONF, 'policy') or 'wfq' end
+  if policy_read == nil then read_policy() end
   return policy_read == 'harmony'
 end
 -- smallest: groups go as under wfq, and inside a group's class list the held message
@@ -186,12 +196,8 @@ local function smallest()
   return policy_read == 'smallest'
 end
 
--- fair_subgroup (conf `subgroup`): 'path' keeps each group's class lists in subgroup
--- key order (subgroup_key), read once per script call as the policy is; configure.lua
--- sets it and forgets what was read. Never with smallest (policies.py refuses both).
-local subgroup_read = nil
 local function subgroups()
-  if subgroup_read == nil then subgroup_read = redis.call('HGET', K_CONF, 'subgroup') == 'path' end
+  if subgroup_read == nil then read_policy() end
   return subgroup_read
 end
 local SUB_VT = '\n'  -- no subgroup name has a control character (names.py)
@@ -523,9 +529,10 @@ local function free_slot(g, cls, only)
   if cls == 'i' then redis.call('HINCRBY', K_STAT, 'inflight:i', -1) end
   local cap = nil
   if only then  -- what the decision and a refresh read of conf, in one call
-    local policy, conf_cap, reserve, capmode =
-      unpack(redis.call('HMGET', K_CONF, 'policy', 'cap', 'reserve', 'capmode'))
+    local policy, conf_cap, reserve, capmode, subgroup =
+      unpack(redis.call('HMGET', K_CONF, 'policy', 'cap', 'reserve', 'capmode', 'subgroup'))
     if policy_read == nil then policy_read = policy or 'wfq' end
+    if subgroup_read == nil then subgroup_read = subgroup == 'path' end
     if soft_read == nil then soft_read = capmode == 'soft' end
     if not harmony() then
       cap = valid_cap(redis.call('HGET', K_CAPS, g)) or valid_cap(conf_cap) or -1  -- cap_of's
