@@ -140,6 +140,39 @@ def test_a_waiter_entering_at_a_lost_dispatch_keeps_its_groups_tag(store: Store)
     assert ids(store, 1, now=NOW + 2_001) == ["k2"]
 
 
+def test_a_delayed_one_that_waits_at_promote_leaves_no_empty_group(store: Store) -> None:
+    """Waiting for its key, a message is in no group: the group it left at promote,
+    with nothing else, is forgotten then (not left behind until something else of it
+    happens), and comes back when the waiter enters."""
+    configure(store)
+    hold(store, "k1", "x", group="a")
+    hold(store, "d1", "x", group="b", due=NOW + 1_000)
+    running = dids(store)
+    assert store.promote(Q, NOW + 1_000, 100)[0] == 1
+    assert store.queue_figures(Q).group_count == 1  # a (in flight); b has nothing
+    assert store.release(Q, running["k1"])
+    assert store.queue_figures(Q).group_count == 1  # b, its waiter entered
+    assert ids(store, now=NOW + 1_001) == ["d1"]
+
+
+def test_a_waiter_entering_at_its_owners_cancel_keeps_its_groups_tag(store: Store) -> None:
+    """Cancel of a listed owner: the key's next waiter enters before the owner leaves,
+    so a group whose own waiter takes over is not forgotten in between; it keeps the
+    tag its picks charged instead of re-entering at the virtual time."""
+    configure(store)
+    data = value("a", BACKGROUND, 3, False, body=b"p1", task_id="p1")
+    store.hold(Q, "p1", data, Placement("a", BACKGROUND, 3, False), 0, NOW)
+    hold(store, "k1", "x")
+    hold(store, "k2", "x")
+    running = dids(store, 1)  # a: tag 0, then 3
+    assert list(running) == ["p1"] and store.release(Q, running["p1"])
+    hold(store, "b1", None, group="b")  # b enters at the virtual time, 0
+    hold(store, "b2", None, group="b")
+    assert [task_id for task_id, _ in store.cancel(Q, ["k1"], token="t", now_ms=NOW)] \
+        == ["k1"]
+    assert ids(store, 3) == ["b1", "b2", "k2"]  # b's tags 0, 1 before a's 3
+
+
 def test_cancel_of_the_owner_or_of_a_waiter(store: Store) -> None:
     configure(store)
     for hid in ("k1", "k2", "k3"):

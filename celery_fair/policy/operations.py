@@ -330,6 +330,8 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
             key = self.skeys.get(hold_id)
             if key is None or self._singleton_enter(hold_id, key, p.front):
                 self._enqueue(hold_id, p, now_ms)
+            else:  # it waits for its key, in no group: its group may have nothing else
+                self._forget_if_idle(p.group)
         nxt = order[len(moved)][0] if len(order) > len(moved) else None
         lifted = self._lift_throttles(now_ms, limit)
         return len(moved), nxt if lifted is None or (nxt is not None and nxt < lifted) \

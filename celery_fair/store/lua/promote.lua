@@ -26,10 +26,12 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT',
     local cls, front, g = m.cls, m.front, m.g
     redis.call('HINCRBY', k_group(g), 'd', -1)
     local key = singleton_any() and redis.call('HGET', K_SKEY, id)
-    if not key or singleton_enter(id, key, front) then  -- else it waits for its key
+    if not key or singleton_enter(id, key, front) then
       push_held(cls, g, id, front, ARGV[1])
       count_held(cls, g, 1)
       refresh(g)
+    else  -- it waits for its key, in no group: its group may have nothing else now
+      forget_if_idle(g)
     end
     moved = moved + 1
   end

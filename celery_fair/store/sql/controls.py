@@ -73,6 +73,9 @@ class Controls:
             u.conn.execute(delete(self.t.messages).where(mine))
             removed(u, hold_id, now_ms)
             return bytes(row.value)
+        # a listed owner: its key's next waiter enters first (FairQueue._remove), so a
+        # group whose own waiter takes over is not forgotten in between (its tag kept)
+        removed(u, hold_id, now_ms)
         group = u.group(row.grp)
         assert group is not None
         if row.due_ms is not None:
@@ -85,7 +88,6 @@ class Controls:
         u.conn.execute(delete(self.t.messages).where(mine))
         u.refresh(row.grp)
         u.forget_if_idle(row.grp)
-        removed(u, hold_id, now_ms)  # a listed owner: its key's next waiter enters
         return bytes(row.value)
 
     # -- quarantine -----------------------------------------------------------------------

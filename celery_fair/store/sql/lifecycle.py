@@ -376,7 +376,9 @@ class Lifecycle:
         keys = singletons.promoted_keys(u, [r.hold_id for r in due])
         for r in due:
             u.groups[r.grp]["delayed"] -= 1  # type: ignore[index]
-            if not singletons.waits_when_due(u, r.hold_id, keys, bool(r.front)):  # else: its key's
+            if singletons.waits_when_due(u, r.hold_id, keys, bool(r.front)):
+                u.forget_if_idle(r.grp)  # in no group now: its group may have nothing else
+            else:
                 self._enqueue(u, r.hold_id, Placement(r.grp, r.klass, r.cost, bool(r.front)),
                               now_ms, subgroup_of(bytes(r.value)))
         nxt = conn.execute(select(func.min(m.due_ms)).where(
