@@ -15,20 +15,19 @@ import pytest
 from celery_fair.envelope import BACKGROUND, Envelope
 from celery_fair.errors import InvalidGroup, InvalidLimit
 from celery_fair.store.base import Placement, Policy, Store
-from celery_fair.store.models import HARMONY, SMALLEST, WFQ
+from celery_fair.store.models import SMALLEST, WFQ
 
 from .backends import BACKENDS
-from .store_helpers import NOW, Q, group_of, pick
+from .store_helpers import (  # noqa: F401  (the fixture ``store``: any_store)
+    NOW,
+    Q,
+    each_policy,
+    group_of,
+    pick,
+    store_fixture,
+)
 
 with_subgroups = pytest.mark.parametrize("any_store", BACKENDS, indirect=True)
-each_policy = pytest.mark.parametrize(
-    "any_store, policy", [(b, p) for p in (WFQ, HARMONY) for b in BACKENDS],
-    indirect=["any_store"])
-
-
-@pytest.fixture(name="store")
-def store_fixture(any_store: Store) -> Store:
-    return any_store
 
 
 def subgroups(store: Store, name: str = WFQ, weights: dict | None = None,
