@@ -16,13 +16,15 @@ from celery_fair import FairTask
 
 def make_app(env: Mapping[str, str]) -> Celery:
     """Broker, results and store on ``AFF_BROKER``, namespace ``AFF_NS``, fair_affinity
-    ``AFF_AFFINITY``."""
+    ``AFF_AFFINITY``, fair_affinity_spill_seconds ``AFF_SPILL`` (absent: never)."""
     ns = env["AFF_NS"]
     app = Celery("affinity", broker=env["AFF_BROKER"], set_as_current=False)
     app.conf.update(task_default_queue="q-" + ns, fair_key_prefix=ns,
                     task_ignore_result=True, worker_prefetch_multiplier=1,
                     worker_hijack_root_logger=False, broker_connection_retry_on_startup=True,
                     fair_affinity=env["AFF_AFFINITY"], fair_lease_seconds=5)
+    if env.get("AFF_SPILL"):
+        app.conf.fair_affinity_spill_seconds = float(env["AFF_SPILL"])
     counter = redis.Redis.from_url(env["AFF_BROKER"])
 
     def run(self: Any, tenant: str, sleep: float = 0.0) -> None:

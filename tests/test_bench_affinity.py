@@ -1,5 +1,6 @@
-"""``python -m bench affinity`` runs (smoke size): both drains end, and the moves the store
-counts on a leave and a join are the ones the hash predicts."""
+"""``python -m bench affinity`` runs (smoke size): the three drains end (off, on, on with
+spill), and the moves the store counts on a leave and a join are the ones the hash
+predicts."""
 
 from __future__ import annotations
 
@@ -14,6 +15,6 @@ def test_affinity_bench_runs_and_counts_the_hashed_moves() -> None:
     finally:
         bench.close()
     assert row["off_per_s"]["median"] > 0 and row["on_per_s"]["median"] > 0
-    assert row["ratio"]["median"] > 0
+    assert row["ratio"]["median"] > 0 and row["spill_ratio"]["median"] > 0
     assert row["leave_moved"] == row["leave_hashed"] > 0, row
     assert row["join_moved"] == row["join_hashed"] > 0, row
