@@ -404,6 +404,20 @@ def test_control_api_needs_auth_refuses_cross_site_posts_and_bad_input(site: Flo
     assert not store_for(site.app).boosts(site.queue)
 
 
+@pytest.fixture
+def lifted(site: FlowerSite) -> Iterator[None]:
+    """Lifts what a test paused or boosted, also when it fails half-way, so that the
+    module's other tests start from a queue with nothing in force."""
+    yield
+    app, q = site.app, site.queue
+    store = store_for(app)
+    for group in store.pauses(q):
+        controls.resume(app, group or None, queue=q)
+    for group in store.boosts(q):
+        controls.unboost(app, group, queue=q)
+
+
+@pytest.mark.usefixtures("lifted")
 def test_controls_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
     """Each action from the page, confirmed in its dialog, reaches the store and the
     audit log under the Flower user; bad input is refused on the page."""
@@ -499,6 +513,36 @@ def test_controls_in_a_real_browser(site: FlowerSite, tmp_path: Path) -> None:
         assert store.pauses(q) == {}
         _audited(store, "resume")
     assert shot.stat().st_size > 10_000
+
+
+def test_a_refresh_during_a_press_does_not_lose_the_click(site: FlowerSite) -> None:
+    """The page polls and swaps its figures; a swap between a button's press and its
+    release would put the release on a new button and lose the click, so a refresh that
+    lands while a button is held down keeps the old figures."""
+    q = site.queue
+    with chromium() as browser:
+        context = browser.new_context(
+            http_credentials={"username": USER, "password": PASSWORD})
+        page = context.new_page()
+        assert page.goto(site.url + "/fair-queues?autorefresh=0.2").status == 200
+        button = page.locator(f'section.fair-queue[data-queue="{q}"] '
+                              'tr[data-group="big"] button[data-fair-action="boost"]')
+        page.evaluate("document.addEventListener('pointerdown', function (e) {"
+                      " window.fairHeld = e.target.closest('button'); }, true)")
+        button.hover()
+        page.mouse.down()
+        rounds = int(page.locator("#fair-refresh-status").get_attribute("data-rounds") or 0)
+        page.wait_for_function(  # two refreshes came back while the button is held
+            "n => Number(document.getElementById('fair-refresh-status').dataset.rounds) >= n",
+            arg=rounds + 2)
+        assert page.evaluate("window.fairHeld.dataset.fairAction") == "boost"
+        assert page.evaluate("document.contains(window.fairHeld)")  # not swapped away
+        page.mouse.up()
+        dialog = page.locator("#fair-confirm")
+        dialog.wait_for()  # the click arrived
+        assert "Boost group big" in page.locator("#fair-confirm-text").inner_text()
+        dialog.locator("#fair-confirm-cancel").click()
+        dialog.wait_for(state="hidden")
 
 
 class _Actions:
