@@ -50,14 +50,27 @@ from .components import REDIS_CLUSTER, require
 from .conftest import wait_for
 from .store_helpers import (
     NOW,
+    Q,
     flushed,
     store_fixture,  # noqa: F401 (the contract tests' `store`)
     value,
 )
 
-# Singleton keys (not the SQL damage test): their keys share the queue's hash tag.
+# Singleton keys (not the SQL damage test): their keys share the queue's hash tag, so a
+# key's scope is its queue (not the app: APP_SCOPE's tests are left out).
 globals().update({name: test for name, test in vars(test_store_contract_singleton).items()
-                  if name.startswith("test_") and callable(test) and "sql" not in name})
+                  if name.startswith("test_") and callable(test) and "sql" not in name
+                  and name not in test_store_contract_singleton.APP_SCOPE})
+
+
+def test_a_singleton_keys_scope_is_its_queue_on_a_cluster(store: Any) -> None:
+    """A script reaches one slot: a key's tasks in two queues do not wait for each
+    other there (docs/singletons.md, Limits)."""
+    hold, hold2 = test_store_contract_singleton.hold, test_store_contract_singleton.hold2
+    hold(store, "k1", "x")
+    assert [p.hold_id for p in store.pick(Q, 10, None, NOW, 10_000)] == ["k1"]
+    hold2(store, "k2", "x")
+    assert [p.hold_id for p in store.pick("fairq2", 10, None, NOW, 10_000)] == ["k2"]
 
 # The whole contract, again on the cluster store (this module's any_store): every script
 # and every namespace-level key runs on a real cluster.

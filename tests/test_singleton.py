@@ -31,13 +31,16 @@ CONF: dict[str, Any] = {"fair_lease_seconds": LEASE, "worker_prefetch_multiplier
 
 @contextmanager
 def workers(app: Any, namespace: str, tmp_path: Any, names: list[str],
-            threads: int = 4, conf: dict[str, Any] = CONF) -> Iterator[list[CeleryProcess]]:
-    """Worker processes (``-P threads -c threads`` each), registered with the store
-    (the app's: Redis, or the SQL store of ``store_backend``)."""
+            threads: int = 4, conf: dict[str, Any] = CONF,
+            also: str | None = None) -> Iterator[list[CeleryProcess]]:
+    """Worker processes (``-P threads -c threads`` each, consuming the default queue and
+    ``also``), registered with the store (the app's: Redis, or the SQL store of
+    ``store_backend``)."""
     conf = {**conf, "fair_store_url": app.conf.fair_store_url}
     queue = app.conf.task_default_queue
     broker = app.conf.broker_url
-    procs = [CeleryProcess(["worker", "-P", "threads", "-c", str(threads), "-Q", queue,
+    consumed = f"{queue},{also}" if also else queue
+    procs = [CeleryProcess(["worker", "-P", "threads", "-c", str(threads), "-Q", consumed,
                             "--without-mingle", "--without-gossip", "-l", "INFO",
                             "-n", f"{name}-{namespace}@%h"], conf, broker, namespace,
                            tmp_path / f"{name}.log") for name in names]
@@ -72,6 +75,35 @@ def test_500_tasks_over_20_keys_on_8_slots_one_per_key_at_a_time(
     assert set(most.values()) == {1}, most  # never two of one key at once
     assert ledger.max_all() > 1  # while the keys ran side by side
     # a key's tasks start in the order they were published
+    order = [s["label"] for s in ledger.starts()]
+    for k in range(KEYS):
+        mine = [int(label[3:]) for label in order if int(label[3:]) // PER_KEY == k]
+        assert mine == sorted(mine), f"doc{k} started out of order: {mine}"
+
+
+def test_a_key_spans_queues_one_at_a_time_across_them(
+        make_app: Any, dispatcher: Any, namespace: str, tmp_path: Any,
+        store_backend: str) -> None:
+    """A key's scope is the app: the tasks of each key go to two fair queues (every
+    other one to the second), and still never two of a key run at once, in the order
+    they were published (the key's waiting list is the namespace's)."""
+    app = make_app(**CONF)
+    single, ledger = app.tasks["proj.single"], app.ledger
+    other = f"{app.conf.task_default_queue}-two"
+    results = [single.apply_async((f"t{n // PER_KEY % TENANTS}", f"doc{n // PER_KEY}",
+                                   f"job{n}", 0.01), queue=other if n % 2 else None)
+               for n in range(TASKS)]
+    with workers(app, namespace, tmp_path, ["w1", "w2"], also=other), dispatcher(app):
+        for r in results:
+            r.get(timeout=120)
+    assert ledger.runs() == {f"job{n}": 1 for n in range(TASKS)}
+    store = store_for(app)
+    assert {q: store.snapshot(q)["inflight"] for q in (app.conf.task_default_queue, other)} \
+        == {app.conf.task_default_queue: 0, other: 0}
+    most = ledger.max_running()
+    assert set(most) == {f"key:doc{k}" for k in range(KEYS)}
+    assert set(most.values()) == {1}, most  # never two of one key at once, in any queue
+    assert ledger.max_all() > 1
     order = [s["label"] for s in ledger.starts()]
     for k in range(KEYS):
         mine = [int(label[3:]) for label in order if int(label[3:]) // PER_KEY == k]

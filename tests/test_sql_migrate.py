@@ -257,6 +257,36 @@ def test_a_0005_group_upgraded_has_no_head_time_and_waits_from_its_due_time(
     assert heads.since_background == 1050.0 and head_wait(heads, 1060.0) == 10.0
 
 
+def test_0014_singleton_rows_upgraded_span_the_app(database: str, engine: Engine,
+                                                   prefix: str) -> None:
+    """Revision 0015: a key's owner and waiting list become the namespace's, naming their
+    queue; a key owned in two queues keeps the first queue's owner, the lists join."""
+    from alembic import command
+
+    from celery_fair.store.sql.migrate import alembic_config
+
+    with engine.connect() as conn:
+        command.upgrade(alembic_config(prefix, connection=conn), "0014")
+        owners = table(prefix + "sowners", *map(column, ("ns", "queue", "skey", "owner")))
+        waits = table(prefix + "swaits",
+                      *map(column, ("ns", "queue", "skey", "pos", "hold_id")))
+        conn.execute(owners.insert().values([
+            dict(ns="n", queue="q1", skey="x", owner="hk1"),
+            dict(ns="n", queue="q2", skey="x", owner="dD9")]))
+        conn.execute(waits.insert().values([
+            dict(ns="n", queue="q1", skey="x", pos=0, hold_id="k2"),
+            dict(ns="n", queue="q2", skey="x", pos=-1, hold_id="k3")]))
+        conn.commit()
+    assert migrate(database, prefix) == ("0014", SCHEMA_VERSION)
+    with engine.connect() as conn:
+        assert [tuple(r) for r in conn.execute(text(
+            f"SELECT ns, queue, skey, owner, oqueue FROM {prefix}sowners"))] \
+            == [("n", "", "x", "hk1", "q1")]
+        assert [tuple(r) for r in conn.execute(text(
+            f"SELECT queue, pos, hold_id, wqueue FROM {prefix}swaits ORDER BY pos"))] \
+            == [("", 0, "k2", "q1"), ("", 1, "k3", "q2")]
+
+
 def test_two_processes_migrating_at_once_both_succeed(database: str, engine: Engine,
                                                       prefix: str) -> None:
     results: list[tuple[str | None, str]] = []

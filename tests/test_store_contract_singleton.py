@@ -252,3 +252,117 @@ def test_the_sql_checker_passes_on_a_key_whose_owner_is_gone(store: Store) -> No
     assert [f.subject for f in report.findings if f.kind == "singleton_owner"] == ["x"]
     assert ids(store) == ["k2"]
     assert check(store).ok
+
+
+# -- a key's scope is the app: every fair queue of the namespace ---------------------------
+# (not on Redis Cluster, where it is the queue: test_cluster.py leaves out APP_SCOPE)
+
+Q2 = "fairq2"
+APP_SCOPE = ("test_a_key_spans_queues_and_passes_on_at_the_other_queues_promote",
+             "test_cancel_of_a_waiter_or_a_handed_owner_in_another_queue",
+             "test_a_lost_dispatch_passes_its_key_to_another_queue",
+             "test_a_requeued_dispatch_keeps_its_key_across_queues",
+             "test_drop_refuses_while_the_key_waits_in_another_queue",
+             "test_a_delayed_one_waits_for_its_key_in_another_queue_when_due")
+
+
+def hold2(store: Store, hold_id: str, key: str | None, drop: bool = False,
+          due: int = 0) -> str:
+    data = value("a", BACKGROUND, 1, False, body=hold_id.encode(), task_id=hold_id)
+    return store.hold(Q2, hold_id, data, Placement("a", BACKGROUND, 1, False, None, key, drop),
+                      due, NOW)
+
+
+def ids2(store: Store, now: int = NOW) -> list[str]:
+    return [p.hold_id for p in store.pick(Q2, 10, None, now, LEASE)]
+
+
+def test_a_key_spans_queues_and_passes_on_at_the_other_queues_promote(
+        store: Store) -> None:
+    configure(store)
+    hold(store, "k1", "x")
+    running = dids(store)
+    hold2(store, "k2", "x")  # x in flight in Q: k2 waits in Q2
+    hold2(store, "free", None)
+    assert ids2(store) == ["free"]
+    store.promote(Q2, NOW, 100)
+    assert ids2(store) == []
+    store.wait([Q2], 0)  # what the holds woke
+    assert store.release(Q, running["k1"])
+    assert store.wait([Q2], 0) == {Q2}  # the release wakes Q2's dispatchers
+    assert ids2(store, NOW + 1) == []  # handed to Q2: listed at its promote
+    report = check(store)  # a handed waiter is neither an orphan nor a lost owner
+    assert report.ok, report.findings
+    store.promote(Q2, NOW + 1, 100)
+    assert ids2(store, NOW + 1) == ["k2"]
+    hold(store, "k3", "x")  # x in flight in Q2 now
+    assert ids(store) == []
+    assert check(store).ok
+
+
+def test_cancel_of_a_waiter_or_a_handed_owner_in_another_queue(store: Store) -> None:
+    configure(store)
+    hold(store, "k1", "x")
+    running = dids(store)
+    hold2(store, "c1", "x")
+    hold2(store, "c2", "x")
+    hold(store, "k3", "x")
+    assert [h for h, _ in store.cancel(Q2, ["c1"], now_ms=NOW)] == ["c1"]  # a waiter
+    assert store.release(Q, running["k1"])  # x is handed to c2, in Q2
+    assert ids(store) == []
+    assert [h for h, _ in store.cancel(Q2, ["c2"], now_ms=NOW)] == ["c2"]  # its owner
+    store.promote(Q, NOW, 100)  # x passed on to Q's k3, handed to Q
+    assert ids(store) == ["k3"]
+    store.promote(Q2, NOW, 100)
+    assert ids2(store) == []
+    assert check(store).ok
+
+
+def test_a_lost_dispatch_passes_its_key_to_another_queue(store: Store) -> None:
+    configure(store)
+    hold(store, "k1", "x")
+    [picked] = pick(store, 1)
+    store.begin(Q, picked.dispatch_id, NOW + 1_000, now_ms=NOW, run="r", acks_late=False)
+    hold2(store, "k2", "x")
+    assert ids2(store) == []  # x is in flight in Q
+    assert store.reclaim(Q, NOW + 2_000, 100) == (0, 1)
+    store.promote(Q2, NOW + 2_001, 100)
+    assert ids2(store, NOW + 2_001) == ["k2"]
+
+
+def test_a_requeued_dispatch_keeps_its_key_across_queues(store: Store) -> None:
+    configure(store)
+    hold(store, "k1", "x")
+    assert ids(store) == ["k1"]  # picked, never confirmed: its lease runs out
+    hold2(store, "k2", "x")
+    assert store.reclaim(Q, NOW + LEASE + 1, 100) == (1, 0)
+    later = NOW + LEASE + 2
+    store.promote(Q2, later, 100)
+    assert ids2(store, later) == []
+    assert ids(store, now=later) == ["k1"]
+
+
+def test_drop_refuses_while_the_key_waits_in_another_queue(store: Store) -> None:
+    configure(store)
+    hold(store, "r1", "x", drop=True)  # listed in Q, waiting to be picked
+    with pytest.raises(SingletonDropped):
+        hold2(store, "r2", "x", drop=True)
+    running = dids(store)
+    hold2(store, "r3", "x", drop=True)  # r1 runs, none waits: r3 waits in Q2
+    with pytest.raises(SingletonDropped):
+        hold(store, "r4", "x", drop=True)
+    assert store.release(Q, running["r1"])
+    store.promote(Q2, NOW, 100)
+    assert ids2(store) == ["r3"]
+
+
+def test_a_delayed_one_waits_for_its_key_in_another_queue_when_due(store: Store) -> None:
+    configure(store)
+    hold(store, "k1", "x")
+    running = dids(store)
+    hold2(store, "d1", "x", due=NOW + 1_000)
+    assert store.promote(Q2, NOW + 1_000, 100)[0] == 1  # due: waits for x, in flight in Q
+    assert ids2(store, NOW + 1_000) == []
+    assert store.release(Q, running["k1"])
+    store.promote(Q2, NOW + 1_001, 100)
+    assert ids2(store, NOW + 1_001) == ["d1"]

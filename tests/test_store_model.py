@@ -74,6 +74,7 @@ from celery_fair.limits import (
     Rate,
 )
 from celery_fair.policy import CLASSES, KEEP, RESET, QueueState
+from celery_fair.policy.singletons import ref
 from celery_fair.store import store_for_url
 from celery_fair.store.base import Placement, Policy, Store
 from celery_fair.store.models import CAP_MODES, POLICIES
@@ -541,13 +542,14 @@ class SqlMachine(KeyedMachine):
         with store.engine.connect() as conn:
             keys = {ref[1:]: key for ref, key in conn.execute(select(
                 t.skeys.c.ref, t.skeys.c.skey).where(t.skeys.c.ns == ns)) if ref[0] == "h"}
-            owners = {key: owner for key, owner in conn.execute(select(
-                t.sowners.c.skey, t.sowners.c.owner).where(t.sowners.c.ns == ns))}
+            o = t.sowners.c  # the namespace's rows, each naming its queue
+            owners = {key: owner[0] + ref(queue, owner[1:]) for key, owner, queue in
+                      conn.execute(select(o.skey, o.owner, o.oqueue).where(o.ns == ns))}
             waiting: dict[str, list[str]] = {}
             w = t.swaits.c
-            for key, hold_id in conn.execute(select(w.skey, w.hold_id).where(
+            for key, hold_id, queue in conn.execute(select(w.skey, w.hold_id, w.wqueue).where(
                     w.ns == ns).order_by(w.skey, w.pos)):
-                waiting.setdefault(key, []).append(hold_id)
+                waiting.setdefault(key, []).append(ref(queue, hold_id))
         assert (keys, owners, waiting) == self.memory_singletons()
 
 

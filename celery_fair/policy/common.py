@@ -89,11 +89,15 @@ class QueueData:
     cancelled: dict[str, tuple[int, list[tuple[str, bytes]]]] = field(default_factory=dict)
     quarantine: dict[str, tuple[bytes, str]] = field(default_factory=dict)  # id -> why
     quarantine_order: list[str] = field(default_factory=list)  # newest first
-    #: singleton keys (singletons.py): hold id -> key; key -> owner ('h'<hold id>,
-    #: 'd'<dispatch id>); key -> the hold ids waiting for it, in order
+    #: singleton keys (singletons.py): hold id -> key; and shared by the store's queues
+    #: (``share_singletons``): key -> owner ('h' or 'd' and ``ref(queue, id)``); key ->
+    #: the refs waiting for it, in order; queue -> the hold ids its promote admits
+    squeue: str = ""
     skeys: dict[str, str] = field(default_factory=dict)
     sowner: dict[str, str] = field(default_factory=dict)
     swait: dict[str, deque[str]] = field(default_factory=dict)
+    sadmit: dict[str, deque[str]] = field(default_factory=dict)
+    swake: set[str] = field(default_factory=set)  # queues a hand-over woke
     #: counters: inflight, inflight:i, held:i, held:b, released, skipped, dup, picks
     stat: dict[str, int] = field(default_factory=dict)
     #: fair_affinity: group -> its target (the map), target -> routed dispatches in flight

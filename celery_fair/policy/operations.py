@@ -321,6 +321,7 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
     def promote(self, now_ms: int, limit: int) -> tuple[int, int | None]:
         """Move due delayed messages into their groups and lift the throttles due; see
         ``promote.lua``."""
+        admitted = self._singleton_admitted(now_ms)  # waiters other queues handed it
         order = self._delayed_order()
         moved = [hold_id for due, _, hold_id in order if due <= now_ms][:limit]
         for hold_id in moved:
@@ -334,7 +335,7 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
                 self._forget_if_idle(p.group)
         nxt = order[len(moved)][0] if len(order) > len(moved) else None
         lifted = self._lift_throttles(now_ms, limit)
-        return len(moved), nxt if lifted is None or (nxt is not None and nxt < lifted) \
+        return admitted + len(moved), nxt if lifted is None or (nxt is not None and nxt < lifted) \
             else lifted
 
     def cancel(self, task_ids: list[str], token: str, keep_until_ms: int,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from .common import QueueData
 from .decisions import CLASSES, LIVE
 from .routing import routing_problems
+from .singletons import unref
 
 
 def queue_problems(q: QueueData) -> list[tuple[str, str, str]]:
@@ -28,7 +29,8 @@ def queue_problems(q: QueueData) -> list[tuple[str, str, str]]:
             out.append(("held", klass, f"counted {q.stat.get('held:' + klass, 0)}, "
                         f"listed {held}"))
     if len(q.msgs) != sum(map(len, q.lists.values())) + len(q.delayed) \
-            + sum(map(len, q.swait.values())):
+            + sum(1 for w in q.swait.values() for r in w if unref(r)[0] == q.squeue) \
+            + len(q.sadmit.get(q.squeue, ())):
         out.append(("messages", "queue", "a message neither held nor delayed"))
     if set(q.leases) != {d for d, r in q.records.items() if r.state in LIVE}:
         out.append(("leases", "queue", "a lease without a live dispatch, or the reverse"))

@@ -130,7 +130,8 @@ class ClusterStore(RedisStore):
         self.namespace, self.where, self.retries = namespace, where, retries
         check_replicas(replicas, replicas_timeout)
         self.replicas, self.replicas_timeout = replicas, replicas_timeout
-        self._scripts = {name: ClusterScript(self, source(name)) for name in OPERATIONS}
+        self._scripts = {name: ClusterScript(self, source(name, cluster=True))
+                         for name in OPERATIONS}
 
     @property
     def client(self) -> Any:  # type: ignore[override]

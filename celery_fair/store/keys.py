@@ -178,13 +178,26 @@ class QueueKeys:
         return f"{self.prefix}:skey"
 
     @property
+    def singleton_scope(self) -> str:
+        """The prefix of singleton keys' owners and waiting lists: the namespace's (a
+        key spans the app; on Redis Cluster ``include/singleton.lua`` uses the queue's
+        prefix instead: a script reaches one slot)."""
+        return f"{self.namespace}:singleton"
+
+    @property
     def singleton_owners(self) -> str:
-        """HASH singleton key -> its owner: 'h'<hold id> listed, 'd'<dispatch id>."""
-        return f"{self.prefix}:sowner"
+        """HASH singleton key -> its owner: 'h' (held) or 'd' (in flight) and
+        '<queue>\\x1f<hold or dispatch id>' (``policy.singletons.ref``)."""
+        return f"{self.singleton_scope}:sowner"
 
     def singleton_waiting(self, key: str) -> str:
-        """LIST the hold ids waiting for singleton key ``key``, oldest first."""
-        return f"{self.prefix}:sw:{key}"
+        """LIST the refs waiting for singleton key ``key``, oldest first."""
+        return f"{self.singleton_scope}:sw:{key}"
+
+    @property
+    def singleton_admit(self) -> str:
+        """LIST this queue's hold ids that own their key, to enter at its promote."""
+        return f"{self.singleton_scope}:sadmit:{self.queue}"
 
     def copies(self, hold_id: str) -> str:
         """The index of the copies of the task id ``hold_id`` (or of the copy) belongs

@@ -63,6 +63,12 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
         self.where = "memory"
         self._cond = threading.Condition(threading.Lock())
         self._queues: dict[str, FairQueue] = {}
+        # singleton keys span the namespace's queues (policy/singletons.py): key -> owner,
+        # key -> waiting refs, queue -> hold ids to admit, queues a hand-over woke
+        self._sowner: dict[str, str] = {}
+        self._swait: dict[str, deque[str]] = {}
+        self._sadmit: dict[str, deque[str]] = {}
+        self._swake: set[str] = set()
         self._registered: set[str] = set()  # fair queues that have held a message
         self._workers: dict[str, dict[str, Registration]] = {}  # queue -> worker ->
         self._writers: dict[str, int] = {}  # queue -> until when its summary writer holds
@@ -74,7 +80,11 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
     def _queue(self, queue: str) -> Iterator[FairQueue]:
         """The queue's state under the lock; a wake-up it asks for is signalled."""
         with self._cond:
-            fq = self._queues.setdefault(queue, FairQueue())
+            fq = self._queues.get(queue)
+            if fq is None:
+                fq = self._queues[queue] = FairQueue()
+                fq.share_singletons(queue, self._sowner, self._swait, self._sadmit,
+                                    self._swake)
             fq.expire(wall_ms())
             yield fq
             if fq.woken:
@@ -196,13 +206,15 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                woken = {q for q in names if q in self._queues and self._queues[q].woken}
+                woken = {q for q in names if q in self._queues
+                         and (self._queues[q].woken or q in self._swake)}
                 left = deadline - time.monotonic()
                 if woken or left <= 0:
                     break
                 self._cond.wait(left)
             for q in woken:
                 self._queues[q].woken = False
+                self._swake.discard(q)
         return woken
 
     # -- reads --------------------------------------------------------------------
@@ -309,6 +321,8 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
         heartbeats stay)."""
         with self._cond:
             self._queues.clear()
+            for shared in (self._sowner, self._swait, self._sadmit, self._swake):
+                shared.clear()
             self._registered.clear()
             self._writers.clear()
             self._summaries.clear()

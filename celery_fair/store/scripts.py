@@ -1,7 +1,9 @@
 """Loads the Lua scripts in ``lua/``: one file per atomic operation.
 
 A line ``-- @include NAME`` is replaced by ``lua/include/NAME.lua``; that is the whole
-preprocessor. Includes do not nest.
+preprocessor. Includes do not nest. For Redis Cluster (``cluster=True``) the singleton
+keys' scope is the queue (``SG.app`` false in ``include/singleton.lua``): a script reaches
+one slot only.
 """
 
 from __future__ import annotations
@@ -21,9 +23,13 @@ def _read(path: str) -> str:
     return resources.files(__package__).joinpath("lua", path).read_text(encoding="utf-8")
 
 
+_APP_SCOPE = "local SG = {app = true}"
+
+
 @cache
-def source(name: str) -> str:
-    """The runnable source of script ``name`` with its includes inserted."""
+def source(name: str, cluster: bool = False) -> str:
+    """The runnable source of script ``name`` with its includes inserted (for Redis
+    Cluster with ``cluster``)."""
     if name not in OPERATIONS:
         raise KeyError(f"no Lua script named {name!r}")
 
@@ -33,4 +39,5 @@ def source(name: str) -> str:
             raise ValueError(f"include {match.group(1)!r} includes another file")
         return included
 
-    return _INCLUDE.sub(insert, _read(f"{name}.lua"))
+    text = _INCLUDE.sub(insert, _read(f"{name}.lua"))
+    return text.replace(_APP_SCOPE, "local SG = {app = false}") if cluster else text

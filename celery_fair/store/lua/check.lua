@@ -482,17 +482,19 @@ end
 
 -- Suspects, checked on exact counts; then the totals, from the tallies when they agree,
 -- else re-counted (the lists' lengths over every group: O(groups) O(1) reads).
--- Singleton keys: each owner must be a held message (listed) or a live dispatch, else
--- the key's waiters would wait for ever; the repair passes the key on. O(keys owned).
+-- Singleton keys: each owner of this queue must be a held message (listed, or to admit)
+-- or a live dispatch, else the key's waiters would wait for ever; the repair passes the
+-- key on. O(keys owned in the namespace: the owners are shared by its queues).
 local function check_singletons()
   local owners = redis.call('HGETALL', K_SOWNER)
   read(#owners / 2)
   for i = 1, #owners, 2 do
     local key, owner = owners[i], owners[i + 1]
-    local id, live = string.sub(owner, 2), false
-    if string.sub(owner, 1, 1) == 'h' then
+    local q, id = SG.unref(string.sub(owner, 2))
+    local live = true  -- another queue's owner: that queue's check looks at it
+    if q == SG.queue and string.sub(owner, 1, 1) == 'h' then
       live = redis.call('HEXISTS', K_MSG, id) == 1
-    else
+    elseif q == SG.queue then
       live = active[redis.call('HGET', k_dispatch(id), 's') or ''] == true
     end
     if not live then

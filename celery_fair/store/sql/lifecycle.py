@@ -367,6 +367,7 @@ class Lifecycle:
                 ) -> tuple[int, int | None]:
         """See ``FairQueue.promote``: due delayed messages, then the throttles due."""
         u = self.unit(conn, queue, lock_queue=True)
+        admitted = singletons.admitted(u, now_ms)  # waiters other queues handed it
         m = self.t.messages.c
         due = list(conn.execute(select(m.hold_id, m.grp, m.klass, m.cost, m.front,
                                        m.value).where(
@@ -386,6 +387,6 @@ class Lifecycle:
         lift = lift_throttles(u, now_ms, limit)
         u.flush()
         if lift is not None and (nxt is None or lift <= nxt):
-            return len(due), lift
-        return len(due), None if nxt is None else int(nxt)
+            return admitted + len(due), lift
+        return admitted + len(due), None if nxt is None else int(nxt)
 

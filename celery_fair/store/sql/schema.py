@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0014"
+SCHEMA_VERSION = "0015"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -294,22 +294,28 @@ class Tables:
             Column("at_ms", BigInteger, nullable=False),
             Column("doc", Text, nullable=False),
             Index(f"{p}audit_ns_seq", "ns", "seq"))
-        self.skeys, self.sowners, self.swaits = _singleton_tables(md, p)
+        self.skeys, self.sowners, self.swaits, self.sadmits = _singleton_tables(md, p)
 
 
-def _singleton_tables(md: MetaData, p: str) -> tuple[Table, Table, Table]:
-    """Singleton keys (0014, ``singletons.py``), as Redis's ``skey``/``sowner``/``sw:``:
-    the key of a held message (``ref`` 'h'<hold id>) or of a dispatch ('d'<dispatch
-    id>); a key's owner (the same encoding); a key's waiting hold ids in ``pos`` order."""
+def _singleton_tables(md: MetaData, p: str) -> tuple[Table, Table, Table, Table]:
+    """Singleton keys (0014, 0015: the app's scope; ``singletons.py``), as Redis's
+    ``skey``/``sowner``/``sw:``/``sadmit:``: the key of a held message (``ref`` 'h'<hold
+    id>) or of a dispatch ('d'<dispatch id>); a key's owner (the same encoding, its queue
+    ``oqueue``); a key's waiting hold ids in ``pos`` order (their queue ``wqueue``); the
+    owners and waiting lists are the namespace's (queue ''); a queue's waiters handed to
+    it, to admit at its promote."""
     keys = Table(f"{p}skeys", md, *_keys(
         Column("ref", name(HOLD + 1), primary_key=True),
         Column("skey", name(KEY), nullable=False)))
     owners = Table(f"{p}sowners", md, *_keys(
         Column("skey", name(KEY), primary_key=True),
-        Column("owner", name(HOLD + 1), nullable=False)))
+        Column("owner", name(HOLD + 1), nullable=False),
+        Column("oqueue", name(QUEUE), nullable=False, server_default="")))
     waits = Table(f"{p}swaits", md, *_keys(
         Column("skey", name(KEY), primary_key=True),
         Column("pos", BigInteger, primary_key=True, autoincrement=False),
-        Column("hold_id", name(HOLD), nullable=False)))
-    Index(f"{p}swaits_hold", waits.c.ns, waits.c.queue, waits.c.hold_id)
-    return keys, owners, waits
+        Column("hold_id", name(HOLD), nullable=False),
+        Column("wqueue", name(QUEUE), nullable=False, server_default="")))
+    Index(f"{p}swaits_wait", waits.c.ns, waits.c.wqueue, waits.c.hold_id)
+    admits = Table(f"{p}sadmits", md, *_keys(Column("hold_id", name(HOLD), primary_key=True)))
+    return keys, owners, waits, admits

@@ -1,12 +1,16 @@
 """Singleton keys on the SQL store (DESIGN.md "Singleton keys"): the memory store's
 decisions (:class:`~celery_fair.policy.singletons.SingletonRules`) run over rows.
 
-``skeys`` (ref 'h'<hold id> or 'd'<dispatch id> -> key), ``sowners`` (key -> owner,
-the same encoding) and ``swaits`` (a key's waiting hold ids by ``pos``) behave as the
-dicts and deques the rules expect, one statement per step. Every operation that reads or
-changes a key runs with the queue's row locked (the lock pick, promote, reclaim and
-cancel take): keyed holds and releases take it too, so the steps of one queue's keys run
-one at a time, and a hold or release without a key locks nothing more than before."""
+``skeys`` (ref 'h'<hold id> or 'd'<dispatch id> -> key, per queue), ``sowners`` (key ->
+owner: 'h' or 'd' and its id, with its queue ``oqueue``) and ``swaits`` (a key's waiting
+hold ids by ``pos``, with their queue ``wqueue``) behave as the dicts and deques the
+rules expect, one statement per step; owners and waiters are the namespace's (rows of
+queue :data:`SCOPE`: a key spans the app), and ``sadmits`` holds each queue's waiters
+handed to it (its promote admits them). Every operation that reads or changes a key runs
+with the queue's row locked (the lock pick, promote, reclaim and cancel take; keyed holds
+and releases take it too), then the namespace's (:meth:`Unit.lock_scope`, the queue row
+of :data:`SCOPE`), so the steps of the app's keys run one at a time, and a hold or
+release without a key locks nothing more than before."""
 
 from __future__ import annotations
 
@@ -19,10 +23,10 @@ from sqlalchemy import delete, func, insert, select, update
 from ...errors import GroupFull, SingletonDropped
 from ...policy import Placement
 from ...policy.decisions import LIVE, copy_id
-from ...policy.singletons import SingletonRules
+from ...policy.singletons import SingletonRules, ref, unref
 from ..models import Picked
 from .rows import chunks, upsert
-from .unit import Unit
+from .unit import SCOPE, Unit
 
 
 class _KeyRows:
@@ -61,9 +65,9 @@ class _KeyRows:
         """{id: key} of those of ``idents`` with a key (one query per 500)."""
         c, out, wanted = self.t.c, {}, list(idents)
         for chunk in chunks([self.kind + i for i in wanted], 500):
-            for ref, key in self.u.conn.execute(select(c.ref, c.skey).where(
+            for kref, key in self.u.conn.execute(select(c.ref, c.skey).where(
                     c.ns == self.u.ns, c.queue == self.u.queue, c.ref.in_(chunk))):
-                out[ref[1:]] = key
+                out[kref[1:]] = key
         self.known.update((i, out.get(i)) for i in wanted)
         return out
 
@@ -75,18 +79,25 @@ class _Owners:
         self.u, self.t = u, u.t.sowners
 
     def _mine(self, key: str) -> Any:
+        self.u.lock_scope()
         c = self.t.c
-        return (c.ns == self.u.ns) & (c.queue == self.u.queue) & (c.skey == key)
+        return (c.ns == self.u.ns) & (c.queue == SCOPE) & (c.skey == key)
 
     def get(self, key: str, default: str | None = None) -> str | None:
-        found = self.u.conn.execute(select(self.t.c.owner).where(self._mine(key))).scalar()
-        return default if found is None else str(found)
+        found = self.u.conn.execute(select(self.t.c.owner, self.t.c.oqueue).where(
+            self._mine(key))).first()
+        return default if found is None else found.owner[0] + ref(found.oqueue,
+                                                                  found.owner[1:])
 
     def __contains__(self, key: object) -> bool:
         return self.get(str(key)) is not None
 
     def __setitem__(self, key: str, owner: str) -> None:
-        upsert(self.u.conn, self.t, [{**self.u.key, "skey": key, "owner": owner}], ["owner"])
+        self.u.lock_scope()
+        queue, ident = unref(owner[1:])
+        upsert(self.u.conn, self.t, [{"ns": self.u.ns, "queue": SCOPE, "skey": key,
+                                      "owner": owner[0] + ident, "oqueue": queue}],
+               ["owner", "oqueue"])
 
     def pop(self, key: str, default: str | None = None) -> str | None:
         owner = self.get(key)
@@ -100,25 +111,28 @@ class _Waiting:
     def __init__(self, u: Unit, key: str) -> None:
         self.u, self.key, self.t = u, key, u.t.swaits
         c = self.t.c
-        self.mine = (c.ns == u.ns) & (c.queue == u.queue) & (c.skey == key)
+        u.lock_scope()
+        self.mine = (c.ns == u.ns) & (c.queue == SCOPE) & (c.skey == key)
         self._head: list[tuple[int, str]] | None = None  # its first rows, once read
 
     def _first(self) -> list[tuple[int, str]]:
         """The first two rows (pos, hold id): enough for a pop and "any left?"."""
         if not self._head:
             c = self.t.c
-            self._head = [(int(p), str(h)) for p, h in self.u.conn.execute(
-                select(c.pos, c.hold_id).where(self.mine).order_by(c.pos).limit(2))]
+            self._head = [(int(p), ref(q, h)) for p, q, h in self.u.conn.execute(
+                select(c.pos, c.wqueue, c.hold_id).where(self.mine).order_by(c.pos).limit(2))]
         return self._head
 
     def __bool__(self) -> bool:
         return bool(self._first())
 
-    def _add(self, hold_id: str, pos: Any, step: int) -> None:
+    def _add(self, r: str, pos: Any, step: int) -> None:
         self._head = None
         at = self.u.conn.execute(select(pos).where(self.mine)).scalar()
-        self.u.conn.execute(insert(self.t).values(**self.u.key, skey=self.key, hold_id=hold_id,
-                                                  pos=0 if at is None else at + step))
+        queue, hold_id = unref(r)
+        self.u.conn.execute(insert(self.t).values(
+            ns=self.u.ns, queue=SCOPE, skey=self.key, hold_id=hold_id, wqueue=queue,
+            pos=0 if at is None else at + step))
 
     def append(self, hold_id: str) -> None:
         self._add(hold_id, func.max(self.t.c.pos), 1)
@@ -131,14 +145,17 @@ class _Waiting:
         self.u.conn.execute(delete(self.t).where(self.mine, self.t.c.pos == pos))
         return hold_id
 
-    def __contains__(self, hold_id: object) -> bool:
-        c = self.t.c
-        return self.u.conn.execute(select(c.pos).where(self.mine, c.hold_id == hold_id)
+    def _is(self, r: str) -> Any:
+        queue, hold_id = unref(r)
+        return (self.t.c.wqueue == queue) & (self.t.c.hold_id == hold_id)
+
+    def __contains__(self, r: object) -> bool:
+        return self.u.conn.execute(select(self.t.c.pos).where(self.mine, self._is(str(r)))
                                    ).first() is not None
 
-    def remove(self, hold_id: str) -> None:
+    def remove(self, r: str) -> None:
         self._head = None
-        self.u.conn.execute(delete(self.t).where(self.mine, self.t.c.hold_id == hold_id))
+        self.u.conn.execute(delete(self.t).where(self.mine, self._is(r)))
 
 
 class _WaitLists:
@@ -169,7 +186,7 @@ class SqlKeys(SingletonRules):
     """The singleton rules over one unit's rows (the queue's row locked)."""
 
     def __init__(self, u: Unit) -> None:
-        self.u = u
+        self.u, self.squeue = u, u.queue
         self.skeys = _KeyRows(u, "h")
         self.dkeys = _KeyRows(u, "d")  # a dispatch's key (Redis: the record's 'k')
         self.sowner = _Owners(u)
@@ -196,6 +213,42 @@ class SqlKeys(SingletonRules):
         row[f"since_{msg.klass}"] = now_ms
         row[f"held_{msg.klass}"] += 1
         u.woken = u.refresh(msg.grp) or u.woken
+
+    def _singleton_hand(self, queue: str, hold_id: str) -> None:
+        u = self.u
+        upsert(u.conn, u.t.sadmits, [{"ns": u.ns, "queue": queue, "hold_id": hold_id}],
+               ["hold_id"])
+        u.handed.add(queue)  # its dispatchers are woken (Unit.flush)
+
+    def _admits(self) -> Any:
+        a = self.u.t.sadmits.c
+        return (a.ns == self.u.ns) & (a.queue == self.u.queue)
+
+    def _singleton_unhand(self, hold_id: str) -> None:
+        self.u.conn.execute(delete(self.u.t.sadmits).where(
+            self._admits(), self.u.t.sadmits.c.hold_id == hold_id))
+
+    def _singleton_handed(self) -> list[str]:
+        """Under the namespace's lock: a hand-over committing between the read and the
+        delete would otherwise be deleted unread (READ COMMITTED), its key stuck."""
+        self.u.lock_scope()
+        a = self.u.t.sadmits.c
+        found = [str(h) for h in self.u.conn.execute(
+            select(a.hold_id).where(self._admits()).order_by(a.hold_id)).scalars()]
+        for chunk in chunks(found, 500):
+            self.u.conn.execute(delete(self.u.t.sadmits).where(
+                self._admits(), a.hold_id.in_(chunk)))
+        return found
+
+
+def admitted(u: Unit, now_ms: int) -> int:
+    """Promote: the waiters other queues handed this one enter their groups (nothing
+    locked more when none was handed)."""
+    a = u.t.sadmits.c
+    if u.conn.execute(select(a.hold_id).where(a.ns == u.ns, a.queue == u.queue).limit(1)
+                      ).first() is None:
+        return 0
+    return SqlKeys(u)._singleton_admitted(now_ms)
 
 
 def hold_keyed(life: Any, conn: Any, queue: str, hold_id: str, value: bytes, p: Placement,
@@ -319,8 +372,9 @@ def check_owners(u: Unit, repair: bool, now_ms: int) -> list[tuple[str, str, str
     the repair passes the key on."""
     o, m, d = u.t.sowners.c, u.t.messages.c, u.t.dispatches.c
     out = []
+    u.lock_scope()
     for key, owner in list(u.conn.execute(select(o.skey, o.owner).where(
-            o.ns == u.ns, o.queue == u.queue).order_by(o.skey))):
+            o.ns == u.ns, o.queue == SCOPE, o.oqueue == u.queue).order_by(o.skey))):
         ident = owner[1:]
         found = select(m.hold_id).where(m.ns == u.ns, m.queue == u.queue, m.hold_id == ident) \
             if owner[0] == "h" else select(d.did).where(

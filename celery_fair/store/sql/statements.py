@@ -96,6 +96,9 @@ class Statements:
         self._compiled: dict[tuple[str, str], tuple[str, tuple[str, ...] | None,
                                                     dict[str, Any]]] = {}
         self._core: dict[tuple[str, str], Any] = {}
+        #: wakes this process's dispatchers of a queue a singleton key was handed to
+        #: (``Unit.flush``; the store sets it)
+        self.on_hand: Callable[[str], None] | None = None
 
     def many(self, conn: Connection, name: str, rows: list[dict[str, Any]]) -> None:
         """Run statement ``name`` (an INSERT) once for all ``rows``: through SQLAlchemy,

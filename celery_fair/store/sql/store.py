@@ -70,6 +70,7 @@ class SqlStore(SqlInspecting, SqlAudit, SqlPausing, SqlBoosting, SqlThrottling, 
         self.t = Tables(table_prefix)
         self.s = Statements(self.t)
         self.wakes = wakes or wakes_for(engine, namespace)
+        self.s.on_hand = self.wakes.wake_here
         self.life = Lifecycle(self.s, namespace, self.wakes.notice)
         self.controls = Controls(self.s, namespace, self.wakes.notice)
 

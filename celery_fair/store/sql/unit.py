@@ -25,6 +25,10 @@ from .rows import chunks
 from .statements import GROUP_COLUMNS, Statements, list_order
 
 COUNTER_SHARDS = 16
+#: The queue of the namespace's rows: singleton keys' owners and waiters (a key spans
+#: the app), and the queue row their lock is (``Unit.lock_scope``). No fair queue has
+#: an empty name.
+SCOPE = ""
 
 
 class Unit(ReadySets):
@@ -57,6 +61,8 @@ class Unit(ReadySets):
         self.counts: dict[str, int] = {}
         self.queue_changed = False
         self.woken = False
+        self.handed: set[str] = set()  # queues a singleton key was handed to: woken too
+        self._scoped = False  # the namespace's row is locked (lock_scope)
 
     # -- the queue's row ------------------------------------------------------------------
 
@@ -74,6 +80,16 @@ class Unit(ReadySets):
             self.s.run(self.conn, "queue_new", self.key)
             row = self.s.run(self.conn, name, self.key).mappings().one()
         return dict(row)
+
+    def lock_scope(self) -> None:
+        """Lock the namespace's row (singleton keys span its queues), once, after the
+        queue's row: every keyed step takes them in this order."""
+        if not self._scoped:
+            self._scoped = True
+            key = {"ns": self.ns, "queue": SCOPE}
+            if self.s.run(self.conn, "queue_lock", key).first() is None:
+                self.s.run(self.conn, "queue_new", key)
+                self.s.run(self.conn, "queue_lock", key).one()
 
     def register(self) -> None:
         """Make the queue one of ``queues()``: a hold that creates a group does, with the
@@ -299,6 +315,11 @@ class Unit(ReadySets):
                                                  "dups": q["dups"], "served": q["served"]})
         if self.woken and self.notify:
             self.s.run(self.conn, "notify", {"channel": self.notify, "payload": self.queue})
+        for queue in sorted(self.handed):  # another queue's dispatchers: here, and others
+            if self.notify:  # (PostgreSQL; the other databases' waits poll)
+                self.s.run(self.conn, "notify", {"channel": self.notify, "payload": queue})
+            if self.s.on_hand is not None:
+                self.s.on_hand(queue)
 
     def _flush_groups(self) -> None:
         rows = [row for row in self.groups.values() if row is not None]
