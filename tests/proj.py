@@ -221,8 +221,13 @@ def _from_env() -> Celery | None:
         return None
     _hear_ctrl_c()
     conf = json.loads(os.environ.get("FAIR_TEST_CONF", "{}"))
-    return create_app(broker, os.environ["FAIR_TEST_NS"], os.environ["FAIR_TEST_QUEUE"],
-                      store=os.environ.get("FAIR_TEST_STORE") or None, **conf)
+    app = create_app(broker, os.environ["FAIR_TEST_NS"], os.environ["FAIR_TEST_QUEUE"],
+                     store=os.environ.get("FAIR_TEST_STORE") or None, **conf)
+    if os.environ.get("FAIR_TEST_KILL_AT"):  # a test's kill point (tests/kill_points.py)
+        from .kill_points import install
+
+        install(os.environ["FAIR_TEST_KILL_AT"], app.ledger)  # type: ignore[attr-defined]
+    return app
 
 
 def _hear_ctrl_c() -> None:
