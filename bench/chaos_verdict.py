@@ -21,17 +21,17 @@ from celery_fair.task import store_for
 #: A message a worker received this long before a broker outage may still be running or
 #: unacked when the outage strikes, so its redelivery counts as the outage's doing.
 OUTAGE_REACH = 20.0
-#: The documented window a SIGKILL can run a task twice in (DESIGN.md, "Dispatch state
-#: machine"): from the body's end until its release reaches the store, one store call.
-#: A kill later than this after the run's end met a task already released, whose copies
-#: are skipped: a duplicate after such a kill is not the kill's doing. Generous for a
-#: busy 2-core machine (the campaigns measured 1-40 ms); ``KILL_SLACK`` allows for the
-#: kill's time being taken just before the signal is sent.
+#: The documented instant a SIGKILL can run a task twice in (DESIGN.md, "Dispatch state
+#: machine"): after the run's end is stamped in the ledger, inside the body, and before
+#: the body returns and its release is written ahead to the process's spool. That tail
+#: is the ledger's own commit (a PostgreSQL round trip: 1-40 ms on a busy machine),
+#: bounded generously; a worker found exited by itself is stamped when the campaign
+#: notices (every 0.25 s). A kill any later met a release already spooled, which the
+#: host's lease keepers land, or landed: a duplicate after it is not the kill's doing,
+#: even while the store is cut off (the spooled release waits it out). ``KILL_SLACK``
+#: allows for the kill's time being taken just before the signal is sent.
 RELEASE_REACH = 0.5
 KILL_SLACK = 0.05
-#: While the store is cut off or restarting the release call may block up to
-#: fair_store_socket_timeout (5 s) before it is spooled: the window stretches that far.
-STORE_CALL_REACH = 6.0
 
 
 class Canary:
@@ -67,11 +67,12 @@ def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
                      examples: dict[str, Any] | None = None) -> Counter[str]:
     """Why each extra completed run of a task happened, judged from the campaign's events.
 
-    ``worker_kill``: the worker of the previous run died in the window between that run's
-    end and its release reaching the store (:func:`in_release_window`), so the dispatch
-    stayed running and its lease brought it back: the one duplicate a SIGKILL may cause
-    (DESIGN.md). A worker killed later than that had released the task: a duplicate
-    after it is some other cause's, or unexplained.
+    ``worker_kill``: the worker of the previous run died in the instant between that
+    run's end and its body's return (:func:`in_release_window`), before the release was
+    written ahead: to celery-fair the body had not finished, so its lease (or the
+    broker's copy) ran it again: the one duplicate a SIGKILL may cause (DESIGN.md). A
+    worker killed later than that had spooled or landed the release: a duplicate after
+    it is some other cause's, or unexplained.
     ``broker_outage``: the broker restarted between the two starts (the ack could not be
     sent; the message may have reached the worker up to ``OUTAGE_REACH`` seconds before
     the outage and run just after it). ``store_failover``: the store's master was killed
@@ -88,7 +89,7 @@ def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
     for task, done in completed.items():
         for (pid, first, end), (_, again, _) in zip(done, done[1:]):
             if any(what == "worker" and who == pid and first <= t <= again
-                   and in_release_window(end, t, events) for t, what, who in events):
+                   and in_release_window(end, t) for t, what, who in events):
                 cause = "worker_kill"
             elif any(what == "outage" and first - OUTAGE_REACH <= t <= again
                      for t, what, _ in events):
@@ -105,16 +106,12 @@ def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
     return causes
 
 
-def in_release_window(end: float, kill: float,
-                      events: list[tuple[float, str, int]]) -> bool:
-    """Whether a kill at ``kill`` came between a run's ``end`` and the moment its release
-    could have reached the store: ``RELEASE_REACH``, or ``STORE_CALL_REACH`` when the
-    store was cut off or restarting then (the release call blocked until it failed)."""
-    if not end - KILL_SLACK <= kill <= end + STORE_CALL_REACH:
-        return False
-    return kill <= end + RELEASE_REACH or any(
-        what in ("outage", "store_outage", "failover") and end - STORE_CALL_REACH <= t <= kill
-        for t, what, _ in events)
+def in_release_window(end: float, kill: float) -> bool:
+    """Whether a kill at ``kill`` came between a run's ``end`` (as the ledger stamped it)
+    and the moment its body returned and wrote its release ahead: ``RELEASE_REACH``.
+    A store cut off or restarting then stretches nothing: the release is spooled before
+    the store call blocks."""
+    return end - KILL_SLACK <= kill <= end + RELEASE_REACH
 
 
 def overlapping(runs: list[tuple[str, str, int, float, float | None]], group: str,
