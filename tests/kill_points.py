@@ -5,7 +5,8 @@ between a task's body and its release that a random kill hits only by chance.
 ``FAIR_TEST_KILL_AT=<task id>:<point>`` in a worker's environment (tests/proj.py reads
 it), points:
 
-- ``release``: the body returned, its release not yet sent to the store;
+- ``release``: the body returned, its release not yet written ahead nor sent;
+- ``store``: the release written ahead to the spool, its store call on its way;
 - ``postrun``: the release landed (``FairTask.__call__``), Celery's ``task_postrun``
   runs, the message not yet acknowledged (``acks_late``).
 
@@ -20,7 +21,7 @@ from typing import Any
 
 from celery import signals
 
-POINTS = ("release", "postrun")
+POINTS = ("release", "store", "postrun")
 
 
 def install(spec: str, ledger: Any) -> None:
@@ -35,17 +36,26 @@ def install(spec: str, ledger: Any) -> None:
 
     @signals.worker_process_init.connect(weak=False)
     def arm(**_: Any) -> None:  # in the pool process only, never the main one
-        if point == "release":
+        if point in ("release", "store"):
             import celery_fair.task as fair_task_module
+            from celery_fair.store.redis import RedisStore
 
-            release = fair_task_module.release_dispatch
+            release, store_release = fair_task_module.release_dispatch, RedisStore.release
+            ours = [False]  # the target's release under way in this process
 
             def release_dispatch(*args: Any, **kwargs: Any) -> None:
-                if kwargs.get("task_id") == target and kwargs.get("done"):
+                ours[0] = kwargs.get("task_id") == target and bool(kwargs.get("done"))
+                if ours[0] and point == "release":
                     die_once()
                 release(*args, **kwargs)
 
+            def on_its_way(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if ours[0] and point == "store":
+                    die_once()
+                return store_release(self, *args, **kwargs)
+
             fair_task_module.release_dispatch = release_dispatch  # type: ignore[assignment]
+            RedisStore.release = on_its_way  # type: ignore[method-assign]
         else:
             @signals.task_postrun.connect(weak=False)
             def postrun(task_id: str | None = None, **_: Any) -> None:

@@ -70,6 +70,31 @@ def test_a_pool_process_killed_after_the_body(make_app, dispatcher, redis_server
         assert ledger.runs() == {"once": runs}
 
 
+def test_a_pool_process_killed_while_its_release_is_on_its_way(
+        make_app, dispatcher, redis_server, namespace, tmp_path, monkeypatch):
+    """Killed with the release written ahead and its store call under way (``store``):
+    the copy Celery requeues finds the run's process gone and lands its spooled release
+    before taking the run over, so it is skipped: the task ran once (before the
+    write-ahead it ran twice, as at ``release``). Its result was never stored (the
+    release comes before Celery stores it), as for a kill just after a release landed."""
+    task_id = f"kp-store-{namespace}"
+    monkeypatch.setenv("FAIR_TEST_KILL_AT", f"{task_id}:store")
+    with _one_process_worker(make_app, CONF, redis_server, namespace,
+                             tmp_path / "store.log") as (app, proc, child):
+        ledger, work, store = app.ledger, app.tasks["proj.work"], store_for(app)
+        queue = str(app.conf.task_default_queue)
+        work.apply_async(("acme", "once"), task_id=task_id)
+        with dispatcher(app):
+            wait_for(lambda: ledger.r.exists(ledger.key(f"killed:{task_id}")), timeout=60,
+                     what="the pool process to reach its kill point")
+            wait_for(lambda: store.queue_figures(queue).skipped == 1
+                     or ledger.runs() != {"once": 1}, timeout=60,
+                     what="the requeued copy to be skipped (or to run)")
+            wait_for(lambda: settled(app), timeout=30, what="every slot released")
+        assert proc.alive(), proc.output()
+        assert ledger.runs() == {"once": 1}, "a task whose body returned ran again"
+
+
 #: A lease long enough that the live worker's lease keeper (a beat each third of it) lands
 #: the dead process's spool before the lease can run out: at least two thirds after the
 #: kill (renewed up to a third before it), against a beat within a third.
