@@ -21,6 +21,17 @@ from celery_fair.task import store_for
 #: A message a worker received this long before a broker outage may still be running or
 #: unacked when the outage strikes, so its redelivery counts as the outage's doing.
 OUTAGE_REACH = 20.0
+#: The documented instant a SIGKILL can run a task twice in (DESIGN.md, "Dispatch state
+#: machine"): after the run's end is stamped in the ledger, inside the body, and before
+#: the body returns and its release is written ahead to the process's spool. That tail
+#: is the ledger's own commit (a PostgreSQL round trip: 1-40 ms on a busy machine),
+#: bounded generously; a worker found exited by itself is stamped when the campaign
+#: notices (every 0.25 s). A kill any later met a release already spooled, which the
+#: host's lease keepers land, or landed: a duplicate after it is not the kill's doing,
+#: even while the store is cut off (the spooled release waits it out). ``KILL_SLACK``
+#: allows for the kill's time being taken just before the signal is sent.
+RELEASE_REACH = 0.5
+KILL_SLACK = 0.05
 
 
 class Canary:
@@ -56,8 +67,12 @@ def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
                      examples: dict[str, Any] | None = None) -> Counter[str]:
     """Why each extra completed run of a task happened, judged from the campaign's events.
 
-    ``worker_kill``: the worker of the previous run died after that run started and before
-    this one did (acks_late: the message was never acked, the broker redelivered it).
+    ``worker_kill``: the worker of the previous run died in the instant between that
+    run's end and its body's return (:func:`in_release_window`), before the release was
+    written ahead: to celery-fair the body had not finished, so its lease (or the
+    broker's copy) ran it again: the one duplicate a SIGKILL may cause (DESIGN.md). A
+    worker killed later than that had spooled or landed the release: a duplicate after
+    it is some other cause's, or unexplained.
     ``broker_outage``: the broker restarted between the two starts (the ack could not be
     sent; the message may have reached the worker up to ``OUTAGE_REACH`` seconds before
     the outage and run just after it). ``store_failover``: the store's master was killed
@@ -66,15 +81,15 @@ def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
     the run all the same, see ``FailoverFigures``). ``unexplained``: neither; a bug. Up to 5
     unexplained ones go into ``examples``.
     """
-    completed: dict[str, list[tuple[int, float, float | None]]] = {}
+    completed: dict[str, list[tuple[int, float, float]]] = {}
     for task, _, worker_pid, started, ended in runs:
         if ended is not None:
             completed.setdefault(task, []).append((worker_pid, started, ended))
     causes: Counter[str] = Counter()
     for task, done in completed.items():
-        for (pid, first, _), (_, again, _) in zip(done, done[1:]):
+        for (pid, first, end), (_, again, _) in zip(done, done[1:]):
             if any(what == "worker" and who == pid and first <= t <= again
-                   for t, what, who in events):
+                   and in_release_window(end, t) for t, what, who in events):
                 cause = "worker_kill"
             elif any(what == "outage" and first - OUTAGE_REACH <= t <= again
                      for t, what, _ in events):
@@ -89,6 +104,14 @@ def duplicate_causes(runs: list[tuple[str, str, int, float, float | None]],
                 examples[task] = {"cause": cause, "runs": done, "events": [
                     e for e in events if first - 15 <= e[0] <= again + 1]}
     return causes
+
+
+def in_release_window(end: float, kill: float) -> bool:
+    """Whether a kill at ``kill`` came between a run's ``end`` (as the ledger stamped it)
+    and the moment its body returned and wrote its release ahead: ``RELEASE_REACH``.
+    A store cut off or restarting then stretches nothing: the release is spooled before
+    the store call blocks."""
+    return end - KILL_SLACK <= kill <= end + RELEASE_REACH
 
 
 def overlapping(runs: list[tuple[str, str, int, float, float | None]], group: str,

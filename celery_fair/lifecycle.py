@@ -116,7 +116,8 @@ class PendingReleases:
         self._retrier_pid = 0
 
     def add(self, store: Store, queue: str, did: str, done_seconds: int = 0,
-            run: str = "", spool: Spool | None = None) -> None:
+            run: str = "", spool: Spool | None = None, spooled: bool = False) -> None:
+        """Keep a failed release to retry; ``spooled``: already written ahead (ahead)."""
         spool = spool or spool_for(store)
         with self._lock:
             self._spools[store] = spool
@@ -126,7 +127,25 @@ class PendingReleases:
             while len(items) > self.limit:
                 del items[next(iter(items))]
             self._start_retrier()
-        spool.add(queue, did, done_seconds, run)  # should this process die
+        if not spooled:
+            spool.add(queue, did, done_seconds, run)  # should this process die
+
+    def ahead(self, store: Store, queue: str, did: str, done_seconds: int, run: str,
+              spool: Spool) -> None:
+        """Spool a release before it is sent: a process killed while the call is on its
+        way (or blocked on a store that is down) leaves it for the lease keepers of this
+        host to land before the dispatch's lease runs out. Call :meth:`sent` after."""
+        with self._lock:
+            self._spools[store] = spool
+            self._in_flight[store] = self._in_flight.get(store, 0) + 1
+        spool.add(queue, did, done_seconds, run)
+
+    def sent(self, store: Store) -> None:
+        """A release spooled :meth:`ahead` landed, or is kept pending (:meth:`add`)."""
+        with self._lock:
+            self._in_flight[store] -= 1
+            if not self._items.get(store) and not self._in_flight[store]:
+                self._spools[store].clear()
 
     def _start_retrier(self) -> None:
         # With the lock held. One thread per process: a forked pool process has a copy of
@@ -212,8 +231,15 @@ def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
     did, queue = headers.get(DISPATCH_HEADER), headers.get(QUEUE_HEADER)
     if not did or not queue:
         return
-    store = store_for(app)
-    done_seconds = get_config(app).done_ttl if done else 0
+    store, config = store_for(app), get_config(app)
+    done_seconds = config.done_ttl if done else 0
+    spool = spool_for(store, config.spool_dir)
+    ahead = done and store.outlives_process
+    if ahead:
+        # The body ran to its end: until the store records that, a SIGKILL would leave
+        # the dispatch running and its lease would run the task again. A local append
+        # outlives the process at once; the store call may take a while (DESIGN.md).
+        pending_releases.ahead(store, queue, did, done_seconds, run or "", spool)
     try:
         retry_pending_releases(store)
         try:
@@ -223,11 +249,14 @@ def release_dispatch(app: Celery, headers: Mapping[str, Any], reason: str,
         else:
             _replication_outage.ok()
     except FairError as exc:
-        pending_releases.add(store, queue, did, done_seconds, run or "",
-                             spool_for(store, get_config(app).spool_dir))
+        pending_releases.add(store, queue, did, done_seconds, run or "", spool,
+                             spooled=ahead)
         _release_outage.failed(exc, "keeping them to retry when the store is back (or "
                                "their leases return the slots)")
         return
+    finally:
+        if ahead:
+            pending_releases.sent(store)
     _release_outage.ok()
     log_event(logger, RELEASE, task_id or headers.get("id"), headers.get(GROUP_HEADER),
               queue, dispatch=did, reason=reason, done=done or None)

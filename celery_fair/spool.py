@@ -82,6 +82,7 @@ class Spool:
         self.directory = self.root / digest
         self._lock = threading.Lock()
         self._mine: tuple[int, str] = (0, "")  # (pid, its file name)
+        self._open: tuple[int, int] = (0, -1)  # (pid, its file's descriptor)
         self._refused = ""  # the last refusal logged: once, not per release or beat
 
     def own_path(self) -> Path:
@@ -96,20 +97,35 @@ class Spool:
         return private_directory(self.directory)
 
     def add(self, queue: str, did: str, done_seconds: int, run: str) -> None:
-        """Keep one failed release of this process."""
-        line = json.dumps({"q": queue, "d": did, "s": done_seconds, "r": run})
+        """Keep one release of this process: failed, or on its way (written ahead)."""
+        line = json.dumps({"q": queue, "d": did, "s": done_seconds, "r": run}) + "\n"
         try:
             with self._lock:
-                self._checked()
-                with open(self.own_path(), "a", encoding="utf-8") as fh:
-                    fh.write(line + "\n")
+                os.write(self._descriptor(), line.encode())
         except (OSError, UnsafeSpool) as exc:  # the retry in memory still holds it
             self._refuse("could not spool a release", exc)
 
+    def _descriptor(self) -> int:
+        """This process's file, open to append: checked and opened once per process,
+        since every task's release is written ahead (an append, a few microseconds; a
+        file created and removed per task cost 150 us on overlayfs)."""
+        pid, fd = self._open
+        if pid != os.getpid():  # first use, or a forked child: its own file
+            self._checked()
+            fd = os.open(self.own_path(), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                         | os.O_CLOEXEC, 0o600)
+            self._open = (os.getpid(), fd)
+        return fd
+
     def clear(self) -> None:
-        """This process's pending releases all landed."""
+        """This process's releases all landed: its file is emptied (kept open for the
+        next; the lease keepers remove it once the process is gone)."""
         with self._lock:
-            self.own_path().unlink(missing_ok=True)
+            pid, fd = self._open
+            if pid == os.getpid():
+                os.ftruncate(fd, 0)
+            else:
+                self.own_path().unlink(missing_ok=True)
 
     def replay(self, pid: int) -> int:
         """Land the releases process ``pid`` (gone) left; returns how many landed.
@@ -142,6 +158,7 @@ class Spool:
             logger.error("celery_fair: %s (%s): %s", what, self.directory, exc)
 
     def _replay(self, path: Path) -> int:
+        # Lines of releases that had landed are replayed too: a landed release is a no-op.
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
         except FileNotFoundError:

@@ -221,8 +221,37 @@ def _from_env() -> Celery | None:
         return None
     _hear_ctrl_c()
     conf = json.loads(os.environ.get("FAIR_TEST_CONF", "{}"))
-    return create_app(broker, os.environ["FAIR_TEST_NS"], os.environ["FAIR_TEST_QUEUE"],
-                      store=os.environ.get("FAIR_TEST_STORE") or None, **conf)
+    if conf.pop("test_hang_done_release", False):
+        _hang_done_releases(os.environ.get("FAIR_TEST_STORE") or broker,
+                            os.environ["FAIR_TEST_NS"])
+    app = create_app(broker, os.environ["FAIR_TEST_NS"], os.environ["FAIR_TEST_QUEUE"],
+                     store=os.environ.get("FAIR_TEST_STORE") or None, **conf)
+    if os.environ.get("FAIR_TEST_KILL_AT"):  # a test's kill point (tests/kill_points.py)
+        from .kill_points import install
+
+        install(os.environ["FAIR_TEST_KILL_AT"], app.ledger)  # type: ignore[attr-defined]
+    return app
+
+
+def _hang_done_releases(ledger_url: str, namespace: str) -> None:
+    """A test-only hook (tests/test_release_window.py): the release a task makes as its
+    body returns never reaches the store, as when the store is slow or cut off. Its
+    dispatch id goes into the ledger's ``hung`` list, then the call blocks until the test
+    SIGKILLs the worker: a kill while the release is on its way, on purpose."""
+    from celery_fair.store.redis import RedisStore
+
+    ledger = Ledger(ledger_url, namespace)
+    release = RedisStore.release
+
+    def hang(self: Any, queue: str, did: str, done_seconds: int = 0,
+             **kw: Any) -> Any:
+        if not done_seconds:
+            return release(self, queue, did, done_seconds, **kw)
+        ledger.r.rpush(ledger.key("hung"), did)
+        while True:
+            time.sleep(60)
+
+    RedisStore.release = hang  # type: ignore[method-assign]
 
 
 def _hear_ctrl_c() -> None:

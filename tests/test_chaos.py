@@ -67,8 +67,30 @@ def test_ledger_sees_concurrency_per_group_and_runs_cut_short(ledger):
     runs = ledger.runs()
     assert [r[0] for r in runs if r[4] is None] == ["t3"]
     assert duplicate_causes(runs, []) == {"unexplained": 1}
-    killed = [(runs[0][3] + 0.001, "worker", runs[0][2])]
+    killed = [(runs[0][4] + 0.001, "worker", runs[0][2])]  # 1 ms after t1's first end
     assert duplicate_causes(runs, killed) == {"worker_kill": 1}
+
+
+def test_only_a_kill_between_a_runs_end_and_its_release_explains_a_duplicate():
+    """The documented window (DESIGN.md): a worker SIGKILLed after a run's end was
+    stamped and before its body returned and wrote its release ahead leaves a task
+    celery-fair cannot tell from one killed mid-body, and its lease runs it again. A
+    kill while the run still went on (another pool process of that worker), or once
+    the release was written ahead (spooled or landed: its copies are skipped), explains
+    nothing: such a duplicate is a bug, a store cut off at the time included (the
+    spooled release waits it out). The CI failure this is shaped on: end at 478.5767,
+    SIGKILL at 478.5775, the lease's run 13 s later."""
+    runs = [("t", "g", 7, 470.0, 478.5767), ("t", "g", 9, 491.6, 491.7)]
+
+    def cause(*events: tuple[float, str, int]) -> dict[str, int]:
+        return dict(duplicate_causes(runs, list(events)))
+
+    assert cause((478.5775, "worker", 7)) == {"worker_kill": 1}
+    assert cause((478.5775, "worker", 8)) == {"unexplained": 1}  # another worker
+    assert cause((475.0, "worker", 7)) == {"unexplained": 1}  # mid-run: another process
+    assert cause((481.0, "worker", 7)) == {"unexplained": 1}  # released by then
+    cut = (477.0, "store_outage", 0)
+    assert cause(cut, (481.0, "worker", 7)) == {"unexplained": 1}  # release spooled
 
 
 def test_with_fair_store_replicas_a_duplicate_run_by_a_failover_fails_the_campaign():
@@ -136,8 +158,9 @@ def test_chaos_campaign_with_affinity_and_singletons_loses_nothing() -> None:
     of distinct hostnames), and every task has one of 20 singleton keys (across the
     groups), while the dispatcher and a worker are SIGKILLed and Redis restarts: a dead
     worker's groups move, its dispatches come back through their leases and free their
-    keys. 0 lost, 0 duplicates executed, 0 leaked (every worker's routed count back to 0
-    too), 0 cap violations, no two runs of one key at once."""
+    keys. 0 lost, no duplicate but a kill's in the instant between a task's end and
+    its release (DESIGN.md), 0 leaked (every worker's routed count back to 0 too), 0
+    cap violations, no two runs of one key at once."""
     require(POSTGRESQL)  # the ledger
     plan = Plan(tasks=300, groups=10, rounds=1, workers=3, concurrency=2,
                 dispatcher_kills=2, worker_kills=1, redis_restarts=1, redis_crashes=0,
@@ -160,8 +183,8 @@ def test_chaos_campaign_with_affinity_on_postgresql_loses_nothing() -> None:
     """fair_affinity='hash' on the SQL store (a private PostgreSQL server, crashed and
     restarted once; the broker on Redis, restarted): the map and each routed dispatch's
     worker in the database, a dead worker's dispatches back through their leases. 0
-    lost, 0 duplicates executed, 0 leaked (every worker's routed count back to 0), 0 cap
-    violations. About 65 s."""
+    lost, no duplicate but the end-to-release window's, 0 leaked (every worker's routed
+    count back to 0), 0 cap violations. About 65 s."""
     require(POSTGRESQL)  # the ledger
     require(POSTGRESQL_SERVER_BINARIES)  # the store's private server
     plan = Plan(tasks=300, groups=10, rounds=1, workers=3, concurrency=2,
@@ -179,10 +202,18 @@ def test_chaos_campaign_with_affinity_on_postgresql_loses_nothing() -> None:
 
 
 def _spotless(figures: Any, tasks: int) -> None:
-    """Every task ran once, no slot leaked, no cap exceeded, the checker found nothing."""
+    """Every task ran, once but for a kill in the end-to-release window; no slot
+    leaked, no cap exceeded, the checker found nothing."""
     assert figures.tasks == tasks and figures.completed == tasks
     assert figures.tasks_lost == 0, figures.lost_examples
-    assert figures.duplicates_executed == 0, figures.duplicate_examples
+    # A worker SIGKILLed in the instant between a task's end and its body's return (the
+    # release not yet written ahead) leaves a task celery-fair cannot tell from one
+    # killed mid-body, and its lease runs it again (the documented window, no
+    # bookkeeping can close it: DESIGN.md). That is the one duplicate allowed; the
+    # verdict places the kill inside the window (chaos_verdict.in_release_window).
+    causes = figures.duplicate_causes
+    assert set(causes) <= {"worker_kill"}, figures.duplicate_examples
+    assert figures.duplicates_executed == sum(causes.values())
     assert figures.leaked_slots == 0
     assert figures.cap_violations == 0, figures.cap_examples
     assert figures.ledger_running == 0

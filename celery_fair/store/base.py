@@ -86,6 +86,9 @@ class Store(Registry, BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Bo
     #: (:meth:`pick_and_push` with a :class:`DirectPush`); callers check this, never the
     #: backend's type. Without it, ``push`` must be None.
     supports_direct_push: bool = False
+    #: The store outlives the worker's process (not the in-process memory store): a
+    #: task's release is then written ahead to the spool (lifecycle.release_dispatch).
+    outlives_process: bool = True
 
     def same_redis(self, connection_kwargs: Mapping[str, Any]) -> bool:
         """Whether a redis-py connection with ``connection_kwargs`` (the broker's) reaches
