@@ -59,6 +59,7 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
     """Fair queues of one namespace in this process (thread-safe: one lock)."""
 
     outlives_process = False  # gone with the process: no release to write ahead
+
     def __init__(self, namespace: str = "fair") -> None:
         self.namespace = namespace
         self.where = "memory"
