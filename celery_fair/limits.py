@@ -231,6 +231,17 @@ def subgroup(policy: str, value: Any, what: str) -> str:
     return str(value)
 
 
+def capped_path(mode: str, group: str) -> None:
+    """Refuse a cap keyed by a subgroup path ("acme/alice") under ``fair_subgroup``
+    'path': such a task is held in the group "acme", so the cap would bind nothing.
+    Caps per subgroup are not built yet (issue 12 item 3); weights may name a path.
+    common.lua's ``refuse_path_cap`` says the same."""
+    if mode == PATH_SUBGROUP and "/" in group:
+        raise InvalidLimit(
+            f"concurrency for {group!r}: caps per subgroup are not supported (yet); under "
+            f"fair_subgroup 'path' cap the group {group.split('/', 1)[0]!r} instead")
+
+
 def interactive_share(value: Any, what: str) -> float | None:
     """``fair_interactive_share``: None (strict priority) or a number in (0, 1]."""
     if value is None:
@@ -286,6 +297,7 @@ def check_policy(policy: Policy) -> Policy:
     cap(policy.interactive_reserve, "interactive reserve")
     weight(policy.default_weight, "default weight")
     for group, value in policy.caps.items():
+        capped_path(policy.subgroup, group)
         cap(value, f"concurrency for group {group!r}")
     for group, number in policy.weights.items():
         weight(number, f"weight for group {group!r}")

@@ -34,6 +34,7 @@ from .limits import (
     WFQ,
 )
 from .limits import aging as _aging_in_range
+from .limits import capped_path as limits_capped_path
 from .limits import interactive_share as _share_in_range
 from .limits import subgroup as _subgroup_with
 
@@ -204,7 +205,21 @@ def read_policies(get: Callable[[str], Any], declared: Callable[[], set[str]]
                 "queue the app declares (task_default_queue, task_queues or a task_routes "
                 f"mapping): {', '.join(map(repr, sorted(known)))}")
         queues[queue] = _laid_over(base, where, entries)
+    _no_path_caps(get("fair_group_concurrency"), [base, *queues.values()])
     return base, queues
+
+
+def _no_path_caps(caps: Any, choices: list[PolicyChoice]) -> None:
+    """Refuse a cap keyed by a subgroup path ("acme/alice") while some queue holds such a
+    task in the group "acme" (fair_subgroup 'path'): the cap would bind nothing. Caps
+    per subgroup are not built yet; ``limits.capped_path`` refuses them in the stores."""
+    if not isinstance(caps, Mapping) or all(c.subgroup != PATH_SUBGROUP for c in choices):
+        return
+    for group in caps:
+        try:
+            limits_capped_path(PATH_SUBGROUP, str(group))
+        except InvalidLimit as exc:
+            raise ConfigurationError(f"setting fair_group_concurrency: {exc}") from None
 
 
 def _laid_over(base: PolicyChoice, where: str, entries: Any) -> PolicyChoice:

@@ -48,7 +48,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Group of a fair task whose group cannot be resolved otherwise."),
     Setting("fair_default_concurrency", None,
             "Most tasks of one group in flight at once (None: no cap)."),
-    Setting("fair_group_concurrency", {}, "Per-group caps overriding the default: {group: n}."),
+    Setting("fair_group_concurrency", {},
+            "Per-group caps overriding the default: {group: n}. Under fair_subgroup 'path' a "
+            "key with a '/' (a subgroup path) is refused: no caps per subgroup yet."),
     Setting("fair_group_weights", {},
             "Per-group weights (default 1): a weight-2 group gets twice the share."),
     Setting("fair_default_rate_limit", None,

@@ -152,6 +152,9 @@ def test_fair_status_and_the_dispatcher_show_the_subgroup_setting(
      r"fair_subgroup.*'path'.*fair_affinity 'hash' or fair_group_queues"),
     ({"fair_subgroup": "path", "fair_group_queues": {"vip-*": "vip"}},
      r"fair_subgroup.*'path'.*fair_affinity 'hash' or fair_group_queues"),
+    # caps per subgroup are not built yet: a cap on a path would bind nothing
+    ({"fair_subgroup": "path", "fair_group_concurrency": {"acme/alice": 2}},
+     r"fair_group_concurrency: concurrency for 'acme/alice'.*per subgroup.*'acme'"),
 ])
 def test_a_bad_setting_is_refused_naming_it(make_app: Callable[..., Celery],
                                             conf: dict[str, Any], match: str) -> None:
@@ -177,3 +180,4 @@ def test_a_task_of_a_subgroup_throttles_its_group(make_app: Callable[..., Celery
     with worker(concurrency=1, the_app=app), dispatcher(the_app=app):
         app.tasks["proj.partner"].delay("acme/alice", "429", throttle=30.0).get(timeout=30)
     assert set(store.throttles(queue)) == {"acme"}
+

@@ -68,6 +68,7 @@ class QueueControls(QueueData):
                 nothing was changed.
         """
         if cap not in (KEEP, RESET):
+            limits.capped_path(self.subgroup, g)
             cap = limits.cap(cap, f"concurrency for group {g!r}", minimum=-1)
         if weight not in (KEEP, RESET):
             weight = limits.weight(weight, f"weight for group {g!r}")

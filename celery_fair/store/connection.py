@@ -22,6 +22,7 @@ from ..errors import (
     ConfigurationError,
     CorruptMessage,
     GroupFull,
+    InvalidLimit,
     ReplicationTimeout,
     SingletonDropped,
     StoreConnectionError,
@@ -171,6 +172,8 @@ def _wrapped(where: str = "",
         if reply.startswith("DROPPED "):  # hold.lua: singleton_mode 'drop', no write
             _, task_id, key = reply.split(" ", 2)
             raise SingletonDropped(task_id, key) from None
+        if reply.startswith("LIMIT "):  # limit.lua refused a limit: nothing written
+            raise InvalidLimit(reply[6:]) from None
         if reply.startswith("CORRUPT "):  # a script refused a value (hold.lua): no write
             raise CorruptMessage(f"celery_fair store refused{at}: {reply[8:]}") from exc
         raise StoreError(f"celery_fair store failed{at}: {exc}") from exc

@@ -7,7 +7,8 @@ ARGV[1]  group
 ARGV[2]  cap: an integer (-1: no cap), '' to leave it, 'reset' to clear it
 ARGV[3]  weight: a number, '' to leave it, 'reset' to clear it
 Returns: {cap, weight} now in force (runtime or setting; cap -1: none), as strings.
-Error (before anything is written): a cap or weight out of range (common.lua bounds). ]]
+Error (before anything is written): a cap or weight out of range (common.lua bounds);
+'LIMIT ...': a cap on a subgroup path under fair_subgroup 'path'. ]]
 -- @include common
 local g = ARGV[1]
 local function refuse(name, value, expected)
@@ -20,6 +21,13 @@ end
 if ARGV[3] ~= '' and ARGV[3] ~= 'reset' and not valid_weight(ARGV[3]) then
   return refuse('weight', ARGV[3], 'a finite number between ' .. MIN_WEIGHT .. ' and ' ..
                 MAX_WEIGHT)
+end
+-- A cap keyed by a subgroup path under fair_subgroup 'path' would bind nothing (the task
+-- is held in the group before the '/'): refused, as limits.py `capped_path` does.
+if ARGV[2] ~= '' and ARGV[2] ~= 'reset' and subgroups() and string.find(g, '/', 1, true) then
+  return redis.error_reply("LIMIT concurrency for '" .. g .. "': caps per subgroup are " ..
+    "not supported (yet); under fair_subgroup 'path' cap the group '" ..
+    string.sub(g, 1, string.find(g, '/', 1, true) - 1) .. "' instead")
 end
 local valid = {valid_cap, valid_weight}
 for i, k in ipairs({{K_LIMIT_CAPS, K_CAPS, K_CONF_CAPS},

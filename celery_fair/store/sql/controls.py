@@ -167,6 +167,8 @@ class Controls:
         """Set, keep or clear g's runtime cap and weight; returns both in force and
         whether g entered a ready set."""
         u = Unit(conn, self.s, self.ns, queue, False, self.notify)
+        if cap not in (KEEP_LIMIT, RESET_LIMIT):  # before anything is written
+            limits.capped_path(u.q.get("subgroup") or limits.NO_SUBGROUP, g)
         u.group(g)
         u.load_ready([(k, g) for k in CLASSES])  # before the change
         lt = self.t.limits.c
