@@ -199,3 +199,28 @@ def test_no_live_target_takes_nothing(store: Store) -> None:
     got = store.pick_routed(Q, 10, None, NOW, LEASE, {}, None, promote=True)
     assert got.picked == [] and got.workers == [] and got.unassigned == []
     assert store.queue_figures(Q).held == 1 and store.worker_inflight(Q) == {}
+
+
+@routing
+@pytest.mark.parametrize("step", ["another task", "a new cap"])
+def test_a_group_looked_past_keeps_its_first_tag_when_more_work_arrives(
+        store: Store, step: str) -> None:
+    """A group whose target stayed full while the virtual time passed it keeps its place
+    (a member of the ready set keeps its tag, even the first one, never set: 0) at its
+    next refresh: a hold into it, or its cap changed. The SQLite model test's divergence
+    (ready 1.0 against 0.0): the memory store moved it to the virtual time at a hold,
+    the SQL stores at a new cap; Redis kept 0."""
+    hold(store, "z", hold_id="z-0")
+    hold(store, "c", hold_id="c-0")
+    hold(store, "c", hold_id="c-1")
+    store.assign(Q, [("z", "", A), ("c", "", B)])
+    passed = routed(store, {A: 0, B: 5}, limit=2)  # z looked past; the virtual time 1
+    assert [group_of(p) for p in passed.picked] == ["c", "c"]
+    if step == "another task":
+        hold(store, "z", hold_id="z-1")  # z is in the ready set still, at 0
+    else:
+        store.limit(Q, "z", 3)
+    hold(store, "e", hold_id="e-0")  # e enters at the virtual time, 1
+    store.assign(Q, [("e", "", A)])
+    got = routed(store, {A: 1, B: 5}, limit=1)
+    assert [group_of(p) for p in got.picked] == ["z"]

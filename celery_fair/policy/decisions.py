@@ -66,9 +66,11 @@ def entry_tag(tag: float | None, vt: float | None, member: bool = False) -> floa
     """A ready group's tag: it enters at the class's virtual time when behind it (no
     credit for being idle). A ``member`` of the ready set already keeps its tag: only a
     release's correction (``fair_charge`` 'runtime') takes one below the virtual time,
-    and that credit is what it was overcharged. None: unchanged (never set and not
-    behind)."""
-    if member and tag is not None:
+    and that credit is what it was overcharged; or a routed pick looked past it while
+    the virtual time passed it. A member without a tag (never set: scored 0) keeps
+    that too, as Redis's ``refresh`` does. None: unchanged (never set, and not behind
+    or a member)."""
+    if member:
         return tag
     if (vt or 0.0) > (tag or 0.0):
         return vt
