@@ -407,6 +407,7 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
     store.set_rate(Q, "g", "10/s")
     store.cancel(Q, ["not-held"])
     store.summarize(Q, ["g"])
+    store.register_worker(Q, "w", 1, NOW + 60_000, NOW)
     store.assign(Q, [("g", "", "w")])
     store.check(Q, False, NOW, LEASE)
     store.forget_queue(Q)
