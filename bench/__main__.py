@@ -1,6 +1,6 @@
 """``python -m bench {all|SCENARIO...|report} [--quick] [--reps N] [--store STORE]``;
 ``python -m bench chaos``; ``python -m bench cpu``; ``python -m bench scale``;
-``python -m bench bulk``; ``python -m bench commands``."""
+``python -m bench bulk``; ``python -m bench commands``; ``python -m bench model``."""
 
 from __future__ import annotations
 
@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         from .commands import main as commands_main
 
         return commands_main(argv[1:])
+    if argv[:1] == ["model"]:
+        from .model import main as model_main
+
+        return model_main(argv[1:])
     if argv[:1] == ["bulk"]:
         from .bulk import main as bulk_main
 

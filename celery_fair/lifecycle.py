@@ -145,7 +145,7 @@ class PendingReleases:
         with self._lock:
             self._in_flight[store] -= 1
             if not self._items.get(store) and not self._in_flight[store]:
-                self._spools[store].clear()
+                self._spools[store].landed()
 
     def _start_retrier(self) -> None:
         # With the lock held. One thread per process: a forked pool process has a copy of

@@ -69,7 +69,10 @@ def test_store_restart_under_dispatcher_and_worker(make_app: Callable[..., Celer
         wait_for(lambda: ledger.ends() >= started, what="running tasks to end")
         wait_for(lambda: messages(caplog, "lease renewal failed"), timeout=10,
                  what="the lease keeper to notice")
-        assert len(pending_releases) > 0  # kept, not dropped
+        # Kept, not dropped. The retry thread takes them out while it tries again (up to
+        # the store's retry backoff, about 0.7 s a try): look between its tries.
+        wait_for(lambda: len(pending_releases) > 0, timeout=10,
+                 what="the failed releases to be kept")
         outage_server.start()
         assert sorted(r.get(timeout=60) for r in results) == sorted(labels)
         wait_for(lambda: not len(pending_releases), timeout=10,

@@ -21,6 +21,7 @@ import celery_fair.store
 from celery_fair.envelope import BACKGROUND, INTERACTIVE, Envelope, placement_of
 from celery_fair.store.base import BeginResult, Placement
 from celery_fair.store.bulk import Hold
+from celery_fair.store.lane import Lane
 from celery_fair.store.redis import PRUNE_GRACE_MS, QUARANTINE_MAX, RedisStore, now_ms
 from celery_fair.store.scripts import OPERATIONS, source
 from celery_fair.testing import RedisServer
@@ -72,24 +73,78 @@ def test_hold_immediate_is_pickable_verbatim(store: RedisStore, redis_client) ->
     assert (group, klass, envelope.body) == ("acme", BACKGROUND, b"\x00binary\nbody\xff")
 
 
-def test_a_hold_takes_one_connection_from_the_pool_and_puts_it_back(
+def test_a_hold_sends_on_the_connection_it_took_first_and_keeps_it(
         store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
     # the connection taken first (to tell "not sent" from a reply lost) is the one the
-    # round trip goes on: one checkout per hold, not two
+    # round trip goes on, and the lane (lane.py) keeps it for the next: no checkout from
+    # the pool per hold, nor a second connection
     data = value("acme")
     store.hold(Q, "warm-1", data, placement_of(data), 0, NOW)  # the scripts loaded (a
     store.hold_many(Q, [Hold("warm-2", data, placement_of(data))], NOW)  # NOSCRIPT first)
+    lane = store._lane
+    assert lane is not None
+    [kept] = lane._idle
     pool = store.client.connection_pool
-    taken, put_back = [], []
-    get_connection, release = pool.get_connection, pool.release
-    monkeypatch.setattr(pool, "get_connection", lambda *a, **k: (
-        taken.append(1), get_connection(*a, **k))[1])
-    monkeypatch.setattr(pool, "release", lambda c: (put_back.append(c), release(c))[1])
+    monkeypatch.setattr(pool, "get_connection", lambda *a, **k: pytest.fail("checked out"))
+    sent_on = []
+    send = lane.send
+    monkeypatch.setattr(lane, "send", lambda commands, connection=None: (
+        sent_on.append(connection), send(commands, connection))[1])
     store.hold(Q, "task-1", data, placement_of(data), 0, NOW)
     store.hold_many(Q, [Hold("task-2", data, placement_of(data))], NOW)
-    assert len(taken) == 2 and len(put_back) == 2
+    assert sent_on == [kept, kept] and lane._idle == [kept]
+    monkeypatch.undo()
     assert [m.hold_id for m in store.held_messages(Q, "acme", 10)][2:] == ["task-1",
                                                                            "task-2"]
+
+
+def test_the_lane_never_reads_a_half_read_connection_again_and_starts_afresh_after_fork(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    lane = store._lane
+    assert lane is not None
+    assert lane.call("PING") in (b"PONG", "PONG", True)
+    [conn] = lane._idle
+    with pytest.raises(redis.ResponseError):  # a reply error is a reply, read whole
+        lane.call("NOSUCHCOMMAND")
+    assert lane._idle == [conn] and conn._sock is not None
+    # interrupted between the send and the reply: the reply is never read as another's
+    monkeypatch.setattr(conn, "read_response", lambda *a, **k: (_ for _ in ()).throw(
+        RuntimeError("interrupted")))
+    with pytest.raises(RuntimeError):
+        lane.call("PING")
+    monkeypatch.undo()
+    assert lane._idle == [conn] and conn._sock is None  # disconnected, then kept
+    assert lane.call("ECHO", "again") == b"again"  # connects afresh: the reply is ours
+    lane._pid = -1  # as in a forked child: the parent's connections are not taken
+    lane.call("PING")
+    assert conn not in lane._idle and len(lane._idle) == 1
+
+
+def test_the_lane_reconnects_through_connect_where_a_sentinel_connection_finds_the_master(
+        store: RedisStore) -> None:
+    # A Sentinel connection asks the Sentinels for the master in connect(); the reconnect
+    # inside send_packed_command goes back to the address it had. Reconnecting there
+    # after a failover sent every round trip to the dead master (test_sentinel's
+    # failover under a dispatcher and a worker), so the lane reconnects through
+    # connect(), as the pool does before handing a connection out.
+    reconnects = []
+
+    class Counting(redis.Connection):
+        def connect(self) -> None:
+            reconnects.append(self._sock is None)
+            super().connect()
+
+    where = store.client.connection_pool.connection_kwargs
+    client = redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=Counting, host=where["host"], port=where["port"]))
+    lane = Lane(client)
+    lane.call("PING")
+    [conn] = lane._idle
+    conn.disconnect()  # as a connection error does
+    reconnects.clear()
+    assert lane.call("ECHO", "again") == b"again"
+    assert True in reconnects
+    client.close()
 
 
 def test_hold_delayed_waits_until_due(store: RedisStore, redis_client) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import math
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -199,12 +199,12 @@ _GET_CONNECTION_ARGS: tuple[str, ...] = () if inspect.signature(
 
 
 class Taken:
-    """A connection taken from its pool before a hold's round trip (so that failing to
-    connect, the only certain "not sent", is told apart from a reply lost), then handed
-    to the pipeline that sends the round trip (whose reset puts it back), or put back."""
+    """A connection taken before a hold's round trip (so that failing to connect, the
+    only certain "not sent", is told apart from a reply lost), then handed to the round
+    trip that sends on it, or given back (``give``: to the lane it came from)."""
 
-    def __init__(self, pool: Any, connection: Any) -> None:
-        self.pool, self.connection = pool, connection
+    def __init__(self, give: Callable[[Any], None], connection: Any) -> None:
+        self.give, self.connection = give, connection
 
     def take(self) -> Any:
         connection, self.connection = self.connection, None
@@ -212,7 +212,7 @@ class Taken:
 
     def put_back(self) -> None:
         if self.connection is not None:
-            self.pool.release(self.take())
+            self.give(self.take())
 
 
 def _glob_escape(text: str) -> str:

@@ -46,6 +46,7 @@ from .connection import (
 )
 from .connection import now_ms as _wall_ms
 from .keys import QueueKeys, queues_key
+from .lane import Lane, LaneScript, round_trip
 from .models import RESEND_SECONDS
 from .redis_bulk import RedisBulk
 from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
@@ -72,6 +73,9 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
     """Fair queues of one namespace in one Redis database."""
 
     supports_direct_push = True
+    #: the hot path's round trips (lane.py); a ClusterStore (whose scripts go to the
+    #: slot's primary) has none
+    _lane: Lane | None = None
 
     @property
     def resend_seconds(self) -> int:
@@ -98,8 +102,9 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
         #: fair_store_replicas: hold, release and cancel WAIT for these (see _pipelined)
         check_replicas(replicas, replicas_timeout)
         self.replicas, self.replicas_timeout = replicas, replicas_timeout
+        lane = self._lane = Lane(client)
         self._scripts: dict[str, Script] = {
-            name: client.register_script(source(name)) for name in OPERATIONS}
+            name: LaneScript(lane, source(name)) for name in OPERATIONS}
 
     @classmethod
     def from_url(cls, url: str, namespace: str = "fair", bounds: Bounds | None = None,
@@ -186,17 +191,19 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
         """:meth:`_pipelined` on ``client`` (a cluster's: the primary of the slot)."""
         wait = self.replicas if replicate else 0
         for attempt in (1, 2):
-            pipe = client.pipeline(transaction=False)
-            for name, args in calls:
-                pipe.evalsha(self._scripts[name].sha, 1, prefix, *args)
+            commands: list[tuple[Any, ...]] = [
+                ("EVALSHA", self._scripts[name].sha, 1, prefix, *args) for name, args in calls]
             if register is not None:
-                pipe.sadd(queues_key(self.namespace), register)
+                commands.append(("SADD", queues_key(self.namespace), register))
             if wait:
-                pipe.execute_command("WAIT", wait, wait_ms(self.replicas_timeout))
-            if taken is not None:  # sent on it, then put back by the pipeline's reset
-                pipe.connection = taken.take()
+                commands.append(("WAIT", wait, wait_ms(self.replicas_timeout)))
+            answers = round_trip(client, self._lane, commands,
+                                 None if taken is None else taken.take())
+            taken = None  # its first try's only
             try:
-                answers = list(pipe.execute())
+                for answer in answers:
+                    if isinstance(answer, redis.ResponseError):
+                        raise answer
                 if wait:
                     check_replicated(int(answers.pop()), wait, self.replicas_timeout,
                                      self.where, "/".join(name for name, _ in calls))
@@ -206,7 +213,7 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
                     raise
                 for name, _ in calls:
                     script = self._scripts[name]
-                    script.sha = client.script_load(script.script)
+                    script.sha = _text(client.script_load(script.script))
         raise AssertionError("unreachable")
 
     def confirm(self, queue: str, dispatch_ids: Iterable[str], deadline_ms: int) -> list[str]:

@@ -16,7 +16,7 @@ from ..errors import (
     StoreUnreachable,
 )
 from .bulk import Hold, check_holds
-from .connection import _GET_CONNECTION_ARGS, Taken, _explained, _text, _wrapped
+from .connection import Taken, _explained, _text, _wrapped
 from .models import Placement, check_hold
 
 
@@ -27,6 +27,7 @@ class RedisBulk:
     where: str
     keys: Any
     client: Any
+    _lane: Any
     _pipelined: Any
 
     def hold(self, queue: str, hold_id: str, value: bytes, placement: Placement, due_ms: int,
@@ -68,14 +69,13 @@ class RedisBulk:
         return [_text(h) for h in held]
 
     def _connect(self, key: str) -> Taken | None:
-        """Take a connected connection from the pool (connecting if need be), before
+        """Take a connected connection (the lane's, connecting if need be), before
         sending anything, for the round trip to send on (:class:`Taken`). redis-py raises
         the same ConnectionError for a server it cannot connect to and for a reply lost
         after the command was sent (and resent: its retries end at connect); failing here
         is the only certain "not sent". (``key``: where the command goes, on a
         cluster.)"""
-        pool = self.client.connection_pool
-        return Taken(pool, pool.get_connection(*_GET_CONNECTION_ARGS))
+        return Taken(self._lane.give, self._lane.connected())
 
     @contextmanager
     def holding(self, queue: str, operation: str) -> Iterator[Taken | None]:

@@ -40,6 +40,7 @@ class RedisReads(Locating):
     namespace: str
     where: str
     _scripts: dict[str, Script]
+    _lane: Any
 
     def keys(self, queue: str) -> QueueKeys:
         return QueueKeys(self.namespace, queue)
@@ -86,8 +87,11 @@ class RedisReads(Locating):
             if timeout <= 0:
                 keys = list(by_key)
                 return {by_key[keys[i - 1]] for i in self._scripts["poll"](keys=keys)}
-            popped = self.client.blpop(list(by_key), timeout=timeout)
-        return set() if popped is None else {by_key[_text(popped[0])]}
+            # through the lane (lane.py; a cluster's store has none): a dispatcher waits
+            # once per step
+            popped = self.client.blpop(list(by_key), timeout=timeout) if self._lane is None \
+                else self._lane.call("BLPOP", *by_key, timeout)
+        return set() if not popped else {by_key[_text(popped[0])]}
 
     def forget_queue(self, queue: str) -> bool:
         """Drop ``queue`` from the set of fair queues if nothing is held, delayed, in
