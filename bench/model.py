@@ -21,8 +21,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sql-examples", type=int, default=200,
                         help="examples per SQL backend (default 200)")
     parser.add_argument("backends", nargs="*",
-                        help="backends to run (redis, redis-subgroups, sqlite, postgresql, "
-                        "mariadb; default: every one)")
+                        help="backends to run (redis, redis-subgroups, redis-scope, sqlite, "
+                        "postgresql, mariadb, sqlite-scope...; default: every one)")
     args = parser.parse_args(argv)
     for name, value in (("--examples", args.examples), ("--sql-examples", args.sql_examples)):
         if value < 1:

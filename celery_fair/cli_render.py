@@ -114,7 +114,8 @@ def policy_cell(q: dict[str, Any]) -> str:
                         affinity=q.get("affinity") or "none",
                         spill_seconds=q.get("spill_seconds"),
                         group_queues=tuple((q.get("group_queues") or {}).items()),
-                        subgroup=q.get("subgroup") or "none").describe()
+                        subgroup=q.get("subgroup") or "none",
+                        scope=q.get("scope") or "queue").describe()
 
 
 def queue_table(queues: list[dict[str, Any]]) -> Any:

@@ -152,4 +152,4 @@ def policy_of(c: FairConfig, queue: str | None = None) -> Policy:
     return Policy(c.default_concurrency, c.interactive_reserve, 1.0,
                   c.group_concurrency, c.group_weights, c.default_rate, c.group_rates,
                   choice.name, choice.charge, choice.cap_mode, choice.interactive_share,
-                  choice.aging_seconds, choice.subgroup)
+                  choice.aging_seconds, choice.subgroup, choice.scope)

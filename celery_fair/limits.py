@@ -208,6 +208,11 @@ CAP_MODES = (HARD, SOFT)
 #: turns by self-clocked fair queueing (common.lua ``subgroup_key``).
 NO_SUBGROUP, PATH_SUBGROUP = "none", "path"
 SUBGROUPS = (NO_SUBGROUP, PATH_SUBGROUP)
+#: Where a group's in-flight count is counted against its cap (``fair_scope``): in each
+#: fair queue apart ('queue'), or once over every fair queue of the app whose scope is
+#: 'app' (DESIGN.md "Tenant scope"; common.lua ``scope_app``).
+QUEUE_SCOPE, APP_SCOPE = "queue", "app"
+SCOPES = (QUEUE_SCOPE, APP_SCOPE)
 
 
 def aging(value: Any, what: str) -> float:
@@ -231,15 +236,12 @@ def subgroup(policy: str, value: Any, what: str) -> str:
     return str(value)
 
 
-def capped_path(mode: str, group: str) -> None:
-    """Refuse a cap keyed by a subgroup path ("acme/alice") under ``fair_subgroup``
-    'path': such a task is held in the group "acme", so the cap would bind nothing.
-    Caps per subgroup are not built yet (issue 12 item 3); weights may name a path.
-    common.lua's ``refuse_path_cap`` says the same."""
-    if mode == PATH_SUBGROUP and "/" in group:
-        raise InvalidLimit(
-            f"concurrency for {group!r}: caps per subgroup are not supported (yet); under "
-            f"fair_subgroup 'path' cap the group {group.split('/', 1)[0]!r} instead")
+def scope_unsupported(policy: Policy, store: str, why: str) -> None:
+    """Refuse ``fair_scope`` 'app' on a store that does not count across queues
+    (``store``, ``why``), before anything is written."""
+    if policy.scope == APP_SCOPE:
+        raise InvalidLimit(f"scope 'app' (fair_scope) is not supported on {store} "
+                           f"({why}): use fair_scope 'queue' there")
 
 
 def interactive_share(value: Any, what: str) -> float | None:
@@ -289,6 +291,9 @@ def check_policy(policy: Policy) -> Policy:
     interactive_share(policy.interactive_share, "interactive share")
     aging(policy.aging_seconds, "aging")
     subgroup(policy.name, policy.subgroup, "subgroup")
+    if policy.scope not in SCOPES:
+        raise InvalidLimit(f"scope must be one of {', '.join(map(repr, SCOPES))}, "
+                           f"got {policy.scope!r}")
     if policy.charge not in CHARGES:
         raise InvalidLimit(f"charge must be one of {', '.join(map(repr, CHARGES))}, "
                            f"got {policy.charge!r}")
@@ -297,7 +302,6 @@ def check_policy(policy: Policy) -> Policy:
     cap(policy.interactive_reserve, "interactive reserve")
     weight(policy.default_weight, "default weight")
     for group, value in policy.caps.items():
-        capped_path(policy.subgroup, group)
         cap(value, f"concurrency for group {group!r}")
     for group, number in policy.weights.items():
         weight(number, f"weight for group {group!r}")

@@ -28,13 +28,14 @@ from .limits import (
     NO_SUBGROUP,
     PATH_SUBGROUP,
     POLICIES,
+    QUEUE_SCOPE,
+    SCOPES,
     SMALLEST,
     SOFT,
     SUBGROUPS,
     WFQ,
 )
 from .limits import aging as _aging_in_range
-from .limits import capped_path as limits_capped_path
 from .limits import interactive_share as _share_in_range
 from .limits import subgroup as _subgroup_with
 
@@ -43,7 +44,7 @@ NO_AFFINITY, HASH_AFFINITY = "none", "hash"
 AFFINITIES = (NO_AFFINITY, HASH_AFFINITY)
 
 __all__ = ["AFFINITIES", "CAP_MODES", "CHARGES", "COMPANIONS", "HARD", "HARMONY",
-           "HASH_AFFINITY", "NO_AFFINITY", "NO_SUBGROUP", "PATH_SUBGROUP", "POLICIES",
+           "HASH_AFFINITY", "NO_AFFINITY", "NO_SUBGROUP", "PATH_SUBGROUP", "POLICIES", "SCOPES",
            "SMALLEST", "SOFT", "SUBGROUPS", "WFQ",
            "PolicyChoice", "any_affinity", "read_policies", "routes"]
 
@@ -80,6 +81,10 @@ class PolicyChoice:
     #: ``fair_subgroup``: 'none', or 'path' (a group named "acme/alice" is held in the
     #: group "acme" as its subgroup "alice"; inside a group the subgroups take turns)
     subgroup: str = NO_SUBGROUP
+    #: ``fair_scope``: 'queue' (a group's cap counts its dispatches of this queue), or
+    #: 'app' (its dispatches in flight in every fair queue of the app whose scope is
+    #: 'app': the cap applies once across them)
+    scope: str = QUEUE_SCOPE
 
     def describe(self) -> str:
         """The policy with its companions where they are not the default, as ``fair
@@ -94,6 +99,8 @@ class PolicyChoice:
             parts.append(f"aging {self.aging_seconds:g}s")
         if self.subgroup != NO_SUBGROUP:
             parts.append(f"subgroup {self.subgroup}")
+        if self.scope != QUEUE_SCOPE:
+            parts.append(f"scope {self.scope}")
         if self.cap_mode != HARD:
             parts.append(f"{self.cap_mode}-cap")
         if self.interactive_share is not None:
@@ -126,6 +133,14 @@ def _subgroup(setting: str, value: Any) -> str:
     if value not in SUBGROUPS:
         raise _fail(setting, value, "one of " + ", ".join(repr(s) for s in SUBGROUPS) +
                     " ('path': a group \"acme/alice\" is the subgroup 'alice' of 'acme')")
+    return str(value)
+
+
+def _scope(setting: str, value: Any) -> str:
+    if value not in SCOPES:
+        raise _fail(setting, value, "one of " + ", ".join(repr(s) for s in SCOPES) +
+                    " ('app': a group's cap and in-flight count span every fair queue "
+                    "whose scope is 'app')")
     return str(value)
 
 
@@ -175,6 +190,7 @@ COMPANIONS: Mapping[str, tuple[str, Callable[[str, Any], Any]]] = {
     "fair_affinity_spill_seconds": ("spill_seconds", _spill_seconds),
     "fair_group_queues": ("group_queues", group_queues_of),
     "fair_subgroup": ("subgroup", _subgroup),
+    "fair_scope": ("scope", _scope),
 }
 
 
@@ -205,21 +221,7 @@ def read_policies(get: Callable[[str], Any], declared: Callable[[], set[str]]
                 "queue the app declares (task_default_queue, task_queues or a task_routes "
                 f"mapping): {', '.join(map(repr, sorted(known)))}")
         queues[queue] = _laid_over(base, where, entries)
-    _no_path_caps(get("fair_group_concurrency"), [base, *queues.values()])
     return base, queues
-
-
-def _no_path_caps(caps: Any, choices: list[PolicyChoice]) -> None:
-    """Refuse a cap keyed by a subgroup path ("acme/alice") while some queue holds such a
-    task in the group "acme" (fair_subgroup 'path'): the cap would bind nothing. Caps
-    per subgroup are not built yet; ``limits.capped_path`` refuses them in the stores."""
-    if not isinstance(caps, Mapping) or all(c.subgroup != PATH_SUBGROUP for c in choices):
-        return
-    for group in caps:
-        try:
-            limits_capped_path(PATH_SUBGROUP, str(group))
-        except InvalidLimit as exc:
-            raise ConfigurationError(f"setting fair_group_concurrency: {exc}") from None
 
 
 def _laid_over(base: PolicyChoice, where: str, entries: Any) -> PolicyChoice:

@@ -50,7 +50,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Most tasks of one group in flight at once (None: no cap)."),
     Setting("fair_group_concurrency", {},
             "Per-group caps overriding the default: {group: n}. Under fair_subgroup 'path' a "
-            "key with a '/' (a subgroup path) is refused: no caps per subgroup yet."),
+            "key with a '/' (a subgroup path, 'acme/alice') caps that subgroup (every store; "
+            "SQL: migration 0017)."),
     Setting("fair_group_weights", {},
             "Per-group weights (default 1): a weight-2 group gets twice the share."),
     Setting("fair_default_rate_limit", None,
@@ -115,6 +116,11 @@ SETTINGS: tuple[Setting, ...] = (
             "(\"acme/alice\"). 'none' (the default): \"acme/alice\" is a group of its own. "
             "Not with fair_policy 'smallest'. Every store (SQL: migration 0012). See "
             "docs/policies.md."),
+    Setting("fair_scope", "queue",
+            "Where a group's cap counts its tasks in flight: 'queue' (the default: in each "
+            "fair queue apart) or 'app' (over every fair queue whose scope is 'app': a cap "
+            "of 2 lets the group run 2 at once across them, not 2 per queue). Every store "
+            "but Redis Cluster (SQL: migration 0016). See docs/policies.md."),
     Setting("fair_assign", None,
             "With fair_affinity 'hash': a function (group, workers) -> hostname or None "
             "choosing a group's worker instead of the hash, or its path "

@@ -122,6 +122,7 @@ def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict
     return {**as_json(figures), "policy": choice.name, "charge": choice.charge,
             "cap_mode": choice.cap_mode, "interactive_share": choice.interactive_share,
             "aging_seconds": choice.aging_seconds, "subgroup": choice.subgroup,
+            "scope": choice.scope,
             **read_capacity(store, config, queue).as_json(),
             "oldest_wait": _wait(heads.values(), now),
             "head_wait": _head_wait(heads.values(), now),

@@ -280,14 +280,14 @@ def test_limit_bad_arguments_name_the_option(app, cli, args, named) -> None:
     assert result.exit_code == 2 and named in result.output, result.output
 
 
-def test_limit_refuses_a_cap_on_a_subgroup_path(make_app, cli) -> None:
-    """Under fair_subgroup 'path' ``limit acme/alice --concurrency 2`` says caps per
-    subgroup are not supported (nothing written); a weight on the path is taken."""
+def test_limit_caps_a_subgroup_path(make_app, cli) -> None:
+    """Under fair_subgroup 'path' ``limit acme/alice --concurrency 2`` caps the subgroup
+    (caps per subgroup, on Redis); a weight on the path is taken too."""
     app = make_app(fair_subgroup="path")
     app.tasks["proj.work"].delay("acme/alice", "a")
     Dispatcher(app).step()  # writes the settings: the queue's subgroup is 'path'
-    refused = cli("limit", "acme/alice", "--concurrency", "2", the_app=app)
-    assert refused.exit_code == 1 and "per subgroup" in refused.output, refused.output
+    capped = cli("limit", "acme/alice", "--concurrency", "2", the_app=app)
+    assert capped.exit_code == 0 and "cap 2" in capped.output, capped.output
     taken = cli("limit", "acme/alice", "--weight", "2", the_app=app)
     assert taken.exit_code == 0 and "weight 2" in taken.output, taken.output
 

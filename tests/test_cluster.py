@@ -23,11 +23,11 @@ from redis.cluster import key_slot
 from celery_fair.check import check
 from celery_fair.cli_dispatch import dispatch
 from celery_fair.config import get_config
-from celery_fair.errors import ConfigurationError, StoreConnectionError
+from celery_fair.errors import ConfigurationError, InvalidLimit, StoreConnectionError
 from celery_fair.shards import Shard, parse_shard
 from celery_fair.store import ClusterStore, RedisOptions, store_for
 from celery_fair.store.base import Store
-from celery_fair.store.models import Placement
+from celery_fair.store.models import Placement, Policy
 from celery_fair.testing import ClusterTopology
 
 from . import (
@@ -71,6 +71,14 @@ def test_a_singleton_keys_scope_is_its_queue_on_a_cluster(store: Any) -> None:
     assert [p.hold_id for p in store.pick(Q, 10, None, NOW, 10_000)] == ["k1"]
     hold2(store, "k2", "x")
     assert [p.hold_id for p in store.pick("fairq2", 10, None, NOW, 10_000)] == ["k2"]
+
+
+def test_the_app_scope_is_refused_on_a_cluster(store: Any) -> None:
+    """fair_scope 'app' counts across queues, which a script on a cluster cannot reach:
+    refused before anything is written (docs/policies.md, "One cap across queues")."""
+    with pytest.raises(InvalidLimit, match="scope 'app'.*Redis Cluster"):
+        store.configure(Q, Policy(None, 0, 1.0, {"g": 1}, {}, scope="app"))
+    store.configure(Q, Policy(None, 0, 1.0, {"g": 1}, {}, scope="queue"))
 
 # The whole contract, again on the cluster store (this module's any_store): every script
 # and every namespace-level key runs on a real cluster.

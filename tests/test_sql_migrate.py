@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 from celery_fair.cli import fair
 from celery_fair.config import get_config
 from celery_fair.errors import ConfigurationError, SchemaOutOfDate
-from celery_fair.store.base import Placement
+from celery_fair.store.base import Placement, Policy
 from celery_fair.store.sql import (
     SCHEMA_VERSION,
     Bounds,
@@ -285,6 +285,79 @@ def test_0014_singleton_rows_upgraded_span_the_app(database: str, engine: Engine
         assert [tuple(r) for r in conn.execute(text(
             f"SELECT queue, pos, hold_id, wqueue FROM {prefix}swaits ORDER BY pos"))] \
             == [("", 0, "k2", "q1"), ("", 1, "k3", "q2")]
+
+
+def test_a_0015_queue_upgraded_is_queue_scoped_then_app_scoped_counts_its_flight(
+        database: str, engine: Engine, prefix: str) -> None:
+    """Revision 0016 (fair_scope 'app'): a queue made before it keeps scope 'queue' (no
+    app-wide count); configured 'app', its groups' dispatches in flight count app-wide."""
+    from alembic import command
+
+    from celery_fair.limits import APP_SCOPE
+    from celery_fair.store.sql.migrate import alembic_config
+    from celery_fair.store.sql.store import SqlStore
+
+    with engine.connect() as conn:
+        command.upgrade(alembic_config(prefix, connection=conn), "0015")
+        rows = {"queues": dict(ns="n", queue="q", registered=True, default_cap=-1,
+                               reserve=0, default_weight=1.0, picks=1, dups=0, pauses=0),
+                "groups": dict(ns="n", queue="q", grp="acme", inflight=2, delayed=0,
+                               held_i=0, held_b=0, head=0, tail=1)}
+        for name, row in rows.items():
+            conn.execute(table(prefix + name, *map(column, row)).insert().values(row))
+        conn.commit()
+    assert migrate(database, prefix) == ("0015", SCHEMA_VERSION)
+    assert schema_differences(engine, Tables(prefix)) == []
+    t = Tables(prefix)
+    with engine.connect() as conn:
+        assert conn.execute(t.queues.select().with_only_columns(t.queues.c.scope)
+                            ).all() == [(None,)]
+        assert conn.execute(t.scope_n.select()).all() == []
+    SqlStore(engine, "n", prefix).configure("q", Policy(None, 0, 1.0, {}, {},
+                                                        scope=APP_SCOPE))
+    with engine.connect() as conn:
+        assert conn.execute(t.scope_n.select()).all() == [("n", "acme", 2)]
+
+
+def test_0016_rows_upgraded_take_caps_per_subgroup(database: str, engine: Engine,
+                                                   prefix: str) -> None:
+    """Revision 0017 (caps per subgroup): a group held before it parks nothing and counts
+    nothing parked; under a cap on a path its work is parked and unparked as any."""
+    from alembic import command
+
+    from celery_fair.store.sql.migrate import alembic_config
+    from celery_fair.store.sql.store import SqlStore
+
+    from .store_helpers import LEASE, NOW, Q
+    from .test_store_contract_subgroup import value
+
+    with engine.connect() as conn:
+        command.upgrade(alembic_config(prefix, connection=conn), "0016")
+        conn.execute(table(prefix + "groups", *map(column, (
+            "ns", "queue", "grp", "inflight", "delayed", "held_i", "held_b", "head",
+            "tail"))).insert().values(ns="n", queue=Q, grp="acme", inflight=0, delayed=0,
+                                      held_i=0, held_b=2, head=0, tail=3))
+        conn.execute(table(prefix + "ready", *map(column, (
+            "ns", "queue", "klass", "grp", "tag"))).insert().values(
+            ns="n", queue=Q, klass="b", grp="acme", tag=0.0))
+        messages = table(prefix + "messages", *map(column, (
+            "ns", "queue", "hold_id", "task_id", "grp", "klass", "cost", "front", "seq",
+            "value")))
+        conn.execute(messages.insert().values([
+            dict(ns="n", queue=Q, hold_id=f"a{k}", task_id=f"a{k}", grp="acme", klass="b",
+                 cost=1.0, front=False, seq=k + 1,
+                 value=value("acme", "alice", f"a{k}", 1, False)) for k in range(2)]))
+        conn.commit()
+    assert migrate(database, prefix) == ("0016", SCHEMA_VERSION)
+    store = SqlStore(engine, "n", prefix)
+    assert store.check(Q, False, NOW, LEASE) == []
+    store.configure(Q, Policy(None, 0, 1.0, {"acme/alice": 1}, {}, subgroup="path"))
+    [first] = store.pick(Q, 5, None, NOW, LEASE)  # a1 parked behind it
+    assert first.hold_id == "a0"
+    assert store.group_figures(Q, ["acme"])[0].held_background == 1
+    assert store.check(Q, False, NOW, LEASE) == []
+    assert store.release(Q, first.dispatch_id, now_ms=NOW)
+    assert [p.hold_id for p in store.pick(Q, 5, None, NOW, LEASE)] == ["a1"]
 
 
 def test_two_processes_migrating_at_once_both_succeed(database: str, engine: Engine,

@@ -197,21 +197,3 @@ def test_a_bad_setting_or_subgroup_is_refused_before_anything_is_written(store: 
     with pytest.raises(InvalidGroup, match="hold x: subgroup"):
         store.hold(Q, "x", data, Placement("acme", BACKGROUND, 1, False, None, subgroup=""), 0, NOW)
     assert pick(store, 5) == []
-
-
-@with_subgroups
-def test_a_cap_on_a_subgroup_path_is_refused_not_silently_ignored(store: Store) -> None:
-    """Caps per subgroup are not built yet (issue 12 item 3): under 'path' a cap keyed
-    "acme/alice" names no group a task is held in, so it would bind nothing; the setting
-    and a runtime limit say so before anything is written. Weights may name a path."""
-    with pytest.raises(InvalidLimit, match="'acme/alice'.*per subgroup"):
-        store.configure(Q, Policy(None, 0, 1.0, {"acme/alice": 2}, {}, name=WFQ,
-                                  subgroup="path"))
-    subgroups(store, weights={"acme/alice": 2.0})
-    with pytest.raises(InvalidLimit, match="'acme/alice'.*per subgroup"):
-        store.limit(Q, "acme/alice", cap=2)
-    assert store.limit(Q, "acme/alice", weight=3.0)[1] == 3.0
-    assert store.limit(Q, "acme", cap=2)[0] == 2
-    # without subgroups "acme/alice" is a group like any other and may be capped
-    subgroups(store, subgroup="none")
-    assert store.limit(Q, "acme/alice", cap=2)[0] == 2

@@ -35,9 +35,9 @@ memory store does). At the end of each run the backend's invariant checker must 
 nothing.
 
 Examples per backend: ``FAIR_MODEL_EXAMPLES`` (each Redis backend, default 80) and
-``FAIR_MODEL_EXAMPLES_SQL`` (each SQL backend, default 10: a SQL operation is a few
-transactions, and the whole CI has a budget). ``python -m bench model`` runs the same
-test as a long campaign (1,000 and 200 by default).
+``FAIR_MODEL_EXAMPLES_SQL`` (each SQL backend, default 10; its scope leg half: a SQL
+operation is a few transactions, and the whole CI has a budget). ``python -m bench
+model`` runs the same test as a long campaign (1,000 and 200 by default).
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ from sqlalchemy import select
 
 from celery_fair.check import check
 from celery_fair.envelope import Envelope
-from celery_fair.errors import GroupFull, InvalidLimit, SingletonDropped
+from celery_fair.errors import GroupFull, SingletonDropped
 from celery_fair.limits import (
+    APP_SCOPE,
     CHARGES,
     HARMONY,
     NO_SUBGROUP,
@@ -86,6 +87,7 @@ from celery_fair.testing import MemoryStore, RedisServer
 from .backends import SQL_BACKENDS
 
 Q = "modelq"
+Q2 = "modelq2"  # fair_scope 'app': a second app-scoped queue (ScopeMachine)
 GROUPS = ["a", "b", "c", "dd"]
 WORKERS = ["w1", "w2", "w3"]  # the worker registry: start times and slots (register.lua)
 #: affinity targets: two workers and a dedicated queue (never spilled to or from)
@@ -104,6 +106,7 @@ AGINGS = (0.0, 0.5, 1.0, 4.0)
 #: keys (groups, and subgroups by their path)
 SUBS = [None, None, "x", "y"]
 WEIGHTED = [*GROUPS, "a/x", "a/y", "b/x"]
+SUBCAPPED = ["a/x", "a/y", "b/x"]  # the paths a cap per subgroup is drawn for
 #: What a release reports the task ran (seconds; None: nothing, an older worker)
 RUNTIMES = [None, 0.0, 0.1, 0.25, 1.0, 3.5]
 #: singleton keys (the Redis machine's holds with a key)
@@ -161,13 +164,16 @@ class StoreMachine(RuleBasedStateMachine):
     def __init__(self, other: Store, state: Callable[[str], QueueState],
                  policies: tuple[str, ...] = POLICIES, cap_modes: tuple[str, ...] = CAP_MODES,
                  shares: tuple[float | None, ...] = SHARES,
-                 subgroups: tuple[str, ...] = (NO_SUBGROUP,)) -> None:
+                 subgroups: tuple[str, ...] = (NO_SUBGROUP,), path_caps: bool = False) -> None:
         super().__init__()
         self.subgroups = subgroups  # fair_subgroup's values the backend runs
         self.subgroup = NO_SUBGROUP  # the one drawn (routing refuses 'path')
         self.policies = policies  # what configure draws from (every backend runs them all)
         self.cap_modes, self.shares = cap_modes, shares
         self.other = other  # the backend under test
+        #: whether configure draws caps on paths (caps per subgroup: every backend has
+        #: them; the legs without 'path' draw none)
+        self.path_caps = path_caps
         self.state = state
         self.memory = MemoryStore()
         self.now = 1_700_000_000_000
@@ -195,7 +201,16 @@ class StoreMachine(RuleBasedStateMachine):
     @initialize(cap=st.sampled_from([None, 1, 2, 3]), reserve=st.sampled_from([0, 1]),
                 data=st.data())
     def start(self, cap: int | None, reserve: int, data: Any) -> None:
-        self.both("configure", Policy(cap, reserve, 1.0, {}, {}, **self._draw_policy(data)))
+        self.both("configure", Policy(cap, reserve, 1.0, self._draw_path_caps(data), {},
+                                      **self._draw_policy(data)))
+
+    def _draw_path_caps(self, data: Any) -> dict[str, int]:
+        """Caps per subgroup on the paths the holds use (none for a leg that draws
+        none)."""
+        if not self.path_caps:
+            return {}
+        return data.draw(st.dictionaries(st.sampled_from(SUBCAPPED), st.integers(0, 2),
+                                         max_size=3))
 
     def _draw_policy(self, data: Any) -> dict[str, Any]:
         """A policy, charge, cap mode, interactive share and subgroup setting the backend
@@ -230,6 +245,15 @@ class StoreMachine(RuleBasedStateMachine):
             assert str(same.value) == str(full)
             return
         assert self.memory.hold(Q, *args) == held
+
+    @precondition(lambda self: self.path_caps)
+    @rule(klass=st.sampled_from(CLASSES), front=st.booleans(),
+          subs=st.lists(st.sampled_from(["x", "y"]), min_size=2, max_size=5))
+    def hold_in_subgroups(self, klass: str, front: bool, subs: list[str]) -> None:
+        """Caps per subgroup: holds on capped paths ("a/x", "a/y"), often enough for
+        the picks to park and the releases to unpark (``hold`` draws a subgroup seldom)."""
+        for sub in subs:
+            self.hold("a", klass, 1.0, front, 0, False, None, sub)
 
     @rule(limit=st.integers(1, 5), capacity=st.sampled_from([None, None, 2, 4, 6]))
     def pick(self, limit: int, capacity: int | None) -> None:
@@ -402,22 +426,14 @@ class StoreMachine(RuleBasedStateMachine):
     def configure(self, cap: int | None, reserve: int, weight: float, caps: dict[str, int],
                   weights: dict[str, float], default_rate: Rate | None,
                   rates: dict[str, Rate | None], data: Any) -> None:
+        caps = {**caps, **self._draw_path_caps(data)}
         self.both("configure", Policy(cap, reserve, weight, caps, weights, default_rate,
                                       rates, **self._draw_policy(data)))
 
-    @rule(group=st.sampled_from([*GROUPS, "a/x"]),
+    @rule(group=st.sampled_from([*GROUPS, *SUBCAPPED]),
           cap=st.sampled_from([KEEP, RESET, -1, 0, 1, 2]),
           weight=st.sampled_from([KEEP, RESET, 0.5, 3.0]))
     def limit(self, group: str, cap: int | str, weight: float | str) -> None:
-        if self.subgroup == PATH_SUBGROUP and "/" in group and cap not in (KEEP, RESET):
-            # no caps per subgroup yet: both refuse alike, writing nothing
-            refusals = []
-            for store in (self.other, self.memory):
-                with pytest.raises(InvalidLimit) as refused:
-                    store.limit(Q, group, cap, weight)
-                refusals.append(str(refused.value))
-            assert refusals[0] == refusals[1], refusals
-            return
         self.both("limit", group, cap, weight)
 
     @rule(data=st.data(), resend=st.booleans())
@@ -491,6 +507,23 @@ class RedisMachine(KeyedMachine):
     tags (``sg``) are compared too."""
 
     @invariant()
+    def same_parked(self) -> None:
+        """Caps per subgroup: the parked lists and each subgroup's flight."""
+        store: Any = self.other
+        k = store.keys(Q)
+        parked = {}
+        for member in sorted(m.decode() for m in store.client.smembers(k.parked_lists)):
+            klass, _, path = member.partition(":")
+            group, _, sub = path.partition("/")
+            parked[(klass, group, sub)] = [
+                i.decode() for i in store.client.lrange(k.parked(klass, group, sub), 0, -1)]
+        flight = {p.decode(): int(n) for p, n in
+                  store.client.hgetall(k.subgroup_flight).items()}
+        with self.memory._queue(Q) as fq:
+            assert (parked, flight) == ({w: list(ids) for w, ids in fq.parked.items()},
+                                        fq.sflight)
+
+    @invariant()
     def same_singletons(self) -> None:
         store: Any = self.other
         k = store.keys(Q)
@@ -529,17 +562,106 @@ class RedisMachine(KeyedMachine):
             assert tags == {w: t for w, t in fq.subtags.items() if t}
 
 
-def redis_machine(server: RedisServer, subgroups: bool = False) -> StoreMachine:
+def redis_machine(server: RedisServer, subgroups: bool = False,
+                  scope: bool = False) -> StoreMachine:
     """The Redis store under every policy; or (``subgroups``) under wfq and harmony with
     ``fair_subgroup`` 'path' mostly, so that its runs hold and pick in subgroups a lot
     (drawn among everything, it came up a few picks in ten runs)."""
     store = RedisStore(redis.Redis(port=server.port), "m" + uuid.uuid4().hex[:10])
+    if scope:  # fair_scope 'app', with a second queue
+        return ScopeMachine(store, lambda queue: redis_state(store, queue, GROUPS))
     if subgroups:
         return RedisMachine(store, lambda queue: redis_state(store, queue, GROUPS),
                             policies=(WFQ, HARMONY),
-                            subgroups=(PATH_SUBGROUP, PATH_SUBGROUP, NO_SUBGROUP))
+                            subgroups=(PATH_SUBGROUP, PATH_SUBGROUP, NO_SUBGROUP),
+                            path_caps=True)
     return RedisMachine(store, lambda queue: redis_state(store, queue, GROUPS),
-                        subgroups=SUBGROUPS)
+                        subgroups=SUBGROUPS, path_caps=True)
+
+
+class ScopeRules(KeyedMachine):
+    """fair_scope 'app': the queue under test and a second app-scoped queue (Q2, capped
+    groups) share the groups' in-flight counts; Q2 holds, picks and releases on both
+    stores, so Q's caps, ranks and stale heads (SC.stale) and the refreshes a release
+    in Q2 hands Q (SC.freed, SC.admit at Q's promote) are compared step by step. The
+    backend's machine gives ``app_counts`` (group -> in flight app-wide)."""
+
+    def app_counts(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.other_dispatched: list[str] = []
+
+    def _draw_policy(self, data: Any) -> dict[str, Any]:
+        return {**super()._draw_policy(data), "scope": APP_SCOPE}
+
+    def on_both(self, operation: str, *args: Any, **kwargs: Any) -> Any:
+        """``operation`` on Q2 of both stores; they must answer the same."""
+        expected = getattr(self.other, operation)(Q2, *args, **kwargs)
+        assert getattr(self.memory, operation)(Q2, *args, **kwargs) == expected, operation
+        return expected
+
+    @initialize(name=st.sampled_from([WFQ, HARMONY]))
+    def start_other(self, name: str) -> None:
+        self.on_both("configure", Policy(None, 0, 1.0, {"b": 2, "c": 0}, {}, name=name,
+                                         scope=APP_SCOPE))
+
+    @rule(group=st.sampled_from(GROUPS))
+    def hold_other(self, group: str) -> None:
+        self.ids += 1
+        hold_id = f"o{self.ids}"
+        self.on_both("hold", hold_id, stored(group, "b", 1, False, hold_id, None),
+                     Placement(group, "b", 1, False), 0, self.now)
+
+    @rule(group=st.sampled_from(GROUPS), n=st.integers(1, 3))
+    def busy_other(self, group: str, n: int) -> None:
+        """Q2 runs some of ``group`` at once: its count app-wide rises past Q's view."""
+        for _ in range(n):
+            self.hold_other(group)
+        self.pick_other(n)
+
+    @rule(group=st.sampled_from(GROUPS), n=st.integers(1, 3), limit=st.integers(1, 5))
+    def busy_other_then_pick(self, group: str, n: int, limit: int) -> None:
+        """Q2's picks, then Q's at once: a group ranked ready in Q before them is at its
+        cap app-wide now (stale: passed over), unless a step of Q refreshed it between."""
+        self.busy_other(group, n)
+        self.pick(limit, None)
+
+    @rule(limit=st.integers(1, 3))
+    def pick_other(self, limit: int) -> None:
+        self.picks += 1
+        picked = self.on_both("pick", limit, None, self.now, PICK_LEASE,
+                              token=f"o{self.picks}.")
+        self.other_dispatched += [p.dispatch_id for p in picked]
+
+    @rule(data=st.data())
+    def release_other(self, data: Any) -> None:
+        if self.other_dispatched:
+            did = data.draw(st.sampled_from(self.other_dispatched))
+            self.other_dispatched.remove(did)
+            self.on_both("release", did, 0, now_ms=self.now)
+
+    @rule()
+    def promote_other(self) -> None:
+        self.on_both("promote", self.now, 1000)
+        self.on_both("reclaim", self.now, 1000)
+
+    @invariant()
+    def same_app_counts(self) -> None:
+        counts = self.app_counts()
+        assert counts == self.memory._scope_n
+        assert all(n > 0 for n in counts.values())
+        assert self.memory.inspect(Q2) == self.state(Q2)
+
+
+class ScopeMachine(ScopeRules, RedisMachine):
+    """``ScopeRules`` on Redis (``<ns>:scope:n``)."""
+
+    def app_counts(self) -> dict[str, int]:
+        store: Any = self.other
+        return {g.decode(): int(n) for g, n in
+                store.client.hgetall(f"{store.namespace}:scope:n").items()}
 
 
 class SqlMachine(KeyedMachine):
@@ -564,23 +686,71 @@ class SqlMachine(KeyedMachine):
         assert (keys, owners, waiting) == self.memory_singletons()
 
 
-def sql_machine(url: str) -> StoreMachine:
+class SqlScopeMachine(ScopeRules, SqlMachine):
+    """``ScopeRules`` on the SQL store (``scope_n`` rows)."""
+
+    def app_counts(self) -> dict[str, int]:
+        store: Any = self.other
+        c = store.t.scope_n.c
+        with store.engine.connect() as conn:
+            return {g: int(n) for g, n in conn.execute(select(c.grp, c.n).where(
+                c.ns == store.namespace))}
+
+
+def sql_machine(url: str, scope: bool = False) -> StoreMachine:
     store: Any = store_for_url(url, "m" + uuid.uuid4().hex[:10])
-    return SqlMachine(store, store.inspect, subgroups=SUBGROUPS)
+    if scope:  # fair_scope 'app', with a second queue
+        return SqlScopeMachine(store, store.inspect, subgroups=SUBGROUPS)
+    return SqlMachine(store, store.inspect, subgroups=SUBGROUPS, path_caps=True)
 
 
 @pytest.mark.timeout(900)  # a failure's shrinking takes longer than a passing run
-@pytest.mark.parametrize("backend", ("redis", "redis-subgroups", *SQL_BACKENDS))
+@pytest.mark.parametrize("backend", ("redis", "redis-subgroups", "redis-scope",
+                                     *SQL_BACKENDS, *(f"{b}-scope" for b in SQL_BACKENDS)))
 def test_every_backend_makes_the_memory_stores_decisions(backend: str, request: Any) -> None:
     if backend.startswith("redis"):
         server = request.getfixturevalue("redis_server")
         examples = int(os.environ.get("FAIR_MODEL_EXAMPLES", "80"))
-        machine = functools.partial(redis_machine, server, backend == "redis-subgroups")
+        machine = functools.partial(redis_machine, server, backend == "redis-subgroups",
+                                    backend == "redis-scope")
     else:
-        url = request.getfixturevalue("sql_url")(backend)
+        url = request.getfixturevalue("sql_url")(backend.removesuffix("-scope"))
         examples = int(os.environ.get("FAIR_MODEL_EXAMPLES_SQL", "10"))
-        machine = functools.partial(sql_machine, url)
+        if backend.endswith("-scope"):
+            examples = max(1, examples // 2)
+        machine = functools.partial(sql_machine, url, backend.endswith("-scope"))
     run_state_machine_as_test(
         machine,
         settings=settings(max_examples=examples, stateful_step_count=60, deadline=None,
                           suppress_health_check=list(HealthCheck), database=None))
+
+
+class Draws:
+    """A ``data`` whose draws are given: replays a run hypothesis found."""
+
+    def __init__(self, *values: Any) -> None:
+        self.values = list(values)
+
+    def draw(self, strategy: Any) -> Any:
+        return self.values.pop(0)
+
+
+def test_a_task_boosted_under_harmony_is_ranked_by_the_apps_flight_in_redis_too(
+        redis_server: RedisServer) -> None:
+    """A run the redis-scope leg found: under harmony and fair_scope 'app', boost_task's
+    rank (just below the lowest of the ready sets' heads and the group's own rank) took
+    the group's own rank from its flight in this queue, not the app's as every rank
+    does (0 against 1 here: b runs in the other queue)."""
+    machine: Any = redis_machine(redis_server, scope=True)
+    unchanged = ("none", "cost", "hard", None, 0.0)  # subgroup, charge, caps, share, aging
+    try:
+        machine.start(cap=None, reserve=0, data=Draws("wfq", *unchanged))
+        machine.start_other(name="wfq")
+        machine.busy_other_then_pick(group="b", limit=1, n=1)
+        machine.configure(cap=None, caps={}, data=Draws("harmony", *unchanged),
+                          default_rate=None, rates={}, reserve=0, weight=1.0, weights={})
+        machine.burst(background=1, group="b", interactive=1)
+        machine.boost_task(data=Draws(2))
+        machine.same_state()
+    finally:
+        machine.teardown()

@@ -108,6 +108,37 @@ def _other_share(order: list[str]) -> float:
     return window["other"] / sum(window.values())
 
 
+def test_a_capped_subgroup_runs_within_its_cap_while_the_others_run_beside_it(
+        make_app: Callable[..., Celery], dispatcher: Callable[..., DispatcherThread],
+        redis_server: Any, namespace: str, tmp_path: Path, store_backend: str) -> None:
+    """Caps per subgroup, end to end on each store (Redis, PostgreSQL): alice capped at
+    1, measured inside the tasks (the ledger's most running at once per group): alice's
+    never overlap while bob's, of the same tenant, run several at once beside hers, and
+    all finish."""
+    pool, n = 4, 10
+    app = make_app(fair_subgroup="path", fair_group_concurrency={"acme/alice": 1})
+    queue, work = app.conf.task_default_queue, app.tasks["proj.work"]
+    store = store_for(app)
+    ledger = app.ledger  # type: ignore[attr-defined]
+    worker = CeleryProcess(["worker", "-P", "prefork", "-c", str(pool), "-Q", queue,
+                            "--without-mingle", "--without-gossip", "-l", "INFO"],
+                           {"fair_subgroup": "path",
+                            "fair_store_url": app.conf.fair_store_url},
+                           redis_server.url + "/0", namespace, tmp_path / "worker.log")
+    with _shown_and_stopped([worker]):
+        wait_for(lambda: store.worker_capacity(queue, now_ms()) == pool, timeout=60,
+                 what="the worker registered")
+        results = [work.apply_async((f"acme/{who}", f"{who[0]}{k}", 0.3))
+                   for k in range(n) for who in ("alice", "bob")]
+        with dispatcher(app):
+            for result in results:
+                result.get(timeout=120)
+    assert ledger.runs() == {f"{w[0]}{k}": 1 for k in range(n) for w in ("alice", "bob")}
+    most = ledger.max_running()
+    assert most["acme/alice"] == 1, most  # her cap, never more
+    assert most["acme/bob"] >= 2, most  # bob's ran beside hers, several at once
+
+
 def test_a_path_is_held_in_its_group_as_its_subgroup_single_or_bulk(
         make_app: Callable[..., Celery]) -> None:
     app = make_app(fair_subgroup="path")
@@ -152,9 +183,6 @@ def test_fair_status_and_the_dispatcher_show_the_subgroup_setting(
      r"fair_subgroup.*'path'.*fair_affinity 'hash' or fair_group_queues"),
     ({"fair_subgroup": "path", "fair_group_queues": {"vip-*": "vip"}},
      r"fair_subgroup.*'path'.*fair_affinity 'hash' or fair_group_queues"),
-    # caps per subgroup are not built yet: a cap on a path would bind nothing
-    ({"fair_subgroup": "path", "fair_group_concurrency": {"acme/alice": 2}},
-     r"fair_group_concurrency: concurrency for 'acme/alice'.*per subgroup.*'acme'"),
 ])
 def test_a_bad_setting_is_refused_naming_it(make_app: Callable[..., Celery],
                                             conf: dict[str, Any], match: str) -> None:

@@ -7,8 +7,20 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
-from ..limits import COST, DEFAULT_AGING, HARD, HARMONY, SMALLEST, SOFT, WFQ, Rate
+from ..limits import (
+    APP_SCOPE,
+    COST,
+    DEFAULT_AGING,
+    HARD,
+    HARMONY,
+    QUEUE_SCOPE,
+    SMALLEST,
+    SOFT,
+    WFQ,
+    Rate,
+)
 from ..store.base import KEEP as KEEP  # values of the store contract
 from ..store.base import RESET as RESET
 from ..store.base import Placement as Placement
@@ -39,6 +51,13 @@ class QueueData:
     share: float | None = None  # fair_interactive_share
     aging: float = DEFAULT_AGING  # fair_aging_seconds
     subgroup: str = NO_SUBGROUP  # fair_subgroup
+    scope: str = QUEUE_SCOPE  # fair_scope
+    #: fair_scope 'app' (scope.py): group -> in flight over the store's app-scoped
+    #: queues, and the store's queues (both shared: ``share_scope``); the groups another
+    #: queue freed a slot of, refreshed at the next promote
+    scope_n: dict[str, int] = field(default_factory=dict)
+    app_queues: dict[str, Any] = field(default_factory=dict)
+    scope_refresh: set[str] = field(default_factory=set)
     default_cap: int = -1  # -1: none
     reserve: int = 0
     default_weight: float = 1.0
@@ -72,6 +91,11 @@ class QueueData:
     #: fair_subgroup 'path': (class, group) -> {subgroup: its last key, SUB_VT: the key
     #: last picked} (Redis's k_subtags; subgroups.py)
     subtags: dict[tuple[str, str], dict[str, float]] = field(default_factory=dict)
+    #: caps per subgroup (subcaps.py): (class, group, subgroup) -> the ids parked while
+    #: their subgroup is at its cap, in order (Redis's k_parked); path -> its dispatches
+    #: in flight (Redis's k_sgflight)
+    parked: dict[tuple[str, str, str], deque[str]] = field(default_factory=dict)
+    sflight: dict[str, int] = field(default_factory=dict)
     delayed: dict[str, int] = field(default_factory=dict)  # hold id -> due ms
     groups: dict[str, Group] = field(default_factory=dict)
     vt: dict[str, float] = field(default_factory=dict)
@@ -139,10 +163,17 @@ class QueueData:
 
     def _rank(self, g: str, group: Group) -> float:
         """g's place in the ready sets under Harmony (``decisions.harmony_rank``)."""
-        return harmony_rank(group.inflight, self.pick_weight(g), group.served, group.jump)
+        return harmony_rank(self._cap_count(g, group.inflight), self.pick_weight(g),
+                            group.served, group.jump)
+
+    def _cap_count(self, g: str, n: int) -> int:
+        """The in-flight count g's cap binds: the queue's ``n``, or under fair_scope
+        'app' the app's (``scope.py``)."""
+        return self.scope_n.get(g, 0) if self.scope == APP_SCOPE else n
 
     def _standing(self, klass: str, g: str, n: int) -> str | None:
-        return standing(klass, self._held(klass, g), n, self.cap_of(g), self.reserve,
+        return standing(klass, self._held(klass, g), self._cap_count(g, n), self.cap_of(g),
+                        self.reserve,
                         g in self.pauses, g in self.throttled, self.cap_mode == SOFT)
 
     def _eligible(self, klass: str, g: str, n: int) -> bool:
@@ -178,7 +209,7 @@ class QueueData:
 
     def _forget_if_idle(self, g: str) -> None:
         group = self.groups.get(g)
-        if group is None or group.inflight > 0 or group.delayed > 0:
+        if group is None or group.inflight > 0 or group.delayed > 0 or group.parked > 0:
             return
         if any(self._held(klass, g) for klass in CLASSES):
             return
@@ -186,11 +217,23 @@ class QueueData:
 
     def _free_slot(self, g: str, klass: str) -> None:
         self.groups[g].inflight -= 1
+        self._scope_add(g, -1)
         self._count("inflight", -1)
         if klass == "i":
             self._count("inflight:i", -1)
         self._refresh(g)
+        self._scope_freed(g)
         self._forget_if_idle(g)
+
+    def _scope_add(self, g: str, delta: int) -> None:
+        """fair_scope 'app': the app's count of g moves too (scope.py)."""
+
+    def _scope_freed(self, g: str) -> None:
+        """fair_scope 'app': a slot of g came back app-wide (scope.py)."""
+
+    def _scope_change(self, scope: str) -> None:
+        """fair_scope changes (configure; scope.py keeps the app's counts)."""
+        self.scope = scope
 
     def _index_copy(self, hold_id: str) -> None:
         if "~" in hold_id:
@@ -253,6 +296,15 @@ class QueueData:
         if key is not None and self.lists.get((klass, g)):
             self.subtags.setdefault((klass, g), {})[SUB_VT] = key
 
+    def _pop_head(self, klass: str, g: str, queue: deque[str]) -> str:
+        """The head of g's class list, taken off (its sort key or subgroup key too)."""
+        hold_id = queue.popleft()
+        if self.policy == SMALLEST:
+            self._unkey(klass, g, hold_id)
+        elif self.subgroup == PATH_SUBGROUP:
+            self._subgroup_picked(klass, g, hold_id)
+        return hold_id
+
     def _hold_lease(self, did: str, deadline: int) -> str | None:
         """A worker holds dispatch ``did``: extend its lease; a lost one takes a slot
         again. Returns the state it was in (None: no record)."""
@@ -262,10 +314,14 @@ class QueueData:
         state = rec.state
         if state == LOST:
             self.groups.setdefault(rec.group, Group()).inflight += 1
+            self._scope_add(rec.group, 1)
             self._count("inflight", 1)
             if rec.klass == "i":
                 self._count("inflight:i", 1)
             rec.state, rec.expires_ms = RUNNING, None
+            if rec.subgroup:  # its subgroup's flight too (subcaps.py)
+                path = f"{rec.group}/{rec.subgroup}"
+                self.sflight[path] = self.sflight.get(path, 0) + 1
             worker_slot(self.wflight, rec.target, 1)
             self._refresh(rec.group)
         self.leases[did] = deadline

@@ -10,21 +10,23 @@ from .. import limits
 from ..limits import Rate
 from ..store.base import RATE_EARLY_MS, Policy
 from ..store.throttling import check_rate_arg
-from .common import KEEP, RESET, QueueData
+from .common import KEEP, RESET
 from .decisions import CLASSES, front_tag, gcra, throttle_due
+from .subcaps import SubgroupCaps
 
 N = TypeVar("N", int, float)
 V = TypeVar("V")
 
 
-class QueueControls(QueueData):
+class QueueControls(SubgroupCaps):
     """A fair queue's settings and the controls laid over them."""
 
     # -- the policy settings ----------------------------------------------------------
 
     def configure(self, policy: Policy) -> int:
-        """Set the settings, lay the runtime limits over them and re-rank every group;
-        returns how many groups. See ``configure.lua``.
+        """Set the settings, lay the runtime limits over them, re-rank every group and
+        unpark what the subgroups' caps now allow; returns how many groups. See
+        ``configure.lua``.
 
         Raises:
             InvalidLimit: a number of ``policy`` out of range (``limits.check_policy``);
@@ -41,6 +43,7 @@ class QueueControls(QueueData):
         self.policy, self.charge = policy.name, policy.charge
         self.cap_mode, self.share = policy.cap_mode, policy.interactive_share
         self.aging, self.subgroup = policy.aging_seconds, policy.subgroup
+        self._scope_change(policy.scope)
         if self.cap_mode != limits.SOFT:  # no group stands over its cap
             self.over = {klass: {} for klass in CLASSES}
         before = {g: self.rate_of(g) for g in self.tats}  # rerated below
@@ -55,6 +58,7 @@ class QueueControls(QueueData):
             self._rerate(g, rate)
         for g in list(self.groups):
             self._refresh(g)
+        self._unpark_all()
         self.woken = True
         return len(self.groups)
 
@@ -68,7 +72,6 @@ class QueueControls(QueueData):
                 nothing was changed.
         """
         if cap not in (KEEP, RESET):
-            limits.capped_path(self.subgroup, g)
             cap = limits.cap(cap, f"concurrency for group {g!r}", minimum=-1)
         if weight not in (KEEP, RESET):
             weight = limits.weight(weight, f"weight for group {g!r}")
@@ -80,6 +83,8 @@ class QueueControls(QueueData):
                  self.weights, self.conf_weights)
         if self._refresh(g):
             self.woken = True
+        if cap != KEEP and "/" in g:  # a subgroup's cap: what it has room for now
+            self._unpark_path(g)
         return self.cap_of(g), self.weight_of(g)
 
     def pause(self, g: str, until_ms: float) -> None:

@@ -7,7 +7,7 @@ from collections import deque
 from dataclasses import replace
 
 from ..errors import GroupFull, SingletonDropped
-from ..limits import HARMONY, PATH_SUBGROUP, RUNTIME, SMALLEST, SOFT
+from ..limits import HARMONY, PATH_SUBGROUP, RUNTIME, SOFT
 from ..store.base import BeginResult, Picked, check_hold
 from .common import Placement
 from .controls import QueueControls
@@ -34,10 +34,11 @@ from .decisions import (
 )
 from .records import Group, Held, Record
 from .routing import QueueRouting, RouteCall, worker_slot
+from .scope import AppScope
 from .singletons import Singletons
 
 
-class FairQueue(QueueRouting, QueueControls, Singletons):
+class FairQueue(AppScope, QueueRouting, QueueControls, Singletons):
     """One fair queue: its state and the operations of the store contract."""
 
     # -- the lifecycle -----------------------------------------------------------------
@@ -89,10 +90,6 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
         held = self.msgs.get(hold_id)
         return held is None or held.value != value
 
-    def _held_count(self, g: str) -> int:
-        group = self.groups.get(g)
-        return self._held("i", g) + self._held("b", g) + (group.delayed if group else 0)
-
     def _check_room(self, p: Placement) -> None:
         """Raise GroupFull (queue left to the caller) when ``p``'s group is full."""
         if p.max_held is None:
@@ -109,10 +106,13 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
         """The class, group and score picked next: from the ready sets, else (soft caps)
         the over sets. See ``_head_of``."""
         first_b = background_first(self.stat.get("inflight:i", 0), self.share, capacity)
-        head = self._head_of(self.ready, first_b, routing)
-        if head is None and self.cap_mode == SOFT:
-            head = self._head_of(self.over, first_b, routing)
-        return head
+        while True:
+            head = self._head_of(self.ready, first_b, routing)
+            if head is None and self.cap_mode == SOFT:
+                head = self._head_of(self.over, first_b, routing)
+            if head is None or not self._scope_stale(head[0], head[1]):
+                return head
+            self._refresh(head[1])  # fair_scope 'app': at its cap across queues
 
     def _head_of(self, sets: dict[str, dict[str, float]], background_first: bool,
                  routing: RouteCall | None = None) -> tuple[str, str, float] | None:
@@ -154,12 +154,10 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
         while len(out) < want and not (routing and routing.open == 0) and \
                 (head := self._head(capacity, routing)) is not None:
             klass, g, tag = head
+            if self.subgroup == PATH_SUBGROUP and self._park_capped(klass, g, now_ms):
+                continue  # its head changed, it may have left: look again
             queue = self.lists[(klass, g)]
-            hold_id = queue.popleft()
-            if self.policy == SMALLEST:
-                self._unkey(klass, g, hold_id)
-            elif self.subgroup == PATH_SUBGROUP:
-                self._subgroup_picked(klass, g, hold_id)
+            hold_id = self._pop_head(klass, g, queue)
             held = self.msgs.pop(hold_id)
             self._unindex_copy(hold_id)
             self._count("held:" + klass, -1)
@@ -174,13 +172,16 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
                 tag = group.tags[klass] = advance(tag, spent, self.pick_weight(g))
                 estimate = spent if self.charge == RUNTIME else None
             group.inflight += 1
+            self._scope_add(g, 1)
+            sub = self._sub_entered(g, held.placement)
             if klass == "i":
                 self._count("inflight:i", 1)
             group.since[klass] = now_ms  # the next one is the head now (stale if none)
             did = dispatch_id(token, self.stat["picks"], len(out) + 1)
             self.records[did] = Record(PICKED, held.placement, hold_id, held.value,
                                        estimate=estimate,
-                                       singleton=self._singleton_picked(hold_id, did))
+                                       singleton=self._singleton_picked(hold_id, did),
+                                       subgroup=sub)
             if routing is not None:
                 self.records[did].target = target = routing.taken(klass)
                 worker_slot(self.wflight, target, 1)
@@ -263,6 +264,7 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
             return False
         self._correct(rec, runtime_of(runtime))
         self._free_slot(rec.group, rec.klass)
+        self._unpark_freed(rec.group, rec.subgroup)
         self._singleton_ended(rec.singleton, did, now_ms)  # its next waiter enters
         worker_slot(self.wflight, rec.target, -1)
         self.woken = True
@@ -290,6 +292,9 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
             rec = self.records.get(did)
             if rec is None or rec.state not in LIVE:
                 continue
+            # its subgroup's room first: what it unparks goes behind the message held
+            # again, which goes first as every retry
+            self._unpark_freed(rec.group, rec.subgroup)
             if requeues(rec.state, rec.kept, rec.value is not None):
                 self._hold_again(did, rec, now_ms)
                 rec.state, rec.value, rec.kept = SUPERSEDED, None, False
@@ -322,6 +327,7 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
         """Move due delayed messages into their groups and lift the throttles due; see
         ``promote.lua``."""
         admitted = self._singleton_admitted(now_ms)  # waiters other queues handed it
+        self._scope_admit()  # fair_scope 'app': groups another queue freed a slot of
         order = self._delayed_order()
         moved = [hold_id for due, _, hold_id in order if due <= now_ms][:limit]
         for hold_id in moved:
@@ -377,6 +383,8 @@ class FairQueue(QueueRouting, QueueControls, Singletons):
             self._unkey(p.klass, p.group, hold_id)
             self._count("held:" + p.klass, -1)
             self._drop_empty(p.klass, p.group)
+        elif self._drop_parked(hold_id, p):
+            self._count("held:" + p.klass, -1)
         self._refresh(p.group)
         self._forget_if_idle(p.group)
         return held.value

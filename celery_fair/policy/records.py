@@ -25,6 +25,7 @@ class Group:
 
     inflight: int = 0
     delayed: int = 0
+    parked: int = 0  # held messages parked (subcaps.py): not in its lists
     #: class -> virtual start tag; absent until first set (then read as 0)
     tags: dict[str, float] = field(default_factory=dict)
     #: harmony: the queue's pick sequence when it was last served (0: never), and the
@@ -59,6 +60,9 @@ class Record:
     singleton: str | None = None  # its singleton key: the dispatch owns it
     #: fair_affinity: the target it was routed to ('' for none), counted in ``wflight``
     target: str = ""
+    #: caps per subgroup: the subgroup it counts against in ``sflight`` ('' none: picked
+    #: without one, or not under fair_subgroup 'path')
+    subgroup: str = ""
 
     @property
     def group(self) -> str:

@@ -115,6 +115,7 @@ class ClusterStore(RedisStore):
     """Fair queues of one namespace on a Redis Cluster."""
 
     supports_direct_push = False
+    supports_app_scope = False  # a script reaches one slot (fair_scope 'app' refused)
 
     def same_redis(self, connection_kwargs: Mapping[str, Any]) -> bool:
         return False  # see the module's docstring

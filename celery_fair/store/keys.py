@@ -159,6 +159,21 @@ class QueueKeys:
         the key last picked (the list's virtual time)."""
         return f"{self.prefix}:sg:{klass}:{group}"
 
+    def parked(self, klass: str, group: str, subgroup: str) -> str:
+        """Caps per subgroup: LIST the ids of the group's class list parked while the
+        subgroup is at its cap, in order (``include/subcaps.lua``)."""
+        return f"{self.prefix}:pk:{klass}:{group}/{subgroup}"
+
+    @property
+    def parked_lists(self) -> str:
+        """Caps per subgroup: SET "<class>:<group>/<subgroup>" of the parked lists."""
+        return f"{self.prefix}:parked"
+
+    @property
+    def subgroup_flight(self) -> str:
+        """Caps per subgroup: HASH "<group>/<subgroup>" -> its dispatches in flight."""
+        return f"{self.prefix}:sgflight"
+
     def group(self, group: str) -> str:
         return f"{self.prefix}:g:{group}"
 

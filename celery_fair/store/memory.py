@@ -71,6 +71,7 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
         self._swait: dict[str, deque[str]] = {}
         self._sadmit: dict[str, deque[str]] = {}
         self._swake: set[str] = set()
+        self._scope_n: dict[str, int] = {}  # fair_scope 'app': group -> in flight
         self._registered: set[str] = set()  # fair queues that have held a message
         self._workers: dict[str, dict[str, Registration]] = {}  # queue -> worker ->
         self._writers: dict[str, int] = {}  # queue -> until when its summary writer holds
@@ -87,6 +88,7 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
                 fq = self._queues[queue] = FairQueue()
                 fq.share_singletons(queue, self._sowner, self._swait, self._sadmit,
                                     self._swake)
+                fq.share_scope(self._scope_n, self._queues)
             fq.expire(wall_ms())
             yield fq
             if fq.woken:
@@ -264,6 +266,8 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
             backlog: dict[str, int] = {}
             for (_, g), ids in fq.lists.items():
                 backlog[g] = backlog.get(g, 0) + len(ids)
+            for (_, g, _), ids in fq.parked.items():
+                backlog[g] = backlog.get(g, 0) + len(ids)
         ranked = sorted(((n, g) for g, n in backlog.items() if n > 0), reverse=True)
         return [(g, n) for n, g in ranked[:max(limit, 0)]]
 
@@ -282,8 +286,8 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
                 group = fq.groups.get(g)
                 cap = fq.cap_of(g)
                 out.append(GroupFigures(
-                    g, held_interactive=len(fq.lists.get(("i", g), ())),
-                    held_background=len(fq.lists.get(("b", g), ())),
+                    g, held_interactive=len(fq.held_ids("i", g)),
+                    held_background=len(fq.held_ids("b", g)),
                     delayed=group.delayed if group else 0,
                     inflight=group.inflight if group else 0,
                     cap=None if cap < 0 else cap, weight=fq.weight_of(g),
@@ -300,7 +304,7 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
                 due = [due_of(fq.msgs[h[0]].value) if h else None for h in heads]
                 since = [group.since[k] / 1000 if h and group and k in group.since else None
                          for k, h in zip(CLASSES, heads)]
-                out.append(GroupHeads(g, len(heads[0] or ()), len(heads[1] or ()),
+                out.append(GroupHeads(g, len(fq.held_ids("i", g)), len(fq.held_ids("b", g)),
                                       group.inflight if group else 0,
                                       group.delayed if group else 0, due[0], due[1],
                                       since[0], since[1]))

@@ -50,7 +50,7 @@ class MemoryReads(Locating):
             where = Location(task_id, queue, group, CLASS_NAMES[klass], "held")
             if task_id in fq.delayed:
                 return dataclasses.replace(where, state="delayed", due_ms=fq.delayed[task_id])
-            ids = list(fq.lists.get((klass, group), ()))
+            ids = fq.held_ids(klass, group)
         position = ids.index(task_id) if task_id in ids else None
         return dataclasses.replace(where, place=place_of(
             cast(PlaceReads, self), queue, klass, group, position))  # MemoryStore has the reads
@@ -63,7 +63,7 @@ class MemoryReads(Locating):
                       klass: str | None = None) -> list[HeldMessage]:
         with self._queue(queue) as fq:
             ids = [(c, i) for c in ([klass] if klass else CLASSES)
-                   for i in fq.lists.get((c, group), ())]
+                   for i in fq.held_ids(c, group)]
             return [HeldMessage(i, c, fq.msgs[i].value) for c, i in ids[:limit]]
 
     def _dispatched_at(self, queue: str, task_id: str) -> Location | None:

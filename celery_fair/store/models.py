@@ -179,17 +179,17 @@ class Policy:
     name: str = WFQ
     #: what a dispatch charges a group's share under wfq, one of ``limits.CHARGES``
     charge: str = COST
-    #: 'hard': a group at its cap waits; 'soft': it may go on while no other group has
-    #: work it may run (``fair_cap_mode``)
+    #: ``fair_cap_mode``: 'hard' (at its cap a group waits) or 'soft' (see policies.py)
     cap_mode: str = HARD
-    #: the most of the capacity interactive work may hold while background work waits
-    #: (None: strict priority; ``fair_interactive_share``)
+    #: ``fair_interactive_share``: see policies.py (None: strict priority)
     interactive_share: float | None = None
     #: 'smallest': seconds of waiting worth one unit of declared cost
     #: (``fair_aging_seconds``; 0: arrival order)
     aging_seconds: float = limits.DEFAULT_AGING
     #: ``fair_subgroup``: 'none', or 'path' (a group's subgroups take turns)
     subgroup: str = limits.NO_SUBGROUP
+    #: ``fair_scope``: 'queue', or 'app' (a group's cap binds across app-scoped queues)
+    scope: str = limits.QUEUE_SCOPE
 
 
 # -- lifetimes and bounds every backend keeps, and the summary read model ---------------

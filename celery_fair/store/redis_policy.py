@@ -16,11 +16,16 @@ class RedisPolicy:
     """A mixin of :class:`~celery_fair.store.redis.RedisStore` (it gives ``_run``)."""
 
     _run: Any
+    #: fair_scope 'app' counts across queues (common.lua SC): not on Redis Cluster
+    supports_app_scope = True
 
     def configure(self, queue: str, policy: Policy) -> None:
         """Raises :class:`~celery_fair.errors.InvalidLimit` (nothing written) when a
         number of ``policy`` is out of range (:mod:`celery_fair.limits`)."""
         limits.check_policy(policy)
+        if not self.supports_app_scope:
+            limits.scope_unsupported(policy, "Redis Cluster",
+                                     "a script reaches one slot: route a group to one queue")
         self._run("configure", queue,
                   -1 if policy.default_cap is None else policy.default_cap,
                   policy.interactive_reserve, policy.default_weight,
@@ -29,7 +34,7 @@ class RedisPolicy:
                   "" if policy.default_rate is None else policy.default_rate.encode(),
                   policy.name, policy.charge, policy.cap_mode,
                   "" if policy.interactive_share is None else repr(policy.interactive_share),
-                  repr(float(policy.aging_seconds)), policy.subgroup)
+                  repr(float(policy.aging_seconds)), policy.subgroup, policy.scope)
 
     def limit(self, queue: str, group: str, cap: int | str = KEEP,
               weight: float | str = KEEP) -> tuple[int | None, float]:

@@ -209,18 +209,39 @@ class RedisReads(Locating):
                 pipe.hexists(k.limit_caps, g)
                 pipe.hexists(k.limit_weights, g)
             pipe.hgetall(k.conf)
-            *rows, conf = pipe.execute()
+            pipe.smembers(k.parked_lists)
+            *rows, conf, parked_lists = pipe.execute()
+            parked = self._parked_counts(k, parked_lists, groups)
         conf = {_text(a): _text(b) for a, b in conf.items()}
         out = []
         for i, g in enumerate(groups):
             held_i, held_b, (n, d), cap, weight, cap_limited, weight_limited = \
                 rows[i * 7:i * 7 + 7]
+            held_i += parked.get(("i", g), 0)  # parked (caps per subgroup): held too
+            held_b += parked.get(("b", g), 0)
             cap_value = int(_first(cap, conf.get("cap"), -1))
             out.append(GroupFigures(
                 g, held_interactive=held_i, held_background=held_b, delayed=int(d or 0),
                 inflight=int(n or 0), cap=None if cap_value < 0 else cap_value,
                 weight=float(_first(weight, conf.get("weight"), 1)),
                 limited=limited_by(cap_limited, weight_limited)))
+        return out
+
+    def _parked_counts(self, k: Any, members: Any, groups: Sequence[str]
+                       ) -> dict[tuple[str, str], int]:
+        """(class, group) -> its parked ids (caps per subgroup), for ``groups``; one
+        round trip when any is parked."""
+        wanted = set(groups)
+        lists = [(_text(m)[0], *_text(m)[2:].split("/", 1)) for m in members]
+        lists = [(c, g, s) for c, g, s in lists if g in wanted]
+        if not lists:
+            return {}
+        pipe = self.client.pipeline(transaction=False)
+        for c, g, s in lists:
+            pipe.llen(k.parked(c, g, s))
+        out: dict[tuple[str, str], int] = {}
+        for (c, g, _), n in zip(lists, pipe.execute()):
+            out[(c, g)] = out.get((c, g), 0) + int(n)
         return out
 
     def summarize(self, queue: str, groups: Sequence[str]) -> list[GroupHeads]:
@@ -244,11 +265,21 @@ class RedisReads(Locating):
             pipe = self.client.pipeline(transaction=True)  # both lists at one instant
             for c in classes:
                 pipe.lrange(k.held(c, group), 0, limit - 1)
-            ids = [(c, _text(i)) for c, got in zip(classes, pipe.execute()) for i in got]
+            ids = [(c, _text(i)) for c, got in zip(classes, pipe.execute())
+                   for i in [*got, *self._parked_ids(k, c, group)]]
             values = self.client.hmget(k.msg, [i for _, i in ids[:limit]]) if ids else []
         # a message picked between the two reads has no value any more: not held
         return [HeldMessage(i, c, v.encode() if isinstance(v, str) else v)
                 for (c, i), v in zip(ids, values) if v is not None]
+
+    def _parked_ids(self, k: Any, klass: str, group: str) -> list[str]:
+        """Caps per subgroup: the ids g's class list has parked, by subgroup name then
+        order (after the list, as the memory store's ``held_ids``)."""
+        head = f"{klass}:{group}/"
+        subs = sorted(m[len(head):] for m in map(_text, self.client.smembers(k.parked_lists))
+                      if m.startswith(head))
+        return [_text(i) for sub in subs
+                for i in self.client.lrange(k.parked(klass, group, sub), 0, -1)]
 
     def _held_at(self, queue: str, task_id: str) -> Location | None:
         k = self.keys(queue)
@@ -264,6 +295,8 @@ class RedisReads(Locating):
             if due is not None:
                 return dataclasses.replace(where, state="delayed", due_ms=int(due))
             position = client.lpos(k.held(klass, group), task_id)
+            if position is None and task_id in (parked := self._parked_ids(k, klass, group)):
+                position = client.llen(k.held(klass, group)) + parked.index(task_id)
         place = place_of(self, queue, klass, group, None if position is None else int(position))
         return dataclasses.replace(where, place=place)
 

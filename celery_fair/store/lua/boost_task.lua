@@ -23,7 +23,7 @@ if not was_head then redis.call('HSET', k_group(m.g), 'h' .. m.cls, ARGV[2]) end
 if harmony() then
   -- Harmony: the group's rank (`j`, both classes) goes just below the lower of both
   -- ready sets' heads and its own, until its next pick
-  local lowest = harmony_rank(m.g, inflight_of(m.g))
+  local lowest = harmony_rank(m.g, SC.count(m.g, inflight_of(m.g)))  -- the app's, as every rank
   for _, cls in ipairs(CLASSES) do
     local top = redis.call('ZRANGE', k_ready(cls), 0, 0, 'WITHSCORES')
     if top[2] and tonumber(top[2]) < lowest then lowest = tonumber(top[2]) end

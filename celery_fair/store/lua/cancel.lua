@@ -13,6 +13,7 @@ ARGV[4..] task ids
 Returns: flat array {hold id, stored value, ...} of the messages removed. ]]
 -- @include common
 -- @include singleton
+-- @include subcaps
 local keep = tonumber(ARGV[1])
 
 -- Removes hold id `id` if held; returns its stored value.
@@ -40,6 +41,9 @@ local function remove(id)
       count_held(cls, g, -1)
       -- the next message is the head now (a stale time when none: the next in stamps it)
       if was_head then redis.call('HSET', k_group(g), 'h' .. cls, ARGV[3]) end
+    elseif redis.call('SCARD', SUBCAPS.parked) > 0
+        and SUBCAPS.removed(cls, g, subgroup_of(value), id) == 1 then
+      count_held(cls, g, -1)  -- parked (caps per subgroup): still held
     end
   end
   refresh(g)

@@ -47,6 +47,7 @@ that cannot be repaired). Step fixed: `next` is 'blocked' when a foreign key sto
 rest (report mode). ]]
 -- @include common
 -- @include singleton
+-- @include subcaps
 local repair, now, lease_ms = ARGV[1] == '1', tonumber(ARGV[2]), tonumber(ARGV[3])
 local step, batch, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local out = {'', 0}
@@ -95,6 +96,7 @@ local function listed_count(cls, g)
   local orphans = tallied('orphan:' .. cls .. ':' .. g)
   if wrong_type(k_list(cls, g), 'list') then return orphans end  -- reported by the lists step
   return redis.call('LLEN', k_list(cls, g)) - tallied('bad:' .. cls .. ':' .. g) + orphans
+         + SUBCAPS.held(cls, g)  -- parked (caps per subgroup): still held
 end
 
 -- Numbers a version before the range checks (limits.py, common.lua) could store: a NaN
@@ -252,10 +254,12 @@ end
 
 -- Is `id`, held for group m.g, in its list? Searched from the end its hold pushed it to,
 -- where one held during the check is.
-local function listed(id, m)
+local function listed(id, m, v)
   local key = k_list(m.cls, m.g)
   if wrong_type(key, 'list') then return false end  -- a foreign key took its place
   return redis.call('LPOS', key, id, 'RANK', m.front and 1 or -1) ~= false
+    or (redis.call('SCARD', SUBCAPS.parked) > 0  -- parked (caps per subgroup)
+        and redis.call('LPOS', SUBCAPS.key(m.cls, m.g, subgroup_of(v)), id) ~= false)
 end
 
 local function step_msg(cursor)
@@ -269,7 +273,7 @@ local function step_msg(cursor)
               'moved to ' .. K_QUARANTINE)
       if repair then quarantine(id, v, 'check: undecodable stored value') end
     elseif redis.call('SISMEMBER', K_SEEN, id) == 0 and not redis.call('ZSCORE', K_DELAYED, id)
-        and not listed(id, m) and not singleton_waiting(id) then
+        and not listed(id, m, v) and not singleton_waiting(id) then
       finding('orphan_message', id, 'held for group ' .. m.g .. ' but in no list',
               'held again in ' .. k_list(m.cls, m.g))
       if repair then  -- the counters still count it: only its list entry was lost
@@ -387,26 +391,35 @@ local function check_group(g, want_n, want_d)
   end
   local n_now = tonumber(redis.call('HGET', gk, 'n') or '0')
   local stale = check_tags(g, gk)
+  -- fair_scope 'app': another queue freed a slot of g, which the next promote here
+  -- refreshes (SC.admit): its sets may not say so yet
+  local marked = SC.app() and redis.call('SISMEMBER', SC.key('refresh:' .. SC.queue), g) == 1
   for _, cls in ipairs(CLASSES) do
     local score = redis.call('ZSCORE', k_ready(cls), g)
     local should = busy and eligible(cls, g, n_now)
     local tag = tonumber(redis.call('HGET', gk, 't' .. cls) or '0')
-    if harmony() then tag = harmony_rank(g, n_now) end  -- the score is the rank
-    if should and not score then
+    if harmony() then tag = harmony_rank(g, SC.count(g, n_now)) end  -- the score is the rank
+    -- fair_scope 'app': another queue's picks may have taken g to its cap, or moved its
+    -- rank, since it was ranked here; the pick passes such a stale member over (SC.stale)
+    local lazy = score and SC.app() and busy and redis.call('LLEN', k_list(cls, g)) > 0
+    if should and not score and not marked then
       finding('not_ready', g, 'eligible for class ' .. cls .. ' but not in its ready set',
               'ready set refreshed')
       stale = true
-    elseif score and not should then
+    elseif score and not should and not lazy then
       finding('ready_but_ineligible', g, 'in the ready set of class ' .. cls ..
               ' but holds nothing there or is at its cap', 'ready set refreshed')
       stale = true
-    elseif score and tonumber(score) ~= tag then
+    elseif score and tonumber(score) ~= tag and not (lazy and harmony()) then
       finding('ready_tag_mismatch', g, 'ready score ' .. score .. ' differs from its tag or rank ' ..
               tag .. ' in class ' .. cls, 'ready set refreshed')
       stale = true
     end
     local over = redis.call('ZSCORE', k_over(cls), g)
-    if (over ~= false) ~= (busy and standing(cls, g, n_now) == 'over') then
+    local stands_over = busy and standing(cls, g, n_now) == 'over'
+    -- a stale ready member (lazy, above) stands over before it leaves the ready set
+    local stale_over = lazy and stands_over and not over
+    if (over ~= false) ~= stands_over and not (marked or stale_over) then
       finding('over_set_mismatch', g, 'its place in the over set of class ' .. cls ..
               ' differs from where it stands (soft caps)', 'over set refreshed')
       stale = true

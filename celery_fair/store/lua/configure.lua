@@ -23,6 +23,10 @@ ARGV[12] the aging under 'smallest' in seconds per unit of cost (fair_aging_seco
          a number from 0 to MAX_AGING (absent: DEFAULT_AGING)
 ARGV[13] fair_subgroup: 'none' or 'path' (absent: 'none'); a change drops the lists'
          keys (k_keys) and subgroup tags (k_subtags), as leaving 'smallest' does
+ARGV[14] fair_scope: 'queue' or 'app' (absent: 'queue'); entering 'app' adds the queue
+         to `<ns>:scope:queues` and its groups' in-flight counts to the app's
+         (`<ns>:scope:n`), leaving it takes them out again, so the app's count stays
+         the sum over the app-scoped queues (common.lua SC)
 Returns: number of groups re-ranked.
 Error (before anything is written): an unknown policy, charge or cap mode, a share
 out of range; a cap, reserve, weight or rate
@@ -31,6 +35,7 @@ left as they are (a restart with the same settings changes nothing) but for the 
 whose rate in force changed: as rate.lua does, their buckets start full and their old
 rates' throttles go, not a task's (common.lua `rerate`). ]]
 -- @include common
+-- @include subcaps
 local caps, weights, rates = cjson.decode(ARGV[4]), cjson.decode(ARGV[5]), cjson.decode(ARGV[6])
 local function refuse(what, value, expected)
   return redis.error_reply('ERR ' .. what .. ' must be ' .. expected .. ', got ' ..
@@ -68,6 +73,10 @@ local charge = ARGV[9] or 'cost'
 if ARGV[13] and ARGV[13] ~= 'none' and ARGV[13] ~= 'path' then
   return refuse('subgroup', ARGV[13], "'none' or 'path'")
 end
+local scope = ARGV[14] or 'queue'
+if scope ~= 'queue' and scope ~= 'app' then
+  return refuse('scope', scope, "'queue' or 'app'")
+end
 if not CHARGES[charge] then
   return refuse('charge', charge, "'cost', 'count' or 'runtime'")
 end
@@ -103,6 +112,19 @@ end
 redis.call('HSET', K_CONF, 'cap', ARGV[1], 'reserve', ARGV[2], 'weight', ARGV[3],
            'policy', ARGV[8], 'charge', charge, 'capmode', capmode, 'aging', conf_aging,
            'subgroup', sub)
+local scope_before = redis.call('HGET', K_CONF, 'scope') or 'queue'
+if scope_before ~= scope then  -- the app's counts gain or lose this queue's
+  local sign = scope == 'app' and 1 or -1
+  SC.read = true
+  for _, g in ipairs(redis.call('SMEMBERS', K_GROUPS)) do
+    local n = inflight_of(g)
+    if n ~= 0 then SC.add(g, sign * n) end
+  end
+  if scope == 'app' then redis.call('SADD', SC.key('queues'), SC.queue)
+  else redis.call('SREM', SC.key('queues'), SC.queue) end
+end
+redis.call('HSET', K_CONF, 'scope', scope)
+SC.read = nil
 if ishare == '' then redis.call('HDEL', K_CONF, 'ishare') else redis.call('HSET', K_CONF, 'ishare', ishare) end
 policy_read, soft_read, aging_read, subgroup_read = nil, nil, nil, nil  -- the refreshes below rank under the new policy
 if capmode == 'hard' then
@@ -125,15 +147,39 @@ for _, k in ipairs({{K_CONF_CAPS, K_CAPS, K_LIMIT_CAPS, caps, valid_cap},
     if valid(limited[i + 1]) then redis.call('HSET', in_force, limited[i], limited[i + 1]) end
   end
 end
+-- conf `pathcaps`: '1' while some cap in force is keyed by a path (pick.lua parks heads
+-- only then: caps per subgroup)
+local pathcaps = false
+for _, g in ipairs(redis.call('HKEYS', K_CAPS)) do
+  if string.find(g, '/', 1, true) then pathcaps = true break end
+end
+if pathcaps then redis.call('HSET', K_CONF, 'pathcaps', '1') else redis.call('HDEL', K_CONF, 'pathcaps') end
 for g, r in pairs(before) do rerate(g, r[1], r[2]) end  -- refreshed below
+-- caps per subgroup: parked work the new caps or setting leave room for comes back (all
+-- of it when no cap binds its subgroup, as when the setting leaves 'path'); what stays
+-- parked is still held, counted below
+local parked_paths, parked_n, held = {}, {}, {i = 0, b = 0}
+local function parked_list(member)  -- "<class>:<group>/<subgroup>" -> class, group, subgroup
+  local slash = string.find(member, '/', 3, true)
+  return string.sub(member, 1, 1), string.sub(member, 3, slash - 1), string.sub(member, slash + 1)
+end
+for _, member in ipairs(redis.call('SMEMBERS', SUBCAPS.parked)) do
+  local _, g, sg = parked_list(member)
+  parked_paths[g .. '/' .. sg] = {g, sg}
+end
+for _, gs in pairs(parked_paths) do SUBCAPS.unpark(gs[1], gs[2]) end
+for _, member in ipairs(redis.call('SMEMBERS', SUBCAPS.parked)) do
+  local cls, g, sg = parked_list(member)
+  local len = redis.call('LLEN', SUBCAPS.key(cls, g, sg))
+  held[cls], parked_n[g] = held[cls] + len, (parked_n[g] or 0) + len
+end
 local groups = redis.call('SMEMBERS', K_GROUPS)
 -- The held counters are rebuilt while every group is visited anyway: they become exact
 -- again after anything that bypassed the scripts (a store written by an older version).
 redis.call('DEL', K_BACKLOG)
-local held = {i = 0, b = 0}
 for _, g in ipairs(groups) do
   refresh(g, tonumber(ARGV[1]))
-  local n = 0
+  local n = parked_n[g] or 0
   for _, cls in ipairs(CLASSES) do
     local len = redis.call('LLEN', k_list(cls, g))
     held[cls] = held[cls] + len

@@ -7,9 +7,11 @@ ARGV[1]  group
 ARGV[2]  cap: an integer (-1: no cap), '' to leave it, 'reset' to clear it
 ARGV[3]  weight: a number, '' to leave it, 'reset' to clear it
 Returns: {cap, weight} now in force (runtime or setting; cap -1: none), as strings.
-Error (before anything is written): a cap or weight out of range (common.lua bounds);
-'LIMIT ...': a cap on a subgroup path under fair_subgroup 'path'. ]]
+A cap keyed by a subgroup path ("<group>/<subgroup>") under fair_subgroup 'path' caps
+that subgroup (include/subcaps.lua): what it has room for now is unparked.
+Error (before anything is written): a cap or weight out of range (common.lua bounds). ]]
 -- @include common
+-- @include subcaps
 local g = ARGV[1]
 local function refuse(name, value, expected)
   return redis.error_reply('ERR ' .. name .. ' for group ' .. g .. ' must be ' .. expected ..
@@ -21,13 +23,6 @@ end
 if ARGV[3] ~= '' and ARGV[3] ~= 'reset' and not valid_weight(ARGV[3]) then
   return refuse('weight', ARGV[3], 'a finite number between ' .. MIN_WEIGHT .. ' and ' ..
                 MAX_WEIGHT)
-end
--- A cap keyed by a subgroup path under fair_subgroup 'path' would bind nothing (the task
--- is held in the group before the '/'): refused, as limits.py `capped_path` does.
-if ARGV[2] ~= '' and ARGV[2] ~= 'reset' and subgroups() and string.find(g, '/', 1, true) then
-  return redis.error_reply("LIMIT concurrency for '" .. g .. "': caps per subgroup are " ..
-    "not supported (yet); under fair_subgroup 'path' cap the group '" ..
-    string.sub(g, 1, string.find(g, '/', 1, true) - 1) .. "' instead")
 end
 local valid = {valid_cap, valid_weight}
 for i, k in ipairs({{K_LIMIT_CAPS, K_CAPS, K_CONF_CAPS},
@@ -44,6 +39,16 @@ for i, k in ipairs({{K_LIMIT_CAPS, K_CAPS, K_CONF_CAPS},
     redis.call('HSET', in_force, g, value)
   end
 end
+-- a cap keyed by a path: picks look at heads' subgroups from now on (conf `pathcaps`;
+-- configure.lua clears it when no such cap is left)
+if ARGV[2] ~= '' and ARGV[2] ~= 'reset' and string.find(g, '/', 1, true) then
+  redis.call('HSET', K_CONF, 'pathcaps', '1')
+end
 if refresh(g) then wake() end
+-- a subgroup's cap (caps per subgroup): what it has room for now is unparked
+local slash = ARGV[2] ~= '' and string.find(g, '/', 1, true)
+if slash and redis.call('SCARD', SUBCAPS.parked) > 0 then
+  SUBCAPS.unpark(string.sub(g, 1, slash - 1), string.sub(g, slash + 1))
+end
 local default_weight = valid_weight(redis.call('HGET', K_CONF, 'weight')) or 1
 return {tostring(cap_of(g)), tostring(weight_of(g, default_weight))}

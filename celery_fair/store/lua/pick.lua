@@ -54,6 +54,7 @@ logged). ]]
 -- @include singleton
 -- @include kombu
 -- @include routing
+-- @include subcaps
 local now, want, capacity = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local deadline = now + tonumber(ARGV[4])
 local token = ARGV[5] .. redis.call('HINCRBY', K_STAT, 'picks', 1) .. '.'
@@ -132,8 +133,12 @@ end
 local interactive_empty = redis.call('ZCARD', k_ready('i')) == 0
 -- the companions, read in one call: the policy and subgroups (harmony()'s), the charge,
 -- the cap mode (soft_caps()'s) and the interactive share
-local conf_policy, conf_charge, conf_capmode, conf_ishare, conf_subgroup =
-  unpack(redis.call('HMGET', K_CONF, 'policy', 'charge', 'capmode', 'ishare', 'subgroup'))
+local conf_policy, conf_charge, conf_capmode, conf_ishare, conf_subgroup, conf_scope,
+      conf_pathcaps = unpack(redis.call('HMGET', K_CONF, 'policy', 'charge', 'capmode',
+                                        'ishare', 'subgroup', 'scope', 'pathcaps'))
+if SC.read == nil then SC.read = conf_scope == 'app' end  -- fair_scope: no read of its own
+-- caps per subgroup: heads are looked at only while some cap is keyed by a path
+SUBCAPS.on = conf_pathcaps == '1'
 if policy_read == nil then policy_read = conf_policy or 'wfq' end
 if subgroup_read == nil then subgroup_read = conf_subgroup == 'path' end
 if soft_read == nil then soft_read = conf_capmode == 'soft' end
@@ -209,109 +214,145 @@ local out, taken, pushed, pushed_info = {}, 0, 0, {}
 local popped, popped_total = {}, {i = 0, b = 0}  -- ids taken off each group's lists
 local new_head = {}  -- group -> {class -> true}: a message taken off that list's head
 local routed = {}  -- affinity: the worker of each message in `out`, in order
+-- Caps per subgroup: park the heads of g's class list while their subgroup is at its cap
+-- (SUBCAPS.room 0), taken off as a pick takes them (pop_held: the virtual time moves past
+-- their keys) into their subgroup's parked list; true when any was (the head changed, g
+-- may have left the ready sets). FairQueue._park_capped.
+function SUBCAPS.park_heads(cls, g)
+  local list, parked = k_list(cls, g), 0
+  while true do
+    local id = redis.call('LINDEX', list, 0)
+    local sg = id and subgroup_of(redis.call('HGET', K_MSG, id) or '') or ''
+    if sg == '' or SUBCAPS.room(g .. '/' .. sg) ~= 0 then break end
+    pop_held(cls, g)
+    redis.call('RPUSH', SUBCAPS.key(cls, g, sg), id)
+    redis.call('SADD', SUBCAPS.parked, cls .. ':' .. g .. '/' .. sg)
+    parked = parked + 1
+  end
+  if parked == 0 then return false end
+  redis.call('HINCRBY', k_group(g), 'pk', parked)
+  redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1])
+  write_pending(g)
+  refresh(g, default_cap, {cap = cap_in_call(g)})
+  interactive_empty = false
+  return true
+end
+
 while taken < want and not (routing and routing.open == 0) do
   local cls, g, tag = head()
+  while cls and SUBCAPS.on and subgroups() and SUBCAPS.park_heads(cls, g) do
+    cls, g, tag = head()
+  end
   if not cls then break end
-  local id = pop_held(cls, g)
-  if id then
-    popped[g] = (popped[g] or 0) + 1
-    popped_total[cls] = popped_total[cls] + 1
-  end
-  local value = id and redis.call('HGET', K_MSG, id)
-  local m = value and decode(value)
-  if value and not m then
-    quarantine(id, value, 'pick: undecodable stored value')
-    out[#out + 1] = ''
-    out[#out + 1] = id
-    out[#out + 1] = ''
-  end
-  if not m then
-    -- nothing taken (an id without a message, or quarantined): maybe nothing left
+  if SC.stale(cls, g, cap_in_call(g)) then
+    -- fair_scope 'app': at its cap across the app's queues since it was ranked here
     write_pending(g)
-    if id then
-      redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1])  -- before a forget
-      singleton_removed(id, ARGV[1])  -- a quarantined owner passes its key on
-    end
-    redis.call('ZREM', k_ready(cls), g)
-    if soft then redis.call('ZREM', k_over(cls), g) end
     refresh(g, default_cap, {cap = cap_in_call(g)})
-    forget_if_idle(g)
     interactive_empty = false
   else
-    redis.call('HDEL', K_MSG, id)
-    unindex_copy(id)
-    local gk = k_group(g)
-    local p = pending[g] or {n = 0}
-    pending[g], p.n = p, p.n + 1
-    local estimate = nil  -- what a 'runtime' charge corrects at release
-    if harmonious then  -- served now; a jump (boost_task.lua) is spent
-      redis.call('HSET', gk, 's', redis.call('HINCRBY', K_STAT, 'served', 1))
-      redis.call('HDEL', gk, 'j')
-    else
-      vt_due[cls] = tag
-      local spent = m.cost
-      if charge == 'count' then
-        spent = 1
-      elseif charge == 'runtime' then
-        spent = finite(redis.call('HGET', gk, 'r')) or m.cost
-        estimate = spent
-      end
-      tag = tag + spent / weight_in_call(g)
-      p['t' .. cls] = tag
+    local id = pop_held(cls, g)
+    if id then
+      popped[g] = (popped[g] or 0) + 1
+      popped_total[cls] = popped_total[cls] + 1
     end
-    if cls == 'i' then inflight_i, taken_i = inflight_i + 1, taken_i + 1 end
-    local heads = new_head[g] or {}
-    heads[cls], new_head[g] = true, heads
-    taken = taken + 1
-    local did = token .. taken
-    singleton_picked(id, did)  -- the key goes with the record (`k`)
-    if target and push(did, value) then
-      -- the bytes stay with the record until a worker reports it (as confirm.lua keeps
-      -- them): a copy the broker lost is held again when the lease runs out
-      redis.call('HSET', k_dispatch(did), 's', 'queued', 'g', g, 'c', cls, 'id', id,
-                 'v', value)
-      if estimate then redis.call('HSET', k_dispatch(did), 'e', estimate) end
-      redis.call('ZADD', K_LEASES, tonumber(ARGV[9]), did)
-      pushed = pushed + 1
-      -- for the dispatcher's metrics and log: class, due time, group, hold id, dispatch id
-      pushed_info[#pushed_info + 1] = cls
-      pushed_info[#pushed_info + 1] = pushed_due and string.format('%.17g', pushed_due) or ''
-      pushed_info[#pushed_info + 1] = g
-      pushed_info[#pushed_info + 1] = id
-      pushed_info[#pushed_info + 1] = did
-    else
-      redis.call('HSET', k_dispatch(did), 's', 'picked', 'g', g, 'c', cls, 'id', id,
-                 'v', value)
-      if estimate then redis.call('HSET', k_dispatch(did), 'e', estimate) end
-      if routing then
-        routed[#routed + 1] = routing.host[cls]
-        routed_taken(routing, routing.host[cls], did)
-      end
-      redis.call('ZADD', K_LEASES, deadline, did)
-      out[#out + 1] = did
+    local value = id and redis.call('HGET', K_MSG, id)
+    local m = value and decode(value)
+    if value and not m then
+      quarantine(id, value, 'pick: undecodable stored value')
+      out[#out + 1] = ''
       out[#out + 1] = id
-      out[#out + 1] = value
+      out[#out + 1] = ''
     end
-    if harmonious then  -- its rank moved, in both classes
+    if not m then
+      -- nothing taken (an id without a message, or quarantined): maybe nothing left
       write_pending(g)
-      refresh(g, default_cap, {cap = cap_in_call(g)})
-      interactive_empty = false
-    elseif cap_in_call(g) < 0 then
-      -- Without a cap only this class's membership can change: re-rank at the new tag
-      -- (it is above the virtual time just set) or drop the group when it has run dry.
-      if redis.call('LLEN', k_list(cls, g)) > 0 then
-        redis.call('ZADD', k_ready(cls), tag, g)
-      else
-        redis.call('ZREM', k_ready(cls), g)
+      if id then
+        redis.call('HSET', k_group(g), 'h' .. cls, ARGV[1])  -- before a forget
+        singleton_removed(id, ARGV[1])  -- a quarantined owner passes its key on
       end
-    else
-      -- the tag moved and the cap may be reached: re-rank or drop the group in each class
       redis.call('ZREM', k_ready(cls), g)
-      write_pending(g)
+      if soft then redis.call('ZREM', k_over(cls), g) end
       refresh(g, default_cap, {cap = cap_in_call(g)})
+      forget_if_idle(g)
       interactive_empty = false
+    else
+      redis.call('HDEL', K_MSG, id)
+      unindex_copy(id)
+      local gk = k_group(g)
+      local p = pending[g] or {n = 0}
+      pending[g], p.n = p, p.n + 1
+    SC.add(g, 1)  -- fair_scope 'app': counted at once, a later head reads it
+      local estimate = nil  -- what a 'runtime' charge corrects at release
+      if harmonious then  -- served now; a jump (boost_task.lua) is spent
+        redis.call('HSET', gk, 's', redis.call('HINCRBY', K_STAT, 'served', 1))
+        redis.call('HDEL', gk, 'j')
+      else
+        vt_due[cls] = tag
+        local spent = m.cost
+        if charge == 'count' then
+          spent = 1
+        elseif charge == 'runtime' then
+          spent = finite(redis.call('HGET', gk, 'r')) or m.cost
+          estimate = spent
+        end
+        tag = tag + spent / weight_in_call(g)
+        p['t' .. cls] = tag
+      end
+      if cls == 'i' then inflight_i, taken_i = inflight_i + 1, taken_i + 1 end
+      local heads = new_head[g] or {}
+      heads[cls], new_head[g] = true, heads
+      taken = taken + 1
+      local did = token .. taken
+      if subgroups() then SUBCAPS.picked(g, value, did) end
+      singleton_picked(id, did)  -- the key goes with the record (`k`)
+      if target and push(did, value) then
+        -- the bytes stay with the record until a worker reports it (as confirm.lua keeps
+        -- them): a copy the broker lost is held again when the lease runs out
+        redis.call('HSET', k_dispatch(did), 's', 'queued', 'g', g, 'c', cls, 'id', id,
+                   'v', value)
+        if estimate then redis.call('HSET', k_dispatch(did), 'e', estimate) end
+        redis.call('ZADD', K_LEASES, tonumber(ARGV[9]), did)
+        pushed = pushed + 1
+        -- for the dispatcher's metrics and log: class, due time, group, hold id, dispatch id
+        pushed_info[#pushed_info + 1] = cls
+        pushed_info[#pushed_info + 1] = pushed_due and string.format('%.17g', pushed_due) or ''
+        pushed_info[#pushed_info + 1] = g
+        pushed_info[#pushed_info + 1] = id
+        pushed_info[#pushed_info + 1] = did
+      else
+        redis.call('HSET', k_dispatch(did), 's', 'picked', 'g', g, 'c', cls, 'id', id,
+                   'v', value)
+        if estimate then redis.call('HSET', k_dispatch(did), 'e', estimate) end
+        if routing then
+          routed[#routed + 1] = routing.host[cls]
+          routed_taken(routing, routing.host[cls], did)
+        end
+        redis.call('ZADD', K_LEASES, deadline, did)
+        out[#out + 1] = did
+        out[#out + 1] = id
+        out[#out + 1] = value
+      end
+      if harmonious then  -- its rank moved, in both classes
+        write_pending(g)
+        refresh(g, default_cap, {cap = cap_in_call(g)})
+        interactive_empty = false
+      elseif cap_in_call(g) < 0 then
+        -- Without a cap only this class's membership can change: re-rank at the new tag
+        -- (it is above the virtual time just set) or drop the group when it has run dry.
+        if redis.call('LLEN', k_list(cls, g)) > 0 then
+          redis.call('ZADD', k_ready(cls), tag, g)
+        else
+          redis.call('ZREM', k_ready(cls), g)
+        end
+      else
+        -- the tag moved and the cap may be reached: re-rank or drop the group in each class
+        redis.call('ZREM', k_ready(cls), g)
+        write_pending(g)
+        refresh(g, default_cap, {cap = cap_in_call(g)})
+        interactive_empty = false
+      end
+      meter(g)
     end
-    meter(g)
   end
 end
 if taken > 0 then redis.call('HINCRBY', K_STAT, 'inflight', taken) end

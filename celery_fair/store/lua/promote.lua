@@ -10,6 +10,8 @@ ARGV[1]  now in ms
 ARGV[2]  most messages to move, and most throttles to lift
 Waiters of singleton keys other queues handed this one (their keys passed on to them)
 enter their group's list at the head of their class first (include/singleton.lua).
+Under fair_scope 'app', the groups another queue freed a slot of are refreshed first
+(common.lua SC.admit).
 Returns: {moved (with those), when to step next in ms (the next delayed message's due time or the
 next throttle's lift, whichever is sooner) or -1, {quarantined ids}}: a due message
 that cannot be decoded moves to `quarantine` instead. ]]
@@ -17,6 +19,7 @@ that cannot be decoded moves to `quarantine` instead. ]]
 -- @include singleton
 local now, limit = tonumber(ARGV[1]), tonumber(ARGV[2])
 local moved, bad = SG.admitted(ARGV[1]), {}  -- waiters other queues handed it
+SC.admit()  -- fair_scope 'app': groups another queue freed a slot of
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', now, 'LIMIT', 0, limit)) do
   redis.call('ZREM', K_DELAYED, id)
   local value = redis.call('HGET', K_MSG, id)

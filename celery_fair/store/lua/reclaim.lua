@@ -20,13 +20,17 @@ key's list when it passed on); a lost one passes it to its next waiter.
 Returns: {held again, lost}. ]]
 -- @include common
 -- @include singleton
+-- @include subcaps
 local now, limit, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local requeued, lost = 0, 0
 for _, did in ipairs(redis.call('ZRANGEBYSCORE', K_LEASES, '-inf', now, 'LIMIT', 0, limit)) do
   redis.call('ZREM', K_LEASES, did)
   local dk = k_dispatch(did)
-  local state, g, cls, id, value, kept, w, key =
-    unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v', 'a', 'w', 'k'))
+  local state, g, cls, id, value, kept, w, key, sg =
+    unpack(redis.call('HMGET', dk, 's', 'g', 'c', 'id', 'v', 'a', 'w', 'k', 'sg'))
+  -- its subgroup's room first: what it unparks goes behind a message held again below,
+  -- which goes first as every retry
+  if state == 'picked' or state == 'queued' or state == 'running' then SUBCAPS.freed(g, sg) end
   if value and (state == 'picked' or state == 'queued'
                 or (state == 'running' and kept == '1')) then
     if redis.call('HEXISTS', K_MSG, id) == 1 then id = id .. '~' .. did end

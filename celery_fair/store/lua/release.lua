@@ -24,10 +24,11 @@ Counts the release in `stat` `released` (the metrics' counter of ended dispatche
 Returns: 1 slot freed, 0 nothing to do. ]]
 -- @include common
 -- @include singleton
+-- @include subcaps
 local did, done_ttl = ARGV[1], tonumber(ARGV[2] or '0')
 local dk = k_dispatch(did)
-local state, runner, g, cls, estimate, w, key =
-  unpack(redis.call('HMGET', dk, 's', 'x', 'g', 'c', 'e', 'w', 'k'))
+local state, runner, g, cls, estimate, w, key, sg =
+  unpack(redis.call('HMGET', dk, 's', 'x', 'g', 'c', 'e', 'w', 'k', 'sg'))
 if not state or state == 'superseded' or state == 'released' then return 0 end
 if ARGV[3] and ARGV[3] ~= '' and runner and runner ~= ARGV[3] then return 0 end
 redis.call('DEL', dk)
@@ -56,6 +57,7 @@ if runtime and runtime >= 0 and runtime <= MAX_RUNTIME and charged and not harmo
   end
 end
 free_slot(g, cls, not corrected)
+SUBCAPS.freed(g, sg)  -- its subgroup's room: what is parked for it comes back
 worker_slot(w, -1)
 if key then singleton_ended(key, did, finite(ARGV[5]) or singleton_now()) end  -- its next waiter enters
 wake()

@@ -21,7 +21,7 @@ from .heads import stamp_head, stamp_keyed_head
 from .lifecycle import Lifecycle
 from .singletons import hold_keyed
 from .subgrouping import sort_key
-from .unit import Unit
+from .unit import Unit, held_count
 
 
 def hold_many(life: Lifecycle, conn: Connection, queue: str, holds: Sequence[Hold],
@@ -37,7 +37,7 @@ def hold_many(life: Lifecycle, conn: Connection, queue: str, holds: Sequence[Hol
     def count(g: str) -> int:
         row = u.groups[g]
         assert row is not None
-        return int(row["held_i"] + row["held_b"] + row["delayed"])
+        return held_count(row)
 
     try:
         batch_room(((h.placement.group, h.placement.max_held,

@@ -15,9 +15,11 @@ from ...policy.decisions import CLASSES, task_of
 from ..base import KEEP as KEEP_LIMIT
 from ..base import RESET as RESET_LIMIT
 from ..models import Policy
+from . import subcaps
 from .metering import rerate
 from .rows import upsert
 from .schema import Tables
+from .scoping import scope_change
 from .singletons import removed
 from .statements import Statements
 from .subgrouping import emptied
@@ -65,11 +67,12 @@ class Controls:
     def _remove(self, u: Unit, hold_id: str, now_ms: int) -> bytes | None:
         m = self.t.messages.c
         mine = and_(m.ns == self.ns, m.queue == u.queue, m.hold_id == hold_id)
-        row = u.conn.execute(select(m.grp, m.klass, m.seq, m.due_ms, m.value).where(mine)
-                             ).first()
+        row = u.conn.execute(select(m.grp, m.klass, m.seq, m.due_ms, m.value, m.parked
+                                    ).where(mine)).first()
         if row is None:
             return None
-        if row.seq is None and row.due_ms is None:  # waiting for its singleton key
+        if row.seq is None and row.due_ms is None and row.parked is None:  # waiting for
+            # its singleton key
             u.conn.execute(delete(self.t.messages).where(mine))
             removed(u, hold_id, now_ms)
             return bytes(row.value)
@@ -80,6 +83,8 @@ class Controls:
         assert group is not None
         if row.due_ms is not None:
             group["delayed"] -= 1
+        elif row.parked is not None:  # parked (caps per subgroup): out of its parked list
+            group[f"parked_{row.klass}"] -= 1
         else:
             if hold_id == u.list_head(row.grp, row.klass):  # the next one is the head now
                 group[f"since_{row.klass}"] = now_ms
@@ -138,7 +143,9 @@ class Controls:
                     else policy.default_rate.encode(), "charge": policy.charge,
                     "policy": policy.name, "cap_mode": policy.cap_mode,
                     "interactive_share": policy.interactive_share,
-                    "aging": policy.aging_seconds, "subgroup": policy.subgroup}
+                    "aging": policy.aging_seconds, "subgroup": policy.subgroup,
+                    "scope": policy.scope}
+        scope_change(u, policy.scope)
         conn.execute(update(self.t.queues).where(q.ns == self.ns, q.queue == queue)
                      .values(settings))
         u.q.update(settings)
@@ -159,6 +166,7 @@ class Controls:
             rerate(u, name, rate)
         for name in list(u.groups):
             u.refresh(name)
+        subcaps.unpark_all(u)
         u.woken = True
         u.flush()
 
@@ -167,8 +175,6 @@ class Controls:
         """Set, keep or clear g's runtime cap and weight; returns both in force and
         whether g entered a ready set."""
         u = Unit(conn, self.s, self.ns, queue, False, self.notify)
-        if cap not in (KEEP_LIMIT, RESET_LIMIT):  # before anything is written
-            limits.capped_path(u.q.get("subgroup") or limits.NO_SUBGROUP, g)
         u.group(g)
         u.load_ready([(k, g) for k in CLASSES])  # before the change
         lt = self.t.limits.c
@@ -187,6 +193,8 @@ class Controls:
         drop_empty_limits(conn, self.t, self.ns, queue)
         u.forget_limits(g)
         entered = u.refresh(g) if u.groups.get(g) is not None else False
+        if cap != KEEP_LIMIT and "/" in g:  # a subgroup's cap: what it has room for now
+            subcaps.unpark_path(u, g)
         u.flush()
         return u.cap(g), u.weight(g), entered
 

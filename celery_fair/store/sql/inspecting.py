@@ -23,8 +23,11 @@ class SqlInspecting(SqlReads, Locating):
         m = self.t.messages.c
 
         def work(c: Connection) -> tuple[Any, int | None] | None:
-            row = c.execute(select(m.grp, m.klass, m.seq, m.due_ms, m.sort_key).where(
+            row = c.execute(select(m.grp, m.klass, m.seq, m.due_ms, m.sort_key, m.parked,
+                                   m.parked_seq).where(
                 self._q(self.t.messages, queue), m.hold_id == task_id)).first()
+            if row is not None and row.parked is not None:
+                return row, self._parked_at(c, queue, row)
             if row is None or row.seq is None:
                 return (row, None) if row is not None else None
             before = c.execute(select(func.count()).where(
@@ -44,6 +47,18 @@ class SqlInspecting(SqlReads, Locating):
         reads: PlaceReads = self
         return Location(where.task_id, queue, row.grp, where.klass, "held",
                         place=place_of(reads, queue, row.klass, row.grp, position))
+
+    def _parked_at(self, c: Connection, queue: str, row: Any) -> int:
+        """The place of a parked message (caps per subgroup) among what its group holds
+        in its class: after the list, then by subgroup and order (``held_ids``)."""
+        m, g = self.t.messages.c, self.t.groups.c
+        listed = c.execute(select(g[f"held_{row.klass}"]).where(
+            self._q(self.t.groups, queue), g.grp == row.grp)).scalar() or 0
+        before = c.execute(select(func.count()).where(
+            self._q(self.t.messages, queue), m.klass == row.klass, m.grp == row.grp,
+            (m.parked < row.parked) | ((m.parked == row.parked)
+                                       & (m.parked_seq < row.parked_seq)))).scalar_one()
+        return int(listed) + int(before)
 
     def _copies_at(self, queue: str, task_id: str) -> list[str]:
         m = self.t.messages.c
@@ -109,6 +124,10 @@ class SqlInspecting(SqlReads, Locating):
                 m.grp, m.klass, m.seq.is_not(None))):
             key = f"held_{klass}" if seq_set else "delayed"
             counted.setdefault(grp, {})[key] = counted.get(grp, {}).get(key, 0) + int(n)
+        for grp, klass, n in c.execute(select(m.grp, m.klass, func.count()).where(
+                self._q(self.t.messages, queue), m.parked.is_not(None)).group_by(
+                m.grp, m.klass)):  # parked (caps per subgroup)
+            counted.setdefault(grp, {})[f"parked_{klass}"] = int(n)
         for grp, n in c.execute(select(d.grp, func.count()).where(
                 self._q(self.t.dispatches, queue), d.state.in_(list(LIVE))).group_by(d.grp)):
             counted.setdefault(grp, {})["inflight"] = int(n)
@@ -142,7 +161,7 @@ class SqlInspecting(SqlReads, Locating):
                      repair: bool) -> list[tuple[str, str, str, str]]:
         out = []
         row = u.group(name, create=repair and any(rows.values()))
-        for field in ("inflight", "delayed", "held_i", "held_b"):
+        for field in ("inflight", "delayed", "held_i", "held_b", "parked_i", "parked_b"):
             have = row[field] if row else 0
             if have != rows.get(field, 0):
                 out.append(("count", f"{name}:{field}", f"counted {have}, rows "
@@ -151,12 +170,22 @@ class SqlInspecting(SqlReads, Locating):
                     row[field] = rows.get(field, 0)
         u.load_ready([(k, name) for k in CLASSES])
         counts = None if row is None else (row["held_i"], row["held_b"], row["inflight"])
+        # fair_scope 'app': another queue freed a slot of g, which the next promote here
+        # refreshes (scoping.py): its sets may not say so yet
+        marked = u.scope_marked(name)
         for klass in CLASSES:
             where = u.standing_of(klass, name, counts)
-            if (where == READY) != (u.ready[(klass, name)] is not None):
+            # fair_scope 'app': another queue's picks may have taken g to its cap since
+            # it was ranked here; the pick passes such a member over (scoping.py)
+            lazy = marked or u.app_scoped() and u.ready[(klass, name)] is not None \
+                and counts is not None and counts[0 if klass == "i" else 1] > 0
+            if (where == READY) != (u.ready[(klass, name)] is not None) and not lazy:
                 out.append(("ready", f"{klass}:{name}", "ready set and eligibility differ",
                             "re-ranked" if repair else ""))
-            if (where == OVER) != (u.over[(klass, name)] is not None):
+            # a stale ready member (above) stands over before it leaves the ready set
+            stale = lazy and where == OVER and u.ready[(klass, name)] is not None \
+                and u.over[(klass, name)] is None
+            if (where == OVER) != (u.over[(klass, name)] is not None) and not (marked or stale):
                 out.append(("over", f"{klass}:{name}", "over set and standing differ",
                             "re-ranked" if repair else ""))
         if repair:

@@ -30,13 +30,13 @@ from ...policy.decisions import (
     task_of,
 )
 from ..models import BeginAnswer, BeginResult, Picked
-from . import singletons
+from . import singletons, subcaps
 from .heads import stamp_head, stamp_keyed_head
 from .metering import lift_throttles
 from .picking import Picking
 from .statements import Statements
 from .subgrouping import keyed, sort_key
-from .unit import Unit
+from .unit import Unit, held_count
 
 _LIVE = list(LIVE)
 
@@ -112,8 +112,7 @@ class Lifecycle:
         due = due_ms if delayed else None
         key = None if delayed else sort_key(u, p, now_ms, p.subgroup)
         if not self._insert_message(u, hold_id, value, p, seq, due, key):
-            held = self._message(conn, queue, hold_id)
-            if held is not None and bytes(held["value"]) == value:
+            if u.resent(hold_id, value):
                 return hold_id, False
             hold_id = copy_id(hold_id, self._next_dup(conn, queue))
             self._insert_message(u, hold_id, value, p, seq, due, key)
@@ -137,12 +136,11 @@ class Lifecycle:
         """``hold`` under backpressure, the group's row locked: a resend is held once
         (never refused), anything else only while the group holds fewer than
         ``p.max_held`` messages; GroupFull rolls the transaction back."""
-        held = self._message(u.conn, u.queue, hold_id)
-        if held is not None and bytes(held["value"]) == value:
+        if u.resent(hold_id, value):
             return hold_id, False
         row = u.groups[p.group]
         assert row is not None and p.max_held is not None
-        count = int(row["held_i"] + row["held_b"] + row["delayed"])
+        count = held_count(row)
         if count >= p.max_held:
             raise GroupFull(queue=u.queue, group=p.group, count=count, limit=p.max_held)
         return self.hold(u.conn, u.queue, hold_id, value, replace(p, max_held=None),
@@ -225,6 +223,7 @@ class Lifecycle:
             row = u.group(rec["grp"], create=True)
             assert row is not None
             row["inflight"] += 1
+            u.scope_add(rec["grp"], 1)  # fair_scope 'app': the app's count too
             values.update(state=RUNNING, expires_ms=None)
             rec["state"] = RUNNING
             u.refresh(rec["grp"])
@@ -279,16 +278,19 @@ class Lifecycle:
         if rec is None or rec["state"] in (SUPERSEDED, "released") \
                 or not may_release(rec["runner"], run):
             return False
+        freed = rec["state"] != LOST
+        sub = subcaps.leaving(u, rec) if freed else ""  # before its row changes
         if done_until_ms is None:
             self.s.run(conn, "dispatch_drop", {**u.key, "did": did})
         else:
             self._set(u, did, state="released", value=None, lease_ms=None,
                       expires_ms=done_until_ms)
         u.count("released")
-        freed = rec["state"] != LOST
         if freed:
             self._correct(u, rec, runtime_of(runtime))
             self.free_slot(u, rec["grp"])
+        if sub:  # what its subgroup has room for now (FairQueue.release)
+            subcaps.unpark(u, rec["grp"], sub)
         singletons.released(u, key, did, now_ms or wall_ms, freed)  # a waiter's head time
         u.flush()
         return bool(freed)
@@ -310,7 +312,9 @@ class Lifecycle:
         row = u.group(g)
         assert row is not None
         row["inflight"] -= 1
+        u.scope_add(g, -1)  # fair_scope 'app': the app's count, and its other queues
         u.refresh(g)
+        u.scope_freed(g)
         u.forget_if_idle(g)
         u.woken = True
 
@@ -334,6 +338,7 @@ class Lifecycle:
             if rec["state"] not in LIVE:
                 self._set(u, did, lease_ms=None)
                 continue
+            subcaps.freed(u, rec)  # first: what it unparks goes behind the retry held
             if requeues(rec["state"], rec["kept"], rec["value"] is not None):
                 singletons.hold_again(self, u, rec, keys.get(did), now_ms)  # its key, if any
                 self._set(u, did, state=SUPERSEDED, value=None, kept=False, lease_ms=None,
@@ -368,6 +373,7 @@ class Lifecycle:
         """See ``FairQueue.promote``: due delayed messages, then the throttles due."""
         u = self.unit(conn, queue, lock_queue=True)
         admitted = singletons.admitted(u, now_ms)  # waiters other queues handed it
+        u.woken = u.scope_admit() or u.woken  # fair_scope 'app': another queue freed a slot
         m = self.t.messages.c
         due = list(conn.execute(select(m.hold_id, m.grp, m.klass, m.cost, m.front,
                                        m.value).where(

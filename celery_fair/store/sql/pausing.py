@@ -32,7 +32,11 @@ class SqlPausing(SqlMixin):
             ["until_ms"]))
 
     def resume(self, queue: str, group: str) -> bool:
-        return bool(self._change(queue, group, lambda u, c: _drop(self.s, u, c, [group])))
+        # A group that was not paused is left as it is, as by pause.lua and the memory
+        # store: not re-ranked (under fair_scope 'app' that would take in the other
+        # queues' counts, which only the group's own events do).
+        return bool(self._change(queue, group, lambda u, c: _drop(self.s, u, c, [group]),
+                                 settle=bool))
 
     def pauses(self, queue: str) -> dict[str, int | None]:
         p = self.s.t.pauses.c
@@ -58,13 +62,15 @@ class SqlPausing(SqlMixin):
         self._wake_if(queue, woken)
         return list(lifted)
 
-    def _change(self, queue: str, group: str, write: Callable[[Unit, Connection], T]) -> T:
-        """Run ``write`` with the queue's row locked, then re-rank the group (a queue:
-        wake the dispatchers)."""
+    def _change(self, queue: str, group: str, write: Callable[[Unit, Connection], T],
+                settle: Callable[[T], bool] = lambda _: True) -> T:
+        """Run ``write`` with the queue's row locked, then, when ``settle`` says so of
+        its answer, re-rank the group (a queue: wake the dispatchers)."""
         def work(c: Connection) -> tuple[T, bool]:
             u = Unit(c, self.s, self.namespace, queue, True, self.wakes.notice)
             answer = write(u, c)
-            _settle(self.s, u, c, [group])
+            if settle(answer):
+                _settle(self.s, u, c, [group])
             return answer, u.woken
         answer: T
         answer, woken = self._do("pause", queue, work)

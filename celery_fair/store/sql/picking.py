@@ -10,7 +10,8 @@ from typing import Any
 
 from sqlalchemy import delete, text
 
-from ...limits import COST, RUNTIME
+from ...envelope import subgroup_of
+from ...limits import COST, PATH_SUBGROUP, RUNTIME
 from ...policy.decisions import (
     PICKED,
     advance,
@@ -20,6 +21,7 @@ from ...policy.decisions import (
     task_of,
 )
 from ..models import Picked
+from . import subcaps
 from .metering import Meter
 from .statements import LAST_KEY, Statements
 from .subgrouping import picked
@@ -55,6 +57,7 @@ class Picking:
         self.per = want + 1  # messages read at once from one group
         self.charge = u.q["charge"] or COST  # fair_charge (None: configured before it)
         self.harmony = u.harmony()
+        self.path = u.q.get("subgroup") == PATH_SUBGROUP  # caps per subgroup may bind
 
     def _known(self, kind: str) -> dict[tuple[str, str], float | None]:
         return self.u.ready if kind == "ready" else self.u.over
@@ -115,9 +118,17 @@ class Picking:
                                           if k == klass for g in heads}))
         while len(out) < self.want and self._open() and (head := self._head()) is not None:
             klass, g, tag = head
+            if u.scope_stale(klass, g):  # fair_scope 'app': at its cap across queues
+                u.refresh(g)
+                self._requeue(g)
+                continue
             msg = self._pop(klass, g)
             row = u.groups[g]
             assert row is not None
+            sub = (subgroup_of(bytes(msg.value)) or "") if self.path else ""
+            if sub and subcaps.room(u, g, sub) == 0:  # its subgroup at its cap: parked
+                subcaps.park(u, row, klass, msg, sub, self.now_ms)
+                continue  # its head changed, it may have left: look again
             estimate = None  # what a 'runtime' charge corrects at release
             if self.harmony:  # served now; a jump (boost_task) is spent
                 u.q["served"] = (u.q["served"] or 0) + 1
@@ -129,6 +140,9 @@ class Picking:
                 row[f"tag_{klass}"] = advance(tag, spent, u.pick_weight(g))
                 estimate = spent if self.charge == RUNTIME else None
             row["inflight"] += 1
+            u.scope_add(g, 1)
+            if sub:
+                subcaps.count_picked(u, g, sub)
             self.inflight_i += klass == "i"
             row[f"held_{klass}"] -= 1
             picked(u, row, klass, msg.sort_key)  # fair_subgroup: the list's virtual time
@@ -136,7 +150,7 @@ class Picking:
             did = dispatch_id(self.token, u.q["picks"], len(out) + 1)
             taken.append(msg.hold_id)
             out.append(Picked(did, msg.hold_id, bytes(msg.value)))
-            self._record(did, msg, klass, g, estimate)
+            self._record(did, msg, klass, g, estimate, sub)
             u.refresh(g)  # under Harmony its rank moved, in both classes
             self.meter(g)  # after the re-ranking, as FairQueue.pick
             self._requeue(g)
@@ -185,13 +199,14 @@ class Picking:
         return msg
 
     def _record(self, did: str, msg: Any, klass: str, g: str,
-                estimate: float | None) -> None:
+                estimate: float | None, sub: str) -> None:
         self.records.append({**self.u.key, "did": did, "state": PICKED, "hold_id": msg.hold_id,
                              "task_id": task_of(msg.hold_id), "grp": g, "klass": klass,
                              "cost": msg.cost, "front": msg.front, "value": msg.value,
                              "kept": False, "runner": "", "lease_ms": self.deadline,
                              "expires_ms": None,
-                             "estimate": estimate, "target": self._target(klass)})
+                             "estimate": estimate, "target": self._target(klass),
+                             "subgroup": sub or None})
 
     def _open(self) -> bool:
         """Whether the pick may go on (routing: while a target has room)."""

@@ -88,13 +88,16 @@ class SqlReads:
                       klass: str | None = None) -> list[HeldMessage]:
         m = self.t.messages.c
         # messages_list's order: (klass, grp, seq); 'b' < 'i', so interactive is sorted
-        # first by descending class
-        where = [self._q(self.t.messages, queue), m.grp == group, m.seq.is_not(None)]
+        # first by descending class; a class's list, then its parked messages (caps per
+        # subgroup) by subgroup and order (``SubgroupCaps.held_ids``)
+        where = [self._q(self.t.messages, queue), m.grp == group,
+                 m.seq.is_not(None) | m.parked.is_not(None)]
         if klass:
             where.append(m.klass == klass)
         rows = self._read("held messages", lambda c: c.execute(
             select(m.hold_id, m.klass, m.value).where(*where)
-            .order_by(m.klass.desc(), *list_order(m)).limit(limit)).all())
+            .order_by(m.klass.desc(), m.parked.is_not(None), *list_order(m), m.parked,
+                      m.parked_seq).limit(limit)).all())
         return [HeldMessage(r.hold_id, r.klass, bytes(r.value)) for r in rows]
 
     # -- queues and workers ------------------------------------------------------------
@@ -160,7 +163,8 @@ class SqlReads:
         def work(c: Connection) -> QueueFigures:
             g, r, m = self.t.groups.c, self.t.ready.c, self.t.messages.c
             inflight, held_i, held_b, count = c.execute(select(
-                func.sum(g.inflight), func.sum(g.held_i), func.sum(g.held_b), func.count()
+                func.sum(g.inflight), func.sum(g.held_i + g.parked_i),
+                func.sum(g.held_b + g.parked_b), func.count()
             ).where(self._q(self.t.groups, queue))).one()
             ready: dict[str, int] = dict(c.execute(select(r.klass, func.count()).where(
                 self._q(self.t.ready, queue)).group_by(r.klass)).tuples().all())
@@ -195,7 +199,7 @@ class SqlReads:
 
     def top_groups(self, queue: str, limit: int) -> list[tuple[str, int]]:
         g = self.t.groups.c
-        backlog = (g.held_i + g.held_b).label("n")
+        backlog = (g.held_i + g.held_b + g.parked_i + g.parked_b).label("n")
         rows = self._read("top groups", lambda c: list(c.execute(select(g.grp, backlog).where(
             self._q(self.t.groups, queue), backlog > 0))))
         ranked = sorted(((int(n), name) for name, n in rows), reverse=True)
@@ -206,7 +210,8 @@ class SqlReads:
         if len(names) < limit:
             g = self.t.groups.c
             others = self._read("groups", lambda c: list(c.execute(select(g.grp).where(
-                self._q(self.t.groups, queue), g.held_i + g.held_b == 0)).scalars()))
+                self._q(self.t.groups, queue),
+                g.held_i + g.held_b + g.parked_i + g.parked_b == 0)).scalars()))
             names += sorted(others)[:limit - len(names)]
         return busiest_first(self.group_figures(queue, names))
 
@@ -222,13 +227,15 @@ class SqlReads:
 
         def work(c: Connection) -> list[GroupHeads]:
             gc = self.t.groups.c
-            since = {r.grp: (r.since_i, r.since_b) for r in c.execute(
-                select(gc.grp, gc.since_i, gc.since_b).where(
+            rows = {r.grp: r for r in c.execute(
+                select(gc.grp, gc.since_i, gc.since_b, gc.held_i, gc.held_b).where(
                     self._q(self.t.groups, queue), gc.grp.in_(list(groups))))}
+            since = {g: (r.since_i, r.since_b) for g, r in rows.items()}
             out = []
             for g in groups:
                 f = figures[g]
-                held = (f.held_interactive, f.held_background)
+                row = rows.get(g)  # its lists (parked work has no head)
+                held = (row.held_i, row.held_b) if row else (0, 0)
                 due = [head_due(c, k, g) if n else None for k, n in zip(CLASSES, held)]
                 head = [ms / 1000 if n and ms is not None else None
                         for n, ms in zip(held, since.get(g, (None, None)))]
@@ -339,8 +346,9 @@ def _figures(g: str, row: Any, lim: Any, q: dict[str, Any]) -> GroupFigures:
     weight = float(in_force(lim and lim["limit_weight"], lim and lim["conf_weight"],
                             q["default_weight"]))
     return GroupFigures(
-        g, held_interactive=row["held_i"] if row else 0,
-        held_background=row["held_b"] if row else 0, delayed=row["delayed"] if row else 0,
+        g, held_interactive=row["held_i"] + row["parked_i"] if row else 0,
+        held_background=row["held_b"] + row["parked_b"] if row else 0,
+        delayed=row["delayed"] if row else 0,
         inflight=row["inflight"] if row else 0, cap=None if cap < 0 else cap, weight=weight,
         limited=limited_by(lim is not None and lim["limit_cap"] is not None,
                            lim is not None and lim["limit_weight"] is not None))

@@ -17,21 +17,28 @@ from ...policy.decisions import CLASSES, OVER, READY, entry_tag, standing
 from .rows import chunks
 
 
-class ReadySets:
-    """A mixin of :class:`~celery_fair.store.sql.unit.Unit` (which gives the rows and
-    the queue's row ``q``)."""
-
-    @property
-    def q(self) -> dict[str, Any]:
-        raise NotImplementedError
+class UnitRows:
+    """What the mixins of :class:`~celery_fair.store.sql.unit.Unit` (``ReadySets``,
+    ``scoping.ScopeCounts``) take from it: its connection, tables, queue, key, the group
+    rows it locked and the queue's row ``q``."""
 
     conn: Connection
-    s: Any
     t: Any
     ns: str
     queue: str
     key: dict[str, str]
     groups: dict[str, dict[str, Any] | None]
+
+    @property
+    def q(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class ReadySets(UnitRows):
+    """A mixin of :class:`~celery_fair.store.sql.unit.Unit` (which gives the rows and
+    the queue's row ``q``)."""
+
+    s: Any
     _seen: dict[str, tuple[int, int, int] | None]
     ready: dict[tuple[str, str], float | None]
     _ready_loaded: dict[tuple[str, str], float | None]
@@ -43,6 +50,8 @@ class ReadySets:
     vt: Any
     harmony: Any
     rank: Any
+    cap_count: Any
+    app_scoped: Any
 
     def soft(self) -> bool:
         """Whether the queue's caps are soft (``fair_cap_mode``)."""
@@ -103,7 +112,9 @@ class ReadySets:
         held = counts[0] if klass == "i" else counts[1]
         if held <= 0:
             return None
-        return standing(klass, held, counts[2], self.cap(g), self.q["reserve"],
+        cap = self.cap(g)
+        n = counts[2] if cap < 0 else self.cap_count(g, counts[2])  # fair_scope 'app'
+        return standing(klass, held, n, cap, self.q["reserve"],
                         self.paused(g), self.throttled(g), self.soft())
 
     def _eligible(self, klass: str, g: str, counts: tuple[int, int, int] | None) -> bool:
@@ -115,6 +126,9 @@ class ReadySets:
         its rank then is not known here (its weight or sequence may have moved since):
         NaN, "in the set at some score", so that it is always written again."""
         if (klass, g) in self.ready and (klass, g) in self.over:
+            return
+        if self.app_scoped():  # another queue's picks move g's standing: read the rows
+            self.load_ready([(klass, g)])
             return
         seen = self._seen.get(g)
         where = self.standing_of(klass, g, seen) if seen is not None else None
@@ -144,9 +158,11 @@ class ReadySets:
         now = None if row is None else (row["held_i"], row["held_b"], row["inflight"])
         seen = self._seen.get(g)
         entered = False
+        scoped = self.app_scoped()  # the app's count may have moved: always look
         for i, klass in enumerate(CLASSES):
             key = (klass, g)
-            if key not in self.ready and key not in self.over and now is not None \
+            if not scoped and key not in self.ready and key not in self.over \
+                    and now is not None \
                     and seen is not None and (now[i] > 0) == (seen[i] > 0) \
                     and now[2] == seen[2]:
                 continue  # standing unchanged, so membership and tag are too

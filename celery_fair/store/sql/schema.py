@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0015"
+SCHEMA_VERSION = "0017"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -115,7 +115,9 @@ class Tables:
                 # fair_aging_seconds under 'smallest' (0011; None: limits.DEFAULT_AGING)
                 Column("aging", Double),
                 # fair_subgroup (0012): 'none' or 'path' (None: 'none')
-                Column("subgroup", String(8))))
+                Column("subgroup", String(8)),
+                # fair_scope (0016): 'queue' or 'app' (None: 'queue')
+                Column("scope", String(8))))
         #: Caps, weights and rate limits (stored rates, ``RATE``) of groups, from the
         #: settings and at runtime (``fair limit``), and a boost (``fair boost``): its
         #: weight wins until ``boost_until_ms`` (None: no end), kept apart so that
@@ -151,7 +153,11 @@ class Tables:
                 Column("served", BigInteger), Column("jump", Double),
                 # fair_subgroup 'path' (0012): JSON {class: {subgroup: its last key,
                 # "\n": the key picked last}} (sql/subgrouping.py; None: none)
-                Column("subtags", Text)))
+                Column("subtags", Text),
+                # caps per subgroup (0017): its messages parked, per class (not in
+                # held_i, held_b: those count its lists; sql/subcaps.py)
+                Column("parked_i", Integer, nullable=False, default=0, server_default="0"),
+                Column("parked_b", Integer, nullable=False, default=0, server_default="0")))
         #: A group that may be picked now, in its class, with its virtual start tag (its
         #: rank under Harmony).
         self.ready = _tag_set(md, f"{p}ready")
@@ -171,8 +177,12 @@ class Tables:
                 Column("cost", Double, nullable=False),
                 Column("front", Boolean, nullable=False),
                 Column("seq", BigInteger), Column("due_ms", BigInteger),
-                Column("value", blob(), nullable=False), Column("sort_key", Double)))
+                Column("value", blob(), nullable=False), Column("sort_key", Double),
+                # caps per subgroup (0017): a message parked while its subgroup is at its
+                # cap (seq NULL) names it, in ``parked_seq`` order (sql/subcaps.py)
+                Column("parked", name(GROUP)), Column("parked_seq", BigInteger)))
         m = self.messages.c
+        Index(f"{p}messages_parked", m.ns, m.queue, m.klass, m.grp, m.parked, m.parked_seq)
         Index(f"{p}messages_list", m.ns, m.queue, m.klass, m.grp, m.seq)
         # Partial (PostgreSQL, SQLite): only delayed messages, so a planner on stale
         # statistics never reads a group's head through it (it filtered whole queues).
@@ -199,7 +209,10 @@ class Tables:
                 Column("estimate", Double),
                 # fair_affinity: the target a routed dispatch went to (0013; NULL: not
                 # routed), counted while live through dispatches_state
-                Column("target", name(TARGET))))
+                Column("target", name(TARGET)),
+                # caps per subgroup: the subgroup it counts against (0017; NULL: none),
+                # counted while live through dispatches_subgroup
+                Column("subgroup", name(GROUP))))
         #: fair_affinity: each group's target (the map; ``sql/routing.py``, 0013).
         self.assignments = Table(
             f"{p}assignments", md, *_keys(
@@ -210,6 +223,7 @@ class Tables:
         Index(f"{p}dispatches_state", d.ns, d.queue, d.state)
         Index(f"{p}dispatches_task", d.ns, d.queue, d.task_id)
         Index(f"{p}dispatches_expiry", d.ns, d.queue, d.expires_ms)
+        Index(f"{p}dispatches_subgroup", d.ns, d.queue, d.grp, d.subgroup)
         #: Counters every release or skip adds to, in shards (no single hot row).
         self.counters = Table(
             f"{p}counters", md, *_keys(
@@ -295,6 +309,7 @@ class Tables:
             Column("doc", Text, nullable=False),
             Index(f"{p}audit_ns_seq", "ns", "seq"))
         self.skeys, self.sowners, self.swaits, self.sadmits = _singleton_tables(md, p)
+        self.scope_n, self.scope_refresh = _scope_tables(md, p)
 
 
 def _singleton_tables(md: MetaData, p: str) -> tuple[Table, Table, Table, Table]:
@@ -319,3 +334,18 @@ def _singleton_tables(md: MetaData, p: str) -> tuple[Table, Table, Table, Table]
     Index(f"{p}swaits_wait", waits.c.ns, waits.c.wqueue, waits.c.hold_id)
     admits = Table(f"{p}sadmits", md, *_keys(Column("hold_id", name(HOLD), primary_key=True)))
     return keys, owners, waits, admits
+
+
+def _scope_tables(md: MetaData, p: str) -> tuple[Table, Table]:
+    """fair_scope 'app' (0016; ``scoping.py``), as Redis's ``<ns>:scope:n`` and
+    ``<ns>:scope:refresh:<queue>``: a group's dispatches in flight over the namespace's
+    app-scoped queues (a row while not 0), and the groups a queue's next promote
+    refreshes (another queue freed a slot of them). The app-scoped queues are those
+    whose ``scope`` is 'app'."""
+    counts = Table(f"{p}scope_n", md,
+                   Column("ns", name(NS), primary_key=True),
+                   Column("grp", name(GROUP), primary_key=True),
+                   Column("n", Integer, nullable=False))
+    refresh = Table(f"{p}scope_refresh", md, *_keys(
+        Column("grp", name(GROUP), primary_key=True)))
+    return counts, refresh

@@ -26,7 +26,7 @@ from ...policy.decisions import LIVE, copy_id
 from ...policy.singletons import SingletonRules, ref, unref
 from ..models import Picked
 from .rows import chunks, upsert
-from .unit import SCOPE, Unit
+from .unit import SCOPE, Unit, held_count
 
 
 class _KeyRows:
@@ -261,8 +261,9 @@ def hold_keyed(life: Any, conn: Any, queue: str, hold_id: str, value: bytes, p: 
     assert row is not None and p.singleton is not None
     held = life._message(conn, queue, hold_id)
     if held is not None and bytes(held["value"]) == value:
+        u.flush()  # it changed nothing: its count rows made at 0 go (scoping.py)
         return hold_id, False  # the same publication, resent
-    count = int(row["held_i"] + row["held_b"] + row["delayed"])
+    count = held_count(row)
     if p.max_held is not None and count >= p.max_held:
         raise GroupFull(queue=queue, group=p.group, count=count, limit=p.max_held)
     keys, key = SqlKeys(u), p.singleton

@@ -22,6 +22,7 @@ from ...limits import DEFAULT_AGING, HARMONY, SMALLEST, Rate, decode_rate
 from ...policy.decisions import CLASSES, harmony_rank, in_force, smallest_key
 from .ready import ReadySets
 from .rows import chunks
+from .scoping import ScopeCounts
 from .statements import GROUP_COLUMNS, Statements, list_order
 
 COUNTER_SHARDS = 16
@@ -31,7 +32,14 @@ COUNTER_SHARDS = 16
 SCOPE = ""
 
 
-class Unit(ReadySets):
+def held_count(row: Any) -> int:
+    """What a group's row says it holds: both class lists, delayed and parked (caps per
+    subgroup: held all the same). fair_group_max_held's count."""
+    return int(row["held_i"] + row["held_b"] + row["delayed"]
+               + row["parked_i"] + row["parked_b"])
+
+
+class Unit(ScopeCounts, ReadySets):
     """Rows of one fair queue that one transaction reads and writes (see the module
     docstring). :meth:`flush` writes what changed.
 
@@ -63,6 +71,13 @@ class Unit(ReadySets):
         self.woken = False
         self.handed: set[str] = set()  # queues a singleton key was handed to: woken too
         self._scoped = False  # the namespace's row is locked (lock_scope)
+        # fair_scope 'app' (scoping.py): the app's counts of the groups locked
+        self.scope_n: dict[str, int] = {}
+        self._scope_read: dict[str, int] = {}
+        self._scope_freed: set[str] = set()
+        # caps per subgroup (subcaps.py): path -> its cap, its dispatches in flight
+        self.path_caps: dict[str, int] = {}
+        self.sflight: dict[str, int] = {}
 
     # -- the queue's row ------------------------------------------------------------------
 
@@ -108,8 +123,8 @@ class Unit(ReadySets):
         """g's place in the ready sets under Harmony (``FairQueue._rank``)."""
         row = self.groups[g]
         assert row is not None
-        return harmony_rank(row["inflight"], self.pick_weight(g), row["served"] or 0,
-                            row["jump"])
+        return harmony_rank(self.cap_count(g, row["inflight"]), self.pick_weight(g),
+                            row["served"] or 0, row["jump"])
 
     def vt(self, klass: str) -> float | None:
         return self.q[f"vt_{klass}"]  # type: ignore[no-any-return]
@@ -144,6 +159,7 @@ class Unit(ReadySets):
             row = self.s.run(self.conn, "group_lock", {**self.key, "grp": wanted[0]}
                              ).mappings().first()
             self._loaded(wanted[0], None if row is None else dict(row))
+            self.lock_counts(wanted)  # fair_scope 'app': after the group's row
             return
         t = self.t.groups
         for chunk in chunks(wanted, 500):
@@ -155,6 +171,7 @@ class Unit(ReadySets):
         for g in wanted:
             if g not in self.groups:
                 self._loaded(g, None)
+        self.lock_counts(wanted)  # fair_scope 'app': after the group rows, in name order
 
     def _loaded(self, g: str, row: dict[str, Any] | None) -> None:
         self.groups[g] = row
@@ -179,7 +196,8 @@ class Unit(ReadySets):
     def forget_if_idle(self, g: str) -> None:
         row = self.groups.get(g)
         if row is not None and not (row["inflight"] > 0 or row["delayed"] > 0
-                                    or row["held_i"] > 0 or row["held_b"] > 0):
+                                    or row["held_i"] > 0 or row["held_b"] > 0
+                                    or row["parked_i"] > 0 or row["parked_b"] > 0):
             self.groups[g] = None
             self.s.run(self.conn, "group_drop", {**self.key, "grp": g})
 
@@ -293,6 +311,16 @@ class Unit(ReadySets):
 
     # -- writing back ---------------------------------------------------------------------
 
+    def resent(self, hold_id: str, value: bytes) -> bool:
+        """Whether ``value`` is held under ``hold_id`` already (a resend, held once); then
+        the unit is flushed though it changed nothing, so that the count rows it made at 0
+        to lock them go (fair_scope 'app', scoping.py)."""
+        row = self.s.run(self.conn, "message", {**self.key, "hold_id": hold_id}).first()
+        if row is None or bytes(row.value) != value:
+            return False
+        self.flush()
+        return True
+
     def flush(self) -> None:
         """Write the groups, ready sets, counters and queue row this unit changed, and
         notify the listening dispatchers when woken (delivered at the commit)."""
@@ -313,6 +341,7 @@ class Unit(ReadySets):
             self.s.run(self.conn, "queue_save", {**self.key, "vt_i": q["vt_i"],
                                                  "vt_b": q["vt_b"], "picks": q["picks"],
                                                  "dups": q["dups"], "served": q["served"]})
+        self.flush_scope()  # fair_scope 'app': may hand queues a refresh (woken below)
         if self.woken and self.notify:
             self.s.run(self.conn, "notify", {"channel": self.notify, "payload": self.queue})
         for queue in sorted(self.handed):  # another queue's dispatchers: here, and others

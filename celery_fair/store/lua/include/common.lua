@@ -5,7 +5,7 @@ local prefix = KEYS[1]
 local K_MSG = prefix .. ':msg'          -- HASH hold id -> stored value (envelope.py)
 local K_STAT = prefix .. ':stat'        -- HASH inflight, inflight:i, held:i, held:b, released, dup, skipped, picks, served, moves
 local K_VT = prefix .. ':vt'            -- HASH class -> virtual time
-local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy, charge, capmode, ishare
+local K_CONF = prefix .. ':conf'        -- HASH cap (-1: none), reserve, weight, rate (default), policy, charge, capmode, ishare, subgroup, scope, pathcaps
 local K_CAPS = prefix .. ':caps'        -- HASH group -> cap in force (setting or limit)
 local K_WEIGHTS = prefix .. ':weights'  -- HASH group -> weight in force
 local K_CONF_CAPS = prefix .. ':conf:caps'          -- HASH group -> cap from the settings
@@ -30,6 +30,12 @@ local K_QUARANTINE_ORDER = prefix .. ':quarantine:order'  -- LIST its ids, newes
 local K_WORKERS = prefix .. ':workers'  -- HASH worker -> '<expires ms>:<pool>' (register.lua)
 local K_WMETA = prefix .. ':wmeta'      -- HASH worker -> '<started ms>:<slot>' (register.lua)
 local K_AFF = prefix .. ':aff'          -- HASH group -> worker its tasks go to (fair_affinity; assign.lua)
+-- caps per subgroup (include/subcaps.lua has the functions): one local, as pick.lua is
+-- near Lua's 200
+local SUBCAPS = {
+  flight = prefix .. ':sgflight',  -- HASH "<group>/<subgroup>" -> its dispatches in flight (record field `sg`)
+  parked = prefix .. ':parked',    -- SET "<class>:<group>/<subgroup>" of the parked lists that hold ids
+}
 local K_WFLIGHT = prefix .. ':wflight'  -- HASH worker -> its routed dispatches in flight (record field `w`)
 
 local CLASSES = {'i', 'b'}               -- interactive first
@@ -177,12 +183,15 @@ local POLICIES = {wfq = true, harmony = true, smallest = true}
 -- With it, in the same call, fair_subgroup (conf `subgroup`): 'path' keeps each group's
 -- class lists in subgroup key order (subgroup_key). Never with smallest (policies.py
 -- refuses both). A script that read conf already sets both before asking.
+-- And fair_scope (conf `scope`: SC.read, below), so that a hold reads conf once.
 local policy_read, subgroup_read = nil, nil
+local SC = {read = nil}
 local function read_policy()
-  if policy_read == nil or subgroup_read == nil then
-    local policy, subgroup = unpack(redis.call('HMGET', K_CONF, 'policy', 'subgroup'))
+  if policy_read == nil or subgroup_read == nil or SC.read == nil then
+    local policy, subgroup, scope = unpack(redis.call('HMGET', K_CONF, 'policy', 'subgroup', 'scope'))
     if policy_read == nil then policy_read = policy or 'wfq' end
     if subgroup_read == nil then subgroup_read = subgroup == 'path' end
+    if SC.read == nil then SC.read = scope == 'app' end
   end
 end
 local function harmony()
@@ -399,6 +408,43 @@ local function wake()
   if redis.call('LLEN', K_WAKE) == 0 then redis.call('LPUSH', K_WAKE, '1') end
 end
 
+-- fair_scope (conf `scope`, limits.py SCOPES; DESIGN.md "Tenant scope"): 'app' counts a
+-- group's dispatches in flight over every fair queue of the namespace whose scope is
+-- 'app' (HASH `<ns>:scope:n` group -> count, beside each queue's own `n`), and its cap
+-- binds that count. One table (pick.lua is near Lua's 200 locals). Read once per call,
+-- with the policy (read_policy); configure.lua sets it and forgets what was read. Never
+-- on Redis Cluster (redis_policy.py refuses it: a script reaches one slot).
+SC.ns, SC.queue = string.match(prefix, '^(.-):{(.*)}$')
+function SC.app()
+  if SC.read == nil then read_policy() end
+  return SC.read
+end
+function SC.key(what) return SC.ns .. ':scope:' .. what end  -- n, queues, refresh:<queue>
+-- The in-flight count g's cap binds: the queue's own `n`, or the app's.
+function SC.count(g, n)
+  if not SC.app() then return n end
+  return tonumber(redis.call('HGET', SC.key('n'), g) or '0')
+end
+-- g's app-wide count moves by `delta` (nothing under scope 'queue'). Returns it, or nil.
+function SC.add(g, delta)
+  if not SC.app() then return nil end
+  local total = redis.call('HINCRBY', SC.key('n'), g, delta)
+  if total <= 0 then redis.call('HDEL', SC.key('n'), g) end
+  return total
+end
+-- A slot of g came back app-wide: every other app-scoped queue that knows g refreshes it
+-- at its next promote (SC.admit; a script cannot refresh another queue's sets: its key
+-- names are bound to this queue) and its dispatchers are woken, as a singleton hand-over.
+function SC.freed(g)
+  for _, q in ipairs(redis.call('SMEMBERS', SC.key('queues'))) do
+    if q ~= SC.queue and redis.call('SISMEMBER', SC.ns .. ':{' .. q .. '}:groups', g) == 1 then
+      redis.call('SADD', SC.key('refresh:' .. q), g)
+      local marker = SC.ns .. ':{' .. q .. '}:wake'  -- wake(), for that queue
+      if redis.call('LLEN', marker) == 0 then redis.call('LPUSH', marker, '1') end
+    end
+  end
+end
+
 local function inflight_of(g)
   return tonumber(redis.call('HGET', k_group(g), 'n') or '0')
 end
@@ -408,6 +454,7 @@ end
 -- while it holds work at or over its cap (not paused, throttled or capped at 0); else
 -- nil. `default_cap`: see cap_of. Policy `decisions.standing`.
 local function standing(cls, g, n, default_cap)
+  n = SC.count(g, n)  -- fair_scope 'app': the app's count
   if redis.call('LLEN', k_list(cls, g)) == 0 then return nil end
   if redis.call('ZSCORE', K_PAUSES, g) then return nil end  -- paused (pause.lua): any class
   if redis.call('ZSCORE', K_THROTTLED, g) then return nil end  -- its rate, or a task's throttle
@@ -440,7 +487,7 @@ end
 local function refresh(g, default_cap, known)
   known = known or {}
   local gk = k_group(g)
-  local n = known.n or inflight_of(g)
+  local n = SC.count(g, known.n or inflight_of(g))  -- fair_scope 'app': the app's count
   local entered, rank, blocked, cap, reserve = false, nil, nil, known.cap, nil
   local soft = soft_caps()  -- else the over sets are empty (configure.lua empties them)
   local function where_of(cls)  -- standing(cls, g, n, default_cap)
@@ -508,12 +555,38 @@ end
 -- in-flight count when the caller has it.
 local function forget_if_idle(g, n)
   local gk = k_group(g)
-  if (n or inflight_of(g)) > 0 or tonumber(redis.call('HGET', gk, 'd') or '0') > 0 then return end
+  local delayed, parked = unpack(redis.call('HMGET', gk, 'd', 'pk'))
+  if (n or inflight_of(g)) > 0 or tonumber(delayed or '0') > 0
+     or tonumber(parked or '0') > 0 then return end
   for _, cls in ipairs(CLASSES) do
     if redis.call('LLEN', k_list(cls, g)) > 0 then return end
   end
   redis.call('DEL', gk)
   redis.call('SREM', K_GROUPS, g)
+end
+
+-- Promote: the groups another app-scoped queue freed a slot of (SC.freed) are
+-- refreshed here, so one that was at its cap app-wide goes again without a poll.
+function SC.admit()
+  if not SC.app() then return end
+  local k = SC.key('refresh:' .. SC.queue)
+  for _, g in ipairs(redis.call('SMEMBERS', k)) do
+    if redis.call('SISMEMBER', K_GROUPS, g) == 1 then refresh(g) end
+  end
+  redis.call('DEL', k)
+end
+
+-- The pick's head g of class `cls` (cap `cap` in force) may be stale under scope 'app':
+-- another queue's picks raised g's count to its cap after g was ranked here. True when
+-- g, in the ready set, may not go: the pick refreshes it (out of the set) and looks again.
+function SC.stale(cls, g, cap)
+  if not SC.app() or cap < 0 or not redis.call('ZSCORE', prefix .. ':ready:' .. cls, g) then
+    return false
+  end
+  if cls == 'i' and cap > 0 then
+    cap = cap + (valid_cap(redis.call('HGET', K_CONF, 'reserve')) or 0)
+  end
+  return SC.count(g, 0) >= cap
 end
 
 -- One slot of g comes back (release, reclaim) from a dispatch of class `cls`. `only`:
@@ -527,21 +600,27 @@ local function free_slot(g, cls, only)
   local n = redis.call('HINCRBY', k_group(g), 'n', -1)
   redis.call('HINCRBY', K_STAT, 'inflight', -1)
   if cls == 'i' then redis.call('HINCRBY', K_STAT, 'inflight:i', -1) end
-  local cap = nil
+  local cap, conf = nil, nil
   if only then  -- what the decision and a refresh read of conf, in one call
-    local policy, conf_cap, reserve, capmode, subgroup =
-      unpack(redis.call('HMGET', K_CONF, 'policy', 'cap', 'reserve', 'capmode', 'subgroup'))
+    conf = redis.call('HMGET', K_CONF, 'policy', 'cap', 'reserve', 'capmode', 'subgroup', 'scope')
+    if SC.read == nil then SC.read = conf[6] == 'app' end
+  end
+  local total = SC.add(g, -1)  -- fair_scope 'app': the app's count, which the cap binds
+  if only then
+    local policy, conf_cap, reserve, capmode, subgroup = unpack(conf)
     if policy_read == nil then policy_read = policy or 'wfq' end
     if subgroup_read == nil then subgroup_read = subgroup == 'path' end
     if soft_read == nil then soft_read = capmode == 'soft' end
     if not harmony() then
       cap = valid_cap(redis.call('HGET', K_CAPS, g)) or valid_cap(conf_cap) or -1  -- cap_of's
-      if cap <= 0 or (n + 1 ~= cap and n + 1 ~= cap + (valid_cap(reserve) or 0)) then
+      local c = total or n
+      if cap <= 0 or (c + 1 ~= cap and c + 1 ~= cap + (valid_cap(reserve) or 0)) then
         cap = false
       end
     end
   end
   if cap ~= false then refresh(g, nil, {n = n, cap = cap}) end
+  if total then SC.freed(g) end
   if n <= 0 then forget_if_idle(g, n) end
 end
 
@@ -561,9 +640,11 @@ local function hold_lease(did, deadline, state)
   if state == nil then state = redis.call('HGET', dk, 's') end
   if not state or state == 'superseded' or state == 'released' then return state or false end
   if state == 'lost' then
-    local g, cls, w = unpack(redis.call('HMGET', dk, 'g', 'c', 'w'))
+    local g, cls, w, sg = unpack(redis.call('HMGET', dk, 'g', 'c', 'w', 'sg'))
     worker_slot(w, 1)
+    if sg then redis.call('HINCRBY', SUBCAPS.flight, g .. '/' .. sg, 1) end
     redis.call('HINCRBY', k_group(g), 'n', 1)
+    SC.add(g, 1)
     redis.call('HINCRBY', K_STAT, 'inflight', 1)
     if cls == 'i' then redis.call('HINCRBY', K_STAT, 'inflight:i', 1) end
     redis.call('SADD', K_GROUPS, g)
@@ -574,3 +655,4 @@ local function hold_lease(did, deadline, state)
   redis.call('ZADD', K_LEASES, deadline, did)
   return state
 end
+

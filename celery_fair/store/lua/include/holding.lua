@@ -19,10 +19,12 @@ local function hold_refusal(id, value, due, now, g, cls, cost, front)
   end
 end
 
--- How many messages group g holds: both classes' lists and its delayed ones.
+-- How many messages group g holds: both classes' lists, its delayed ones and those
+-- parked behind a capped-out subgroup (caps per subgroup: held all the same).
 local function held_of(g)
+  local delayed, parked = unpack(redis.call('HMGET', k_group(g), 'd', 'pk'))
   return redis.call('LLEN', k_list('i', g)) + redis.call('LLEN', k_list('b', g))
-         + tonumber(redis.call('HGET', k_group(g), 'd') or '0')
+         + tonumber(delayed or '0') + tonumber(parked or '0')
 end
 
 -- Read every key a hold of group g writes: one of a foreign type fails the script here,
