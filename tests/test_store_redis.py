@@ -579,3 +579,21 @@ def test_an_older_workers_release_corrects_nothing(store: RedisStore) -> None:
     assert store.client.hget(group, "tb") == b"4" and store.client.hget(group, "r") is None
     assert store._run("release", Q, second.dispatch_id, 0, "", "nan") == 1
     assert store.client.hget(group, "tb") == b"4" and store.client.hget(group, "r") is None
+
+
+def test_a_message_picked_while_it_is_located_is_found_by_its_dispatch(
+        store: RedisStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    # locate reads the stored value, then where it stands: a pick in between once left a
+    # "held" answer with no place (tests/test_position.py, now and then under load)
+    hid = hold(store, "acme")
+    read = store.client.hget
+
+    def read_then_pick(*args: object, **kwargs: object) -> object:
+        value = read(*args, **kwargs)
+        monkeypatch.setattr(store.client, "hget", read)
+        assert [p.hold_id for p in pick(store)] == [hid]
+        return value
+
+    monkeypatch.setattr(store.client, "hget", read_then_pick)
+    found = store.locate(hid)
+    assert found is not None and found.state == "picked" and found.dispatch_id, found

@@ -291,10 +291,17 @@ class RedisReads(Locating):
             placed = placement_of(value, task_id)
             group, klass = placed.group, placed.klass
             where = Location(task_id, queue, group, CLASS_NAMES.get(klass, klass), "held")
-            due = client.zscore(k.delayed, task_id)
+            # one snapshot of where it stands: a pick between the value's read and these
+            # took it (its dispatch is found next), never "held" with no place
+            pipe = client.pipeline(transaction=True)
+            pipe.hexists(k.msg, task_id)
+            pipe.zscore(k.delayed, task_id)
+            pipe.lpos(k.held(klass, group), task_id)
+            still, due, position = pipe.execute()
+            if not still:
+                return None
             if due is not None:
                 return dataclasses.replace(where, state="delayed", due_ms=int(due))
-            position = client.lpos(k.held(klass, group), task_id)
             if position is None and task_id in (parked := self._parked_ids(k, klass, group)):
                 position = client.llen(k.held(klass, group)) + parked.index(task_id)
         place = place_of(self, queue, klass, group, None if position is None else int(position))
