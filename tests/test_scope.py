@@ -30,19 +30,20 @@ CONF: dict[str, Any] = {"fair_lease_seconds": 5, "worker_prefetch_multiplier": 1
 
 
 @contextmanager
-def prefork_worker(app: Any, namespace: str, tmp_path: Any, other: str,
-                   conf: dict[str, Any]) -> Iterator[CeleryProcess]:
-    """One prefork worker process of SLOTS children consuming both fair queues,
+def prefork_worker(app: Any, namespace: str, tmp_path: Any, queues: list[str],
+                   conf: dict[str, Any], slots: int = SLOTS) -> Iterator[CeleryProcess]:
+    """One prefork worker process of ``slots`` children consuming ``queues``,
     registered with the store."""
-    queue = app.conf.task_default_queue
     conf = {**conf, "fair_store_url": app.conf.fair_store_url}
-    proc = CeleryProcess(["worker", "-P", "prefork", "-c", str(SLOTS), "-Q",
-                          f"{queue},{other}", "--without-mingle", "--without-gossip",
-                          "-l", "INFO", "-n", f"w-{namespace}@%h"],
-                         conf, app.conf.broker_url, namespace, tmp_path / "worker.log")
+    name = f"w{len(list(tmp_path.glob('worker*.log')))}-{namespace}@%h"
+    proc = CeleryProcess(["worker", "-P", "prefork", "-c", str(slots), "-Q",
+                          ",".join(queues), "--without-mingle", "--without-gossip",
+                          "-l", "INFO", "-n", name],
+                         conf, app.conf.broker_url, namespace,
+                         tmp_path / f"worker-{name.split('-')[0]}.log")
     try:
         store = store_for(app)
-        wait_for(lambda: store.worker_capacity(queue, now_ms()) == SLOTS
+        wait_for(lambda: store.worker_capacity(queues[0], now_ms()) == slots
                  or not proc.alive(), timeout=60, what="the worker registered")
         assert proc.alive(), proc.output()
         yield proc
@@ -63,7 +64,8 @@ def test_a_cap_of_one_holds_across_two_queues(make_app: Any, dispatcher: Any,
                for n in range(TASKS)]
     results += [work.apply_async(("b", f"b{n}", 0.2), queue=other if n % 2 else None)
                 for n in range(TASKS // 2)]
-    with prefork_worker(app, namespace, tmp_path, other, conf), dispatcher(app):
+    queues = [app.conf.task_default_queue, other]
+    with prefork_worker(app, namespace, tmp_path, queues, conf), dispatcher(app):
         for r in results:
             r.get(timeout=120)
     runs = ledger.runs()
@@ -78,6 +80,37 @@ def test_a_cap_of_one_holds_across_two_queues(make_app: Any, dispatcher: Any,
     for q in (app.conf.task_default_queue, other):
         assert store.snapshot(q)["inflight"] == 0
     assert app_counts(store) == {}  # nothing left counted
+
+
+@pytest.mark.parametrize("scope", ["app", "queue"])
+def test_a_group_served_in_another_queue_waits_its_turn(make_app: Any, dispatcher: Any,
+                                                        namespace: str, tmp_path: Any,
+                                                        scope: str,
+                                                        store_backend: str) -> None:
+    """wfq shares across queues, as the tasks start: a and b both wait in the default
+    queue; a is then served 4 times in the second queue. With scope 'app' that counts
+    against a's share here too, so b starts 4 times first; with scope 'queue' they
+    alternate."""
+    conf = {"fair_lease_seconds": 5, "worker_prefetch_multiplier": 1, "fair_scope": scope}
+    app = make_app(**conf)
+    work, ledger = app.tasks["proj.work"], app.ledger
+    queue, other = app.conf.task_default_queue, f"{app.conf.task_default_queue}-two"
+    here = [work.apply_async((g, f"{g}{n}", 0.02)) for n in range(5) for g in "ab"]
+    there = [work.apply_async(("a", f"there{n}", 0.02), queue=other) for n in range(4)]
+    with dispatcher(app):
+        with prefork_worker(app, namespace, tmp_path, [other], conf, slots=1):
+            for r in there:
+                r.get(timeout=60)
+        assert ledger.runs().keys() == {f"there{n}" for n in range(4)}  # none here yet
+        with prefork_worker(app, namespace, tmp_path, [queue], conf, slots=1):
+            for r in here:
+                r.get(timeout=60)
+    starts = [s["group"] for s in ledger.starts() if not s["label"].startswith("there")]
+    assert len(starts) == 10, starts
+    if scope == "app":
+        assert starts[:5] == ["b"] * 4 + ["a"], starts  # a's 4 turns elsewhere counted
+    else:
+        assert starts[:4] == ["a", "b"] * 2, starts
 
 
 def app_counts(store: Any) -> dict[str, int]:

@@ -754,3 +754,60 @@ def test_a_task_boosted_under_harmony_is_ranked_by_the_apps_flight_in_redis_too(
         machine.same_state()
     finally:
         machine.teardown()
+
+
+def test_a_release_looks_again_at_a_group_another_queue_freed_in_redis_too(
+        redis_server: RedisServer) -> None:
+    """A run the redis-scope leg found: dd stood out of its ready set here, at its cap
+    across the app's queues, until a release in the other queue freed a slot (marking
+    it for this queue's next promote). A release of dd here then left it out on Redis:
+    the release looked only when its own count crossed the cap, and the app's count was
+    already below it. Every other store (and now Redis) looks under scope 'app'."""
+    machine: Any = redis_machine(redis_server, scope=True)
+    unchanged = ("none", "cost", "hard", None, 0.0)  # subgroup, charge, caps, share, aging
+    try:
+        machine.start(cap=None, reserve=0, data=Draws("wfq", *unchanged))
+        machine.start_other(name="wfq")
+        machine.hold_other(group="dd")
+        machine.pick_routed(capacity=None, limit=5, limits={"w1": 0, "w2": 0, "queue:vip": 0},
+                            spill=None)
+        machine.pick_other(limit=1)
+        machine.pick_with_room(limit=3, room=1)
+        machine.pick_with_room(limit=1, room=1)
+        machine.configure(cap=1, caps={"a": 0}, data=Draws("wfq", *unchanged),
+                          default_rate=None, rates={}, reserve=2, weight=1.0, weights={})
+        machine.burst(background=1, group="dd", interactive=3)
+        machine.busy_other_then_pick(group="a", limit=5, n=1)
+        machine.release_other(data=Draws("o2.1.1"))
+        machine.same_state()
+        machine.run_to_end(acks_late=True, data=Draws(["p6.4.1"]), runtime=3.5)
+        machine.same_state()
+    finally:
+        machine.teardown()
+
+
+def test_a_policy_change_empties_the_over_sets_on_sql_too(
+        sql_url: Callable[[str], str]) -> None:
+    """A run the sqlite-scope and postgresql-scope legs found: dd stood in its over set
+    here (soft caps; at its cap across the app's queues) without a tag of its own. A
+    configure from 'smallest' to 'wfq' empties the sets, so dd enters its ready set
+    anew at the virtual time (Redis, memory); the SQL store emptied only the ready
+    sets, so dd kept its old score as a member."""
+    machine: Any = sql_machine(sql_url("sqlite"), True)
+    try:
+        machine.start(cap=None, reserve=0,
+                      data=Draws("wfq", "none", "cost", "hard", None, 0.0))
+        machine.start_other(name="wfq")
+        machine.busy_other(group="dd", n=4)
+        machine.configure(cap=1, caps={}, data=Draws("smallest", "count", "soft", 1 / 3, 4.0),
+                          default_rate=None, rates={}, reserve=2, weight=2.0, weights={})
+        machine.burst(background=2, group="dd", interactive=3)
+        machine.burst(background=1, group="a", interactive=2)
+        machine.busy_other_then_pick(group="a", limit=1, n=1)
+        machine.busy_other_then_pick(group="c", limit=1, n=2)
+        machine.configure(cap=None, caps={}, data=Draws("wfq", "none", "cost", "hard", None,
+                                                        1.0),
+                          default_rate=None, rates={}, reserve=1, weight=2.0, weights={})
+        machine.same_state()
+    finally:
+        machine.teardown()

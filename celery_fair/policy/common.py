@@ -58,6 +58,9 @@ class QueueData:
     scope_n: dict[str, int] = field(default_factory=dict)
     app_queues: dict[str, Any] = field(default_factory=dict)
     scope_refresh: set[str] = field(default_factory=set)
+    #: fair_scope 'app' under wfq (scope.py, shared): (class, group) -> the tag advances
+    #: charged to the group over the app-scoped queues
+    scope_charge: dict[tuple[str, str], float] = field(default_factory=dict)
     default_cap: int = -1  # -1: none
     reserve: int = 0
     default_weight: float = 1.0
@@ -196,8 +199,12 @@ class QueueData:
             if self.policy == HARMONY:
                 score = self._rank(g, group)
             else:
-                tag = entry_tag(group.tags.get(klass), self.vt.get(klass),
-                                g in self.ready[klass] or g in self.over[klass])
+                member = g in self.ready[klass] or g in self.over[klass]
+                if not member and self.scope == APP_SCOPE:
+                    # wfq shares across queues (scope.py): what other queues charged it
+                    # while it was out of the sets here is forgiven, as idle time is
+                    group.seen[klass] = self.scope_charge.get((klass, g), 0.0)
+                tag = entry_tag(group.tags.get(klass), self.vt.get(klass), member)
                 if tag is not None:
                     group.tags[klass] = tag
                 score = tag or 0.0
@@ -214,6 +221,7 @@ class QueueData:
         if any(self._held(klass, g) for klass in CLASSES):
             return
         del self.groups[g]
+        self._scope_forgot(g)
 
     def _free_slot(self, g: str, klass: str) -> None:
         self.groups[g].inflight -= 1
@@ -230,6 +238,9 @@ class QueueData:
 
     def _scope_freed(self, g: str) -> None:
         """fair_scope 'app': a slot of g came back app-wide (scope.py)."""
+
+    def _scope_forgot(self, g: str) -> None:
+        """fair_scope 'app': this queue forgot g (scope.py)."""
 
     def _scope_change(self, scope: str) -> None:
         """fair_scope changes (configure; scope.py keeps the app's counts)."""

@@ -101,18 +101,17 @@ class FairQueue(AppScope, QueueRouting, QueueControls, Singletons):
     def _delayed_order(self) -> list[tuple[int, bytes, str]]:
         return sorted((due, i.encode(), i) for i, due in self.delayed.items())
 
-    def _head(self, capacity: int | None, routing: RouteCall | None = None
-              ) -> tuple[str, str, float] | None:
+    def _head(self, capacity: int | None, routing: RouteCall | None,
+              synced: set[tuple[str, str]]) -> tuple[str, str, float] | None:
         """The class, group and score picked next: from the ready sets, else (soft caps)
-        the over sets. See ``_head_of``."""
+        the over sets. See ``_head_of``. ``synced``: the pick call's (scope.py)."""
         first_b = background_first(self.stat.get("inflight:i", 0), self.share, capacity)
         while True:
             head = self._head_of(self.ready, first_b, routing)
             if head is None and self.cap_mode == SOFT:
                 head = self._head_of(self.over, first_b, routing)
-            if head is None or not self._scope_stale(head[0], head[1]):
+            if head is None or not self._scope_moved(head[0], head[1], synced):
                 return head
-            self._refresh(head[1])  # fair_scope 'app': at its cap across queues
 
     def _head_of(self, sets: dict[str, dict[str, float]], background_first: bool,
                  routing: RouteCall | None = None) -> tuple[str, str, float] | None:
@@ -151,8 +150,9 @@ class FairQueue(AppScope, QueueRouting, QueueControls, Singletons):
         if capacity is not None:
             want = min(want, capacity - self.stat.get("inflight", 0))
         out: list[Picked] = []
+        synced: set[tuple[str, str]] = set()
         while len(out) < want and not (routing and routing.open == 0) and \
-                (head := self._head(capacity, routing)) is not None:
+                (head := self._head(capacity, routing, synced)) is not None:
             klass, g, tag = head
             if self.subgroup == PATH_SUBGROUP and self._park_capped(klass, g, now_ms):
                 continue  # its head changed, it may have left: look again
@@ -169,7 +169,9 @@ class FairQueue(AppScope, QueueRouting, QueueControls, Singletons):
             else:
                 self.vt[klass] = tag
                 spent = charged(self.charge, held.placement.cost, group.runtime)
-                tag = group.tags[klass] = advance(tag, spent, self.pick_weight(g))
+                weight = self.pick_weight(g)
+                tag = group.tags[klass] = advance(tag, spent, weight)
+                self._scope_charged(klass, g, spent / weight)
                 estimate = spent if self.charge == RUNTIME else None
             group.inflight += 1
             self._scope_add(g, 1)
@@ -280,8 +282,9 @@ class FairQueue(AppScope, QueueRouting, QueueControls, Singletons):
         group.runtime = mean_runtime(group.runtime, runtime)
         tags = group.tags
         if rec.klass in tags:
-            tags[rec.klass] = corrected(tags[rec.klass], runtime, rec.estimate,
-                                        self.pick_weight(rec.group))
+            weight = self.pick_weight(rec.group)
+            tags[rec.klass] = corrected(tags[rec.klass], runtime, rec.estimate, weight)
+            self._scope_charged(rec.klass, rec.group, (runtime - rec.estimate) / weight)
 
     def reclaim(self, now_ms: int, limit: int, tombstone_until_ms: int) -> tuple[int, int]:
         """Take back slots whose lease ran out; see ``reclaim.lua``."""

@@ -40,6 +40,9 @@ class Group:
     #: head, a promote or reclaim to the head, a boost to the front); stale while the
     #: list is empty (the next message in stamps it again)
     since: dict[str, int] = field(default_factory=dict)
+    #: fair_scope 'app' under wfq (scope.py): class -> the app's charge total of the
+    #: group when this queue last took it into the group's tag
+    seen: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -72,6 +72,8 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
         self._sadmit: dict[str, deque[str]] = {}
         self._swake: set[str] = set()
         self._scope_n: dict[str, int] = {}  # fair_scope 'app': group -> in flight
+        #: fair_scope 'app' under wfq: (class, group) -> tag advances over the queues
+        self._scope_charge: dict[tuple[str, str], float] = {}
         self._registered: set[str] = set()  # fair queues that have held a message
         self._workers: dict[str, dict[str, Registration]] = {}  # queue -> worker ->
         self._writers: dict[str, int] = {}  # queue -> until when its summary writer holds
@@ -88,7 +90,7 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
                 fq = self._queues[queue] = FairQueue()
                 fq.share_singletons(queue, self._sowner, self._swait, self._sadmit,
                                     self._swake)
-                fq.share_scope(self._scope_n, self._queues)
+                fq.share_scope(self._scope_n, self._queues, self._scope_charge)
             fq.expire(wall_ms())
             yield fq
             if fq.woken:

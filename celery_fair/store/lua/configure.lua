@@ -119,6 +119,9 @@ if scope_before ~= scope then  -- the app's counts gain or lose this queue's
   for _, g in ipairs(redis.call('SMEMBERS', K_GROUPS)) do
     local n = inflight_of(g)
     if n ~= 0 then SC.add(g, sign * n) end
+    if sign > 0 then  -- nothing owed from before (as a group entering a set)
+      for _, cls in ipairs(CLASSES) do SC.entered(cls, g) end
+    end
   end
   if scope == 'app' then redis.call('SADD', SC.key('queues'), SC.queue)
   else redis.call('SREM', SC.key('queues'), SC.queue) end

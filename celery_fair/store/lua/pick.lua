@@ -238,17 +238,29 @@ function SUBCAPS.park_heads(cls, g)
   return true
 end
 
+local synced = {}  -- fair_scope 'app' (wfq): heads whose charges elsewhere were taken
 while taken < want and not (routing and routing.open == 0) do
   local cls, g, tag = head()
   while cls and SUBCAPS.on and subgroups() and SUBCAPS.park_heads(cls, g) do
     cls, g, tag = head()
   end
   if not cls then break end
-  if SC.stale(cls, g, cap_in_call(g)) then
+  local stale = SC.stale(cls, g, cap_in_call(g))
+  local behind = not stale and SC.behind(cls, g, synced)
+  if stale then
     -- fair_scope 'app': at its cap across the app's queues since it was ranked here
     write_pending(g)
     refresh(g, default_cap, {cap = cap_in_call(g)})
     interactive_empty = false
+  elseif behind then
+    -- fair_scope 'app' (wfq): charged by other queues since this one last looked: its
+    -- tag takes that, its score moves, and the pick looks again
+    local moved = string.format('%.17g', tag + behind)
+    local p = pending[g]
+    if p and p['t' .. cls] then p['t' .. cls] = tag + behind
+    else redis.call('HSET', k_group(g), 't' .. cls, moved) end
+    redis.call('ZADD', k_ready(cls), 'XX', moved, g)
+    if soft then redis.call('ZADD', k_over(cls), 'XX', moved, g) end
   else
     local id = pop_held(cls, g)
     if id then
@@ -297,6 +309,7 @@ while taken < want and not (routing and routing.open == 0) do
         end
         tag = tag + spent / weight_in_call(g)
         p['t' .. cls] = tag
+        SC.charged(cls, g, spent / weight_in_call(g))  -- wfq shares across queues
       end
       if cls == 'i' then inflight_i, taken_i = inflight_i + 1, taken_i + 1 end
       local heads = new_head[g] or {}

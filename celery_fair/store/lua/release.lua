@@ -53,6 +53,7 @@ if runtime and runtime >= 0 and runtime <= MAX_RUNTIME and charged and not harmo
   if tag then
     local w = pick_weight_of(g, valid_weight(redis.call('HGET', K_CONF, 'weight')) or 1)
     redis.call('HSET', gk, 't' .. cls, tag + (runtime - charged) / w)
+    SC.charged(cls, g, (runtime - charged) / w)  -- wfq shares across queues
     corrected = true
   end
 end

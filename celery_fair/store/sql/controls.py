@@ -130,6 +130,7 @@ class Controls:
                     row["subtags"] = None if sub_change else row["subtags"]
         if policy.name != (u.q["policy"] or limits.WFQ):  # the scores change meaning:
             u.ready.update((key, None) for key in u.ready)  # every group enters anew
+            u.over.update((key, None) for key in u.over)  # (configure.lua: both sets)
         tc = self.t.tats.c  # the rates in force of the groups with a bucket (rerate below)
         rated = sorted(conn.execute(select(tc.grp).where(tc.ns == self.ns, tc.queue == queue))
                        .scalars())

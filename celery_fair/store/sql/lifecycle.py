@@ -305,8 +305,9 @@ class Lifecycle:
         if row is not None:
             row["runtime"] = mean_runtime(row["runtime"], runtime)
         if row is not None and row[f"tag_{klass}"] is not None:
-            u.retag(g, klass, corrected(row[f"tag_{klass}"], runtime, rec["estimate"],
-                                        u.pick_weight(g)))
+            weight = u.pick_weight(g)
+            u.retag(g, klass, corrected(row[f"tag_{klass}"], runtime, rec["estimate"], weight))
+            u.scope_charged(klass, g, (runtime - rec["estimate"]) / weight)
 
     def free_slot(self, u: Unit, g: str) -> None:
         row = u.group(g)

@@ -38,6 +38,7 @@ class Picking:
         self.meter = Meter(u, now_ms)
         self.now_ms = now_ms
         self.capacity, self.inflight_i = capacity, inflight_i  # the interactive share's
+        self.synced: set[tuple[str, str]] = set()  # wfq shares: heads looked at (scoping)
         # Groups past the first `want` of a ready set cannot be reached by `want` picks:
         # each pick moves one group back, and an untouched group read stays ahead. The
         # same holds for the over sets (soft caps), which a group may also enter during
@@ -122,6 +123,11 @@ class Picking:
                 u.refresh(g)
                 self._requeue(g)
                 continue
+            if (behind := u.scope_behind(klass, g, self.synced)) is not None:
+                u.retag(g, klass, tag + behind)  # charged by other queues: look again
+                u.refresh(g)
+                self._requeue(g)
+                continue
             msg = self._pop(klass, g)
             row = u.groups[g]
             assert row is not None
@@ -137,7 +143,9 @@ class Picking:
             else:
                 u.set_vt(klass, tag)
                 spent = charged(self.charge, msg.cost, row["runtime"])
-                row[f"tag_{klass}"] = advance(tag, spent, u.pick_weight(g))
+                weight = u.pick_weight(g)
+                row[f"tag_{klass}"] = advance(tag, spent, weight)
+                u.scope_charged(klass, g, spent / weight)
                 estimate = spent if self.charge == RUNTIME else None
             row["inflight"] += 1
             u.scope_add(g, 1)

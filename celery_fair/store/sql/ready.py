@@ -172,8 +172,10 @@ class ReadySets(UnitRows):
                 if self.harmony():  # both sets scored by the rank, as in Redis
                     score = self.rank(g)
                 else:
-                    tag = entry_tag(row[f"tag_{klass}"], self.vt(klass),
-                                    self.ready[key] is not None or self.over[key] is not None)
+                    member = self.ready[key] is not None or self.over[key] is not None
+                    if not member:  # wfq shares across queues: nothing owed from before
+                        self.scope_entered(klass, g)  # type: ignore[attr-defined]
+                    tag = entry_tag(row[f"tag_{klass}"], self.vt(klass), member)
                     row[f"tag_{klass}"] = tag
                     score = tag or 0.0
                 into, out = (self.ready, self.over) if where == READY \

@@ -35,7 +35,7 @@ from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.types import TypeEngine
 
 #: The Alembic revision the code expects (``migrations/versions``).
-SCHEMA_VERSION = "0017"
+SCHEMA_VERSION = "0018"
 #: Default table name prefix (``fair_store_table_prefix``).
 DEFAULT_PREFIX = "fair_"
 
@@ -157,7 +157,10 @@ class Tables:
                 # caps per subgroup (0017): its messages parked, per class (not in
                 # held_i, held_b: those count its lists; sql/subcaps.py)
                 Column("parked_i", Integer, nullable=False, default=0, server_default="0"),
-                Column("parked_b", Integer, nullable=False, default=0, server_default="0")))
+                Column("parked_b", Integer, nullable=False, default=0, server_default="0"),
+                # fair_scope 'app' under wfq (0018, sql/scoping.py): per class, the app's
+                # charge total of the group when this queue last took it into its tag
+                Column("seen_i", Double), Column("seen_b", Double)))
         #: A group that may be picked now, in its class, with its virtual start tag (its
         #: rank under Harmony).
         self.ready = _tag_set(md, f"{p}ready")
@@ -309,7 +312,7 @@ class Tables:
             Column("doc", Text, nullable=False),
             Index(f"{p}audit_ns_seq", "ns", "seq"))
         self.skeys, self.sowners, self.swaits, self.sadmits = _singleton_tables(md, p)
-        self.scope_n, self.scope_refresh = _scope_tables(md, p)
+        self.scope_n, self.scope_refresh, self.scope_charge = _scope_tables(md, p)
 
 
 def _singleton_tables(md: MetaData, p: str) -> tuple[Table, Table, Table, Table]:
@@ -336,7 +339,7 @@ def _singleton_tables(md: MetaData, p: str) -> tuple[Table, Table, Table, Table]
     return keys, owners, waits, admits
 
 
-def _scope_tables(md: MetaData, p: str) -> tuple[Table, Table]:
+def _scope_tables(md: MetaData, p: str) -> tuple[Table, Table, Table]:
     """fair_scope 'app' (0016; ``scoping.py``), as Redis's ``<ns>:scope:n`` and
     ``<ns>:scope:refresh:<queue>``: a group's dispatches in flight over the namespace's
     app-scoped queues (a row while not 0), and the groups a queue's next promote
@@ -348,4 +351,11 @@ def _scope_tables(md: MetaData, p: str) -> tuple[Table, Table]:
                    Column("n", Integer, nullable=False))
     refresh = Table(f"{p}scope_refresh", md, *_keys(
         Column("grp", name(GROUP), primary_key=True)))
-    return counts, refresh
+    # wfq shares across the queues (0018): per class and group, the tag advances charged
+    # over the app-scoped queues (Redis's <ns>:scope:charge)
+    charge = Table(f"{p}scope_charge", md,
+                   Column("ns", name(NS), primary_key=True),
+                   Column("klass", String(1), primary_key=True),
+                   Column("grp", name(GROUP), primary_key=True),
+                   Column("total", Double, nullable=False))
+    return counts, refresh, charge

@@ -35,6 +35,9 @@ class ScopeCounts(UnitRows):
     scope_n: dict[str, int]
     _scope_read: dict[str, int]
     _scope_freed: set[str]
+    #: (class, group) -> the app's charge total now, and as read (None: no row)
+    scope_charge: dict[tuple[str, str], float]
+    _charge_read: dict[tuple[str, str], float | None]
 
     def app_scoped(self) -> bool:
         """Whether the queue's scope is 'app' (its row's ``scope``; None: 'queue')."""
@@ -72,6 +75,100 @@ class ScopeCounts(UnitRows):
         if force or self.app_scoped():
             self.lock_counts([g], force=True)
             self.scope_n[g] = max(self.scope_n[g] + delta, 0)
+
+    # -- wfq shares across queues (policy/scope.py's, common.lua SC.charged/behind) ----
+
+    def _charge(self, klass: str, g: str) -> float:
+        """The app's charge total of g in ``klass`` (read under g's count row)."""
+        key = (klass, g)
+        if key not in self.scope_charge:
+            self.lock_counts([g], force=True)
+            c = self.t.scope_charge.c
+            total = self.conn.execute(select(c.total).where(
+                c.ns == self.ns, c.klass == klass, c.grp == g)).scalar()
+            self._charge_read[key] = None if total is None else float(total)
+            self.scope_charge[key] = 0.0 if total is None else float(total)
+        return self.scope_charge[key]
+
+    def scope_charged(self, klass: str, g: str, advance: float) -> None:
+        """g's tag in ``klass`` moved by ``advance`` here: the app's total with it, and
+        this queue has seen it (``AppScope._scope_charged``)."""
+        if not self.app_scoped():
+            return
+        self.scope_charge[(klass, g)] = self._charge(klass, g) + advance
+        row = self.groups[g]
+        assert row is not None
+        row[f"seen_{klass}"] = (row[f"seen_{klass}"] or 0.0) + advance
+
+    def scope_entered(self, klass: str, g: str) -> None:
+        """g enters a set of ``klass`` from outside both: nothing owed from before."""
+        row = self.groups[g]
+        if self.app_scoped() and row is not None:
+            row[f"seen_{klass}"] = self._charge(klass, g)
+
+    def scope_behind(self, klass: str, g: str, synced: set[tuple[str, str]]) -> float | None:
+        """What other queues charged the pick's head g since this one last looked (once
+        per class and group per pick), now taken as seen; None: nothing."""
+        key = (klass, g)
+        if not self.app_scoped() or self.harmony() or key in synced:  # type: ignore[attr-defined]
+            return None
+        synced.add(key)
+        total = self._charge(klass, g)
+        row = self.groups[g]
+        assert row is not None
+        behind = total - (row[f"seen_{klass}"] or 0.0)
+        if behind <= 0:
+            return None
+        row[f"seen_{klass}"] = total
+        return behind
+
+    def sync_seen(self, names: list[str]) -> None:
+        """The queue enters the scope: nothing owed from before by the groups ``names``
+        (their count rows locked), as by a group entering a set."""
+        c = self.t.scope_charge.c
+        totals: dict[tuple[str, str], float] = {}
+        for chunk in chunks(names, 500):
+            totals.update(((str(k), str(g)), float(t)) for k, g, t in self.conn.execute(
+                select(c.klass, c.grp, c.total).where(c.ns == self.ns, c.klass.in_(CLASSES),
+                                                      c.grp.in_(chunk))))
+        for g in names:
+            row = self.groups[g]
+            assert row is not None
+            for klass in CLASSES:
+                row[f"seen_{klass}"] = totals.get((klass, g), 0.0)
+
+    def scope_forgot(self, g: str) -> None:
+        """This queue forgot g: when no app-scoped queue knows it any more, its charge
+        totals go (``AppScope._scope_forgot``; under g's count row, as a hold that
+        makes g in another queue reads them)."""
+        if not self.app_scoped():
+            return
+        self.lock_counts([g], force=True)
+        gc, q = self.t.groups.c, self.t.queues.c
+        if self.conn.execute(select(gc.queue).join_from(
+                self.t.groups, self.t.queues, (q.ns == gc.ns) & (q.queue == gc.queue)
+        ).where(gc.ns == self.ns, gc.grp == g, gc.queue != self.queue,
+                q.scope == APP_SCOPE).limit(1)).first() is not None:
+            return
+        c = self.t.scope_charge.c
+        self.conn.execute(delete(self.t.scope_charge).where(  # the key's points
+            c.ns == self.ns, c.klass.in_(CLASSES), c.grp == g))
+        for klass in CLASSES:
+            self.scope_charge.pop((klass, g), None)
+            self._charge_read.pop((klass, g), None)
+
+    def _flush_charges(self) -> None:
+        c = self.t.scope_charge.c
+        for (klass, g), total in sorted(self.scope_charge.items()):
+            read = self._charge_read.get((klass, g))
+            if read == total:
+                continue
+            if read is None:
+                insert_ignore(self.conn, self.t.scope_charge,
+                              [{"ns": self.ns, "klass": klass, "grp": g, "total": total}])
+            self.conn.execute(update(self.t.scope_charge).where(
+                c.ns == self.ns, c.klass == klass, c.grp == g).values(total=total))
+            self._charge_read[(klass, g)] = total
 
     def scope_freed(self, g: str) -> None:
         """A slot of g came back: the other app-scoped queues knowing g refresh it at
@@ -137,6 +234,7 @@ class ScopeCounts(UnitRows):
                                                            c.grp.in_(chunk)))
         for g, n in moved:
             self._scope_read[g] = n
+        self._flush_charges()
         if self._scope_freed:
             self._mark_freed(sorted(self._scope_freed))
             self._scope_freed.clear()
@@ -164,3 +262,7 @@ def scope_change(u: Any, scope: str) -> None:
     u.lock_counts(busy, force=True)
     for g in busy:
         u.scope_add(g, sign * u.groups[g]["inflight"], force=True)
+    if sign > 0:
+        known = sorted(g for g, row in u.groups.items() if row is not None)
+        u.lock_counts(known, force=True)
+        u.sync_seen(known)

@@ -34,7 +34,7 @@ from .schema import Tables
 
 GROUP_COLUMNS = ("inflight", "delayed", "held_i", "held_b", "tag_i", "tag_b", "since_i",
                  "since_b", "head", "tail", "runtime", "served", "jump", "subtags",
-                 "parked_i", "parked_b")
+                 "parked_i", "parked_b", "seen_i", "seen_b")
 MESSAGE_COLUMNS = ("hold_id", "task_id", "grp", "klass", "cost", "front", "seq", "due_ms",
                    "value", "sort_key")
 #: A NULL sort key sorts after every key (a message held at the tail under another
@@ -169,7 +169,7 @@ class Statements:
             ns=bindparam("ns"), queue=bindparam("queue"), grp=bindparam("grp"), inflight=0,
             delayed=0, held_i=0, held_b=0, tag_i=None, tag_b=None, since_i=None,
             since_b=None, head=0, tail=1, runtime=None, served=None, jump=None,
-            subtags=None, parked_i=0, parked_b=0)
+            subtags=None, parked_i=0, parked_b=0, seen_i=None, seen_b=None)
 
     def _group_save(self, _: str) -> Any:
         g = self.t.groups

@@ -75,6 +75,9 @@ class Unit(ScopeCounts, ReadySets):
         self.scope_n: dict[str, int] = {}
         self._scope_read: dict[str, int] = {}
         self._scope_freed: set[str] = set()
+        #: (class, group) -> the app's charge total now, and as read (scoping.py)
+        self.scope_charge: dict[tuple[str, str], float] = {}
+        self._charge_read: dict[tuple[str, str], float | None] = {}
         # caps per subgroup (subcaps.py): path -> its cap, its dispatches in flight
         self.path_caps: dict[str, int] = {}
         self.sflight: dict[str, int] = {}
@@ -200,6 +203,7 @@ class Unit(ScopeCounts, ReadySets):
                                     or row["parked_i"] > 0 or row["parked_b"] > 0):
             self.groups[g] = None
             self.s.run(self.conn, "group_drop", {**self.key, "grp": g})
+            self.scope_forgot(g)
 
     # -- caps and weights ---------------------------------------------------------------
 

@@ -519,6 +519,10 @@ local function refresh(g, default_cap, known)
         rank = rank or string.format('%.17g', harmony_rank(g, n))  -- in full, as for tags
         score = rank
       else
+        if SC.app() and not (member or (member == nil and redis.call('ZSCORE', k_ready(cls), g))
+            or (soft and redis.call('ZSCORE', k_over(cls), g))) then
+          SC.entered(cls, g)  -- wfq shares across queues: nothing owed from before
+        end
         score = finite(redis.call('HGET', gk, 't' .. cls) or '0')
         local vt = known['vt_' .. cls]
         if vt == nil then vt = redis.call('HGET', K_VT, cls) end
@@ -563,6 +567,7 @@ local function forget_if_idle(g, n)
   end
   redis.call('DEL', gk)
   redis.call('SREM', K_GROUPS, g)
+  SC.forgot(g)
 end
 
 -- Promote: the groups another app-scoped queue freed a slot of (SC.freed) are
@@ -579,6 +584,47 @@ end
 -- The pick's head g of class `cls` (cap `cap` in force) may be stale under scope 'app':
 -- another queue's picks raised g's count to its cap after g was ranked here. True when
 -- g, in the ready set, may not go: the pick refreshes it (out of the set) and looks again.
+-- wfq shares across the app-scoped queues (policy/scope.py): `<ns>:scope:charge`,
+-- HASH '<class>:<group>' -> the tag advances charged to the group over those queues;
+-- the group's `x<class>` here is that total when this queue last took it into its tag.
+local function full(x) return string.format('%.17g', x) end
+function SC.charged(cls, g, advance)  -- this queue moved g's tag by `advance`
+  if not SC.app() then return end
+  local ck, field, gk = SC.key('charge'), cls .. ':' .. g, k_group(g)
+  redis.call('HSET', ck, field, full((finite(redis.call('HGET', ck, field)) or 0) + advance))
+  redis.call('HSET', gk, 'x' .. cls,
+             full((finite(redis.call('HGET', gk, 'x' .. cls)) or 0) + advance))
+end
+-- The pick's head: what other queues charged g since this one last looked (once per
+-- group and class per pick, `synced`), now taken as seen; nil when nothing.
+function SC.behind(cls, g, synced)
+  local field = cls .. ':' .. g
+  if not SC.app() or harmony() or synced[field] then return nil end
+  synced[field] = true
+  local total = finite(redis.call('HGET', SC.key('charge'), field)) or 0
+  local behind = total - (finite(redis.call('HGET', k_group(g), 'x' .. cls)) or 0)
+  if behind <= 0 then return nil end
+  redis.call('HSET', k_group(g), 'x' .. cls, full(total))
+  return behind
+end
+-- g enters a set of class `cls` from outside both: what other queues charged it while
+-- it was out is forgiven, as idle time is.
+function SC.entered(cls, g)
+  local total = finite(redis.call('HGET', SC.key('charge'), cls .. ':' .. g)) or 0
+  redis.call('HSET', k_group(g), 'x' .. cls, full(total))
+end
+-- This queue forgot g: when no app-scoped queue knows it any more, its totals go
+-- (whoever meets it next syncs from 0 as it enters a set).
+function SC.forgot(g)
+  if not SC.app() then return end
+  for _, q in ipairs(redis.call('SMEMBERS', SC.key('queues'))) do
+    if q ~= SC.queue and redis.call('SISMEMBER', SC.ns .. ':{' .. q .. '}:groups', g) == 1 then
+      return
+    end
+  end
+  redis.call('HDEL', SC.key('charge'), 'i:' .. g, 'b:' .. g)
+end
+
 function SC.stale(cls, g, cap)
   if not SC.app() or cap < 0 or not redis.call('ZSCORE', prefix .. ':ready:' .. cls, g) then
     return false
@@ -615,7 +661,9 @@ local function free_slot(g, cls, only)
       cap = valid_cap(redis.call('HGET', K_CAPS, g)) or valid_cap(conf_cap) or -1  -- cap_of's
       local c = total or n
       if cap <= 0 or (c + 1 ~= cap and c + 1 ~= cap + (valid_cap(reserve) or 0)) then
-        cap = false
+        -- fair_scope 'app': the group may stand out of its set below its cap (another
+        -- queue's release marked it for this queue's next promote): look, as SQL does
+        if total then cap = nil else cap = false end
       end
     end
   end
