@@ -13,6 +13,11 @@ fixes each finding and says how.
 Repairs never drop a held message: an unreferenced one is held again, an undecodable one
 moves to the queue's ``quarantine`` hash, a key of a foreign type is renamed aside.
 
+Under ``fair_scope`` 'app' it also checks the namespace's shared state: each group's
+in-flight count over the app-scoped queues against the sum of theirs, and charge
+totals left of groups none of them knows (findings with queue ``APP_WIDE``, shown as
+"app scope").
+
 Given the app's name (``fair check`` passes its ``-A``), it also reports a fair queue
 holding work that no live dispatcher serves (``no_dispatcher``: nothing would ever run
 it; only starting a dispatcher, which the finding names, repairs it) and lists the live
@@ -29,6 +34,10 @@ from celery import Celery
 
 from .liveness import read_liveness
 from .store.base import CHECK_BATCH, Store, now_ms
+
+#: The ``queue`` of a finding about the namespace's shared state (``fair_scope`` 'app':
+#: ``Store.check_scope``), not about one queue.
+APP_WIDE = ""
 
 #: Lease given to an in-flight dispatch found without one when the store is passed
 #: directly (with an app, its ``fair_lease_seconds``).
@@ -54,7 +63,8 @@ class Finding:
 
     def __str__(self) -> str:
         done = f" -> {self.action}" if self.action else ""
-        return f"queue {self.queue}: {self.kind} {self.subject}: {self.detail}{done}"
+        where = f"queue {self.queue}" if self.queue != APP_WIDE else "app scope"
+        return f"{where}: {self.kind} {self.subject}: {self.detail}{done}"
 
 
 @dataclass
@@ -127,6 +137,9 @@ def check(target: Celery | Store, *, repair: bool = False,
                                 "missing from the set of fair queues: no dispatcher "
                                 "serves it", "added back" if repair else "")
                         for queue in lost]
+    # first: a repaired app count changes eligibility, which each queue's check then sees
+    report.findings += [Finding(APP_WIDE, kind, subject, detail, action) for
+                        kind, subject, detail, action in store.check_scope(repair, batch=batch)]
     for queue in names:
         for kind, subject, detail, action in store.check(queue, repair, now_ms(),
                                                          int(lease * 1000), batch=batch):

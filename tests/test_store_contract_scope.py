@@ -7,8 +7,10 @@ refuses the scope (``limits.scope_unsupported``, ``tests/test_cluster.py``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from sqlalchemy import select
+from sqlalchemy import insert, select, update
 
 from celery_fair.check import check
 from celery_fair.envelope import BACKGROUND
@@ -286,3 +288,77 @@ def charges(store: Store) -> dict[tuple[str, str], float]:
         return {tuple(f.decode().split(":", 1)): float(t) for f, t in  # type: ignore[misc]
                 store.client.hgetall(f"{store.namespace}:scope:charge").items()}
     return dict(store._scope_charge)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("any_store", SHARING, indirect=True)
+def test_a_queue_leaving_the_scope_leaves_no_charge_behind(store: Store) -> None:
+    configure(store, caps={})
+    hold(store, Q, "g", 2)
+    assert len(picked(store, Q, 1)) == 1
+    assert charges(store) == {("b", "g"): 1.0}
+    configure(store, scope=QUEUE_SCOPE, caps={}, queues=(Q,))
+    assert charges(store) == {}  # Q2, still app-scoped, does not know g
+    assert check(store, queues=[Q, Q2]).ok
+
+
+REPAIRS = [b for b in BACKENDS if b != "memory"]  # the memory store's never drift
+
+
+@pytest.mark.parametrize("any_store", REPAIRS, indirect=True)
+def test_the_check_sets_a_drifted_app_count_to_the_queues_sum(store: Store) -> None:
+    configure(store)
+    hold(store, Q, "g", 2)
+    hold(store, Q2, "g", 1)
+    assert len(picked(store, Q, 1)) == 1 and len(picked(store, Q2, 1)) == 1
+    set_app_count(store, "g", 5)  # a hand edit, a bug: g would stay capped for ever
+    report = check(store, queues=[Q, Q2])
+    (found,) = report.findings
+    assert (found.queue, found.kind, found.subject) == ("", "scope_count", "g")
+    assert "counts 5" in found.detail and "hold 2" in found.detail, found.detail
+    assert str(found).startswith("app scope: scope_count g:")
+    repaired = check(store, queues=[Q, Q2], repair=True)
+    assert [f.action for f in repaired.findings if f.kind == "scope_count"] == ["set to 2"]
+    assert check(store, queues=[Q, Q2]).ok
+    assert [g for g, _ in picked(store, Q)] == []  # at its cap of 2 again, across both
+
+
+@pytest.mark.parametrize("any_store", REPAIRS, indirect=True)
+def test_the_check_deletes_a_charge_no_app_scoped_queue_needs(store: Store) -> None:
+    configure(store, caps={})
+    set_charge(store, "zz", 3.0)
+    (found,) = check(store, queues=[Q, Q2]).findings
+    assert (found.kind, found.subject, found.action) == ("scope_charge", "zz", "")
+    (fixed,) = check(store, queues=[Q, Q2], repair=True).findings
+    assert fixed.action == "deleted" and charges(store) == {}
+
+
+def test_the_memory_store_reports_a_drifted_app_count() -> None:
+    from celery_fair.testing import MemoryStore
+
+    store = MemoryStore()
+    configure(store)
+    hold(store, Q, "g", 1)
+    assert len(picked(store, Q)) == 1
+    store._scope_n["g"] = 3  # type: ignore[attr-defined]
+    assert [f.kind for f in check(store, queues=[Q, Q2]).findings] == ["scope_count"]
+
+
+def set_app_count(store: Store, g: str, n: int) -> None:
+    s: Any = store
+    if hasattr(s, "engine"):
+        c = s.t.scope_n.c
+        with s.engine.begin() as conn:
+            conn.execute(update(s.t.scope_n).where(c.ns == s.namespace, c.grp == g)
+                         .values(n=n))
+    else:
+        s.client.hset(f"{s.namespace}:scope:n", g, n)
+
+
+def set_charge(store: Store, g: str, total: float) -> None:
+    s: Any = store
+    if hasattr(s, "engine"):
+        with s.engine.begin() as conn:
+            conn.execute(insert(s.t.scope_charge).values(ns=s.namespace, klass="b", grp=g,
+                                                         total=total))
+    else:
+        s.client.hset(f"{s.namespace}:scope:charge", f"b:{g}", total)

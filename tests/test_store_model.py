@@ -653,6 +653,8 @@ class ScopeRules(KeyedMachine):
         assert counts == self.memory._scope_n
         assert all(n > 0 for n in counts.values())
         assert self.memory.inspect(Q2) == self.state(Q2)
+        # fair check's view: each app count the sum of the queues', no total left over
+        assert self.other.check_scope(False) == [] == self.memory.check_scope(False)
 
 
 class ScopeMachine(ScopeRules, RedisMachine):

@@ -465,6 +465,8 @@ def test_every_script_is_assembled_and_loaded(store: RedisStore, redis_client) -
     store.register_worker(Q, "w", 1, NOW + 60_000, NOW)
     store.assign(Q, [("g", "", "w")])
     store.check(Q, False, NOW, LEASE)
+    redis_client.hset(store.keys(Q).scope("n"), "zz", 1)  # a group to check (and repair)
+    assert [f[0] for f in store.check_scope(True)] == ["scope_count"]
     store.forget_queue(Q)
     store.wait([Q], 0)
     assert [n for n, s in store._scripts.items() if not redis_client.script_exists(s.sha)[0]] == []

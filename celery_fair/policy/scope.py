@@ -141,4 +141,6 @@ class AppScope(QueueData):
                 self._scope_add(g, sign * group.inflight)
             if sign > 0:  # nothing owed from before (as a group entering a set)
                 group.seen = {k: self.scope_charge.get((k, g), 0.0) for k in CLASSES}
+            else:  # nothing left behind (as a group forgotten)
+                self._scope_forgot(g)
         self.scope = scope

@@ -368,6 +368,15 @@ class Store(Registry, BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Bo
         subject, detail, action)`` per finding; ``action`` is empty when nothing was
         done."""
 
+    def check_scope(self, repair: bool, *, batch: int = CHECK_BATCH
+                    ) -> list[tuple[str, str, str, str]]:
+        """``fair_scope`` 'app' (``scope_check.py``): each group's in-flight count over
+        the app-scoped queues against the sum of their own counts (with ``repair``, set to
+        it), and wfq charge totals of groups no app-scoped queue knows (deleted). Same
+        findings as :meth:`check`, for the namespace; none where the scope is not
+        supported."""
+        return []
+
     @abc.abstractmethod
     def flush(self) -> None:
         """Delete everything of this store's namespace but the workers' registrations

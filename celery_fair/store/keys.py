@@ -214,6 +214,12 @@ class QueueKeys:
         """LIST this queue's hold ids that own their key, to enter at its promote."""
         return f"{self.singleton_scope}:sadmit:{self.queue}"
 
+    def scope(self, what: str) -> str:
+        """fair_scope 'app' (common.lua ``SC.key``): the namespace's ``n`` (HASH group ->
+        in flight over the app-scoped queues), ``queues`` (SET of them), ``charge`` (HASH
+        '<class>:<group>' -> wfq charge total), ``refresh:<queue>``."""
+        return f"{self.namespace}:scope:{what}"
+
     def copies(self, hold_id: str) -> str:
         """The index of the copies of the task id ``hold_id`` (or of the copy) belongs
         to: its root, the part before a ``~``."""

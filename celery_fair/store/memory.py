@@ -22,6 +22,7 @@ from typing import Any
 
 from ..envelope import due_of
 from ..errors import GroupFull
+from ..limits import APP_SCOPE
 from ..names import validate_group
 from ..policy import CLASSES, KEEP, FairQueue, Placement, QueueState
 from ..policy.problems import queue_problems
@@ -48,6 +49,7 @@ from .bulk import Hold, check_holds
 from .memory_reads import MemoryReads
 from .memory_registry import MemoryRegistry, Registration
 from .memory_routing import MemoryRouting
+from .scope_check import scope_findings
 
 
 def wall_ms() -> int:
@@ -320,6 +322,18 @@ class MemoryStore(MemoryReads, MemoryRegistry, MemoryRouting, Store):
         with self._queue(queue) as fq:
             return [(kind, subject, detail, "")
                     for kind, subject, detail in queue_problems(fq)]
+
+    def check_scope(self, repair: bool, *, batch: int = 0
+                    ) -> list[tuple[str, str, str, str]]:
+        """fair_scope 'app': the shared counts against the queues' (none should differ:
+        only the policy writes them, under the lock); nothing to repair."""
+        with self._cond:
+            scoped = {q: fq for q, fq in self._queues.items() if fq.scope == APP_SCOPE}
+            flights = {q: {g: grp.inflight for g, grp in fq.groups.items()}
+                       for q, fq in scoped.items()}
+            known = {g for fq in scoped.values() for g in fq.groups}
+            return scope_findings(self._scope_n, flights,
+                                  {g for _, g in self._scope_charge}, known)
 
     def ping(self) -> None:
         """Always answers."""

@@ -8,14 +8,18 @@ from typing import Any
 
 from .. import limits
 from ..names import validate_group
+from .base import CHECK_BATCH
 from .connection import _text
 from .models import KEEP, RESET, Policy
+from .scope_check import CHARGE, Finding, charge_finding, count_finding
 
 
 class RedisPolicy:
     """A mixin of :class:`~celery_fair.store.redis.RedisStore` (it gives ``_run``)."""
 
     _run: Any
+    client: Any
+    keys: Any
     #: fair_scope 'app' counts across queues (common.lua SC): not on Redis Cluster
     supports_app_scope = True
 
@@ -53,6 +57,33 @@ class RedisPolicy:
                                         _weight_arg(group, weight))
         value = int(_text(cap_now))
         return (None if value < 0 else value), float(_text(weight_now))
+
+
+    def check_scope(self, repair: bool, *, batch: int = CHECK_BATCH) -> list[Finding]:
+        """``fair check`` of fair_scope 'app' (``check_scope.lua``, ``scope_check.py``),
+        ``batch`` groups a script call (each group atomically)."""
+        if not self.supports_app_scope:
+            return []
+        k = self.keys("")
+        client = self.client
+        names = {_text(g) for g in client.hkeys(k.scope("n"))}
+        names |= {_text(f).partition(":")[2] for f in client.hkeys(k.scope("charge"))}
+        for queue in sorted(_text(q) for q in client.smembers(k.scope("queues"))):
+            names |= {_text(g) for g in client.sscan_iter(self.keys(queue).groups, count=500)}
+        out: list[Finding] = []
+        ordered = sorted(names)
+        for start in range(0, len(ordered), max(batch, 1)):
+            flat = self._run("check_scope", "", "1" if repair else "0",
+                             *ordered[start:start + max(batch, 1)])
+            for i in range(0, len(flat), 4):
+                g, kind, counted, parts = (_text(x) for x in flat[i:i + 4])
+                if kind == CHARGE:
+                    out.append(charge_finding(g, repair))
+                    continue
+                split = parts.split("\n") if parts else []
+                flights = {q: int(n) for q, n in zip(split[::2], split[1::2])}
+                out.append(count_finding(g, int(counted), flights, repair))
+        return out
 
 
 def _cap_arg(group: str, cap: int | str) -> str:

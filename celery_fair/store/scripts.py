@@ -16,7 +16,7 @@ _INCLUDE = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
 
 OPERATIONS = ("hold", "hold_many", "pick", "confirm", "begin", "renew", "release", "reclaim",
               "promote", "configure", "cancel", "summarize", "limit", "check", "forget", "poll",
-              "pause", "boost", "boost_task", "rate", "register", "assign")
+              "pause", "boost", "boost_task", "rate", "register", "assign", "check_scope")
 
 
 def _read(path: str) -> str:

@@ -121,6 +121,8 @@ if scope_before ~= scope then  -- the app's counts gain or lose this queue's
     if n ~= 0 then SC.add(g, sign * n) end
     if sign > 0 then  -- nothing owed from before (as a group entering a set)
       for _, cls in ipairs(CLASSES) do SC.entered(cls, g) end
+    else  -- nothing left behind (as a group forgotten)
+      SC.forgot(g)
     end
   end
   if scope == 'app' then redis.call('SADD', SC.key('queues'), SC.queue)

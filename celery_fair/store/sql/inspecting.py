@@ -11,6 +11,7 @@ from ...policy.decisions import CLASSES, LIVE, OVER, READY, task_of
 from ..base import Location
 from ..locating import CLASS_NAMES, Locating, PlaceReads, place_of
 from .reads import SqlReads
+from .scope_checking import check_scope
 from .singletons import check_owners
 from .statements import LAST_KEY, after_place
 from .unit import Unit
@@ -104,6 +105,13 @@ class SqlInspecting(SqlReads, Locating):
             self._q(self.t.ready, queue), r.klass == klass, r.tag < start
         ).order_by(r.tag, r.grp).limit(limit))))
         return [(g, float(t)) for g, t in rows]
+
+    def check_scope(self, repair: bool, *, batch: int = 0
+                    ) -> list[tuple[str, str, str, str]]:
+        """fair_scope 'app' (``scope_checking.py``): one transaction, the count rows of
+        each batch of groups locked."""
+        return self._read("check scope", lambda c: check_scope(c, self.t, self.namespace,
+                                                               repair))
 
     def check(self, queue: str, repair: bool, now_ms: int, lease_ms: int, *,
               batch: int = 0) -> list[tuple[str, str, str, str]]:

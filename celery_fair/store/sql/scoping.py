@@ -262,7 +262,10 @@ def scope_change(u: Any, scope: str) -> None:
     u.lock_counts(busy, force=True)
     for g in busy:
         u.scope_add(g, sign * u.groups[g]["inflight"], force=True)
-    if sign > 0:
-        known = sorted(g for g, row in u.groups.items() if row is not None)
-        u.lock_counts(known, force=True)
+    known = sorted(g for g, row in u.groups.items() if row is not None)
+    u.lock_counts(known, force=True)
+    if sign > 0:  # nothing owed from before (as a group entering a set)
         u.sync_seen(known)
+    else:  # nothing left behind (as a group forgotten)
+        for g in known:
+            u.scope_forgot(g)
