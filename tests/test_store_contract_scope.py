@@ -128,6 +128,19 @@ def test_a_stale_ready_group_is_passed_over_not_picked(store: Store) -> None:
 
 
 @scoped
+def test_a_pick_of_one_reaches_past_a_stale_head(store: Store) -> None:
+    """A pick of one reads the ready set's first row, g, at its cap across the queues:
+    the pick reads further and takes h (the SQL store read only `want` rows: a head
+    passed over without a pick left the pick with none)."""
+    configure(store)
+    hold(store, Q2, "g", 1)
+    hold(store, Q2, "h", 1)
+    hold(store, Q, "g", 2)
+    assert [g for g, _ in picked(store, Q)] == ["g", "g"]
+    assert [g for g, _ in picked(store, Q2, 1)] == ["h"]
+
+
+@scoped
 def test_a_stale_ready_group_under_soft_caps_is_not_a_finding(store: Store) -> None:
     """Soft caps: g ranked ready in Q2, then Q's pick takes the app's cap. g stands over
     in Q2 now, while it is still in Q2's ready set, not its over set: the stale state,
@@ -237,6 +250,18 @@ def test_a_group_served_in_another_queue_waits_its_turn_here(store: Store) -> No
     assert [g for g, _ in picked(store, Q2)] == ["g"] * 4
     assert [g for g, _ in picked(store, Q, 6)] == ["h", "h", "h", "h", "g", "h"]
     assert check(store, queues=[Q, Q2]).ok
+
+
+@pytest.mark.parametrize("any_store", SHARING, indirect=True)
+def test_picks_of_one_let_a_group_served_elsewhere_wait_its_turn(store: Store) -> None:
+    """As above, one message a pick: each pick's head g is behind and moves back past
+    h, which the pick must then read (not only the first row of the set)."""
+    configure(store, caps={})
+    hold(store, Q, "g", 5)
+    hold(store, Q, "h", 5)
+    hold(store, Q2, "g", 4)
+    assert [g for g, _ in picked(store, Q2)] == ["g"] * 4
+    assert [g for _ in range(6) for g, _ in picked(store, Q, 1)] == ["h"] * 4 + ["g", "h"]
 
 
 @pytest.mark.parametrize("any_store", SHARING, indirect=True)

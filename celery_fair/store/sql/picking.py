@@ -8,7 +8,7 @@ import collections
 import heapq
 from typing import Any
 
-from sqlalchemy import delete, text
+from sqlalchemy import delete, select, text, tuple_
 
 from ...envelope import subgroup_of
 from ...limits import COST, PATH_SUBGROUP, RUNTIME
@@ -27,6 +27,8 @@ from .statements import LAST_KEY, Statements
 from .subgrouping import picked
 from .unit import Unit
 
+#: Ready rows read at once past the first ``want`` (``Picking._page``).
+PAGE = 32
 
 class Picking:
     """One pick's loop (``FairQueue.pick``) over the ready sets' heads it read."""
@@ -59,21 +61,64 @@ class Picking:
         self.charge = u.q["charge"] or COST  # fair_charge (None: configured before it)
         self.harmony = u.harmony()
         self.path = u.q.get("subgroup") == PATH_SUBGROUP  # caps per subgroup may bind
+        #: (kind, class) -> the last (tag, name) read, None when no bound holds (the whole
+        #: set read, or the `want` rule above holds). Under fair_scope 'app' a head may be
+        #: moved back without a pick (stale, behind: scoping.py), so the rule does not hold
+        #: there: a head read is the set's only while it is within the rows read, and the
+        #: set is read further (``_page``) when none is.
+        self.bound: dict[tuple[str, str], tuple[float, bytes] | None] = {
+            key: (max((t, g.encode()) for g, t in heads.items())
+                  if self._bounded() and len(heads) >= want else None)
+            for key, heads in self.heads.items()}
+
+    def _bounded(self) -> bool:
+        return self.u.app_scoped()
 
     def _known(self, kind: str) -> dict[tuple[str, str], float | None]:
         return self.u.ready if kind == "ready" else self.u.over
 
     def _top(self, kind: str, klass: str) -> tuple[str, str, float] | None:
         """The lowest (tag, name) of a set's groups read, its stale entries (a group
-        whose tag moved or that left) dropped when they come up."""
+        whose tag moved or that left) dropped when they come up; within the rows read
+        (``bound``), reading further while none is."""
         heap = self.order.get((kind, klass), [])
         known = self._known(kind)
-        while heap:
-            tag, _, g = heap[0]
-            if known.get((klass, g)) == tag:
-                return klass, g, tag
-            heapq.heappop(heap)
-        return None
+        while True:
+            while heap and known.get((klass, heap[0][2])) != heap[0][0]:
+                heapq.heappop(heap)
+            bound = self.bound.get((kind, klass))
+            if bound is None or (heap and heap[0][:2] <= bound):
+                return (klass, heap[0][2], heap[0][0]) if heap else None
+            self._page(kind, klass, bound)
+
+    def _page(self, kind: str, klass: str, bound: tuple[float, bytes]) -> None:
+        """Read the next rows of a set after ``bound``; lock and load their groups."""
+        u = self.u
+        table = u.t.ready if kind == "ready" else u.t.over
+        c = table.c
+        rows = [(g, t) for g, t in u.conn.execute(
+            select(c.grp, c.tag).where(
+                c.ns == u.ns, c.queue == u.queue, c.klass == klass,
+                tuple_(c.tag, c.grp) > tuple_(bound[0], bound[1].decode()))
+            .order_by(c.tag, c.grp).limit(PAGE))]
+        fresh = [(g, t) for g, t in rows if (klass, g) not in self._known(kind)]
+        for g, t in fresh:
+            (u._know if kind == "ready" else u._know_over)((klass, g), t)
+        self.bound[(kind, klass)] = (rows[-1][1], rows[-1][0].encode()) \
+            if len(rows) >= PAGE else None
+        names = sorted({g for g, _ in fresh})
+        self.heads[(kind, klass)].update(fresh)
+        u.lock_groups(names)
+        u.load_limits(names)
+        u.know_throttled(names, False)
+        self.meter.load(names)
+        self._loaded(set(names))
+        for g, t in fresh:
+            if self._known(kind).get((klass, g)) == t:
+                heapq.heappush(self.order[(kind, klass)], (t, g.encode(), g))
+
+    def _loaded(self, groups: set[str]) -> None:
+        """Groups just read past the first rows (a hook: routing reads their owners)."""
 
     def _head(self) -> tuple[str, str, float] | None:
         """The head of the ready sets read, else (soft caps) of the over sets

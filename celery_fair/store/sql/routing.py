@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, delete, func, literal_column, select, tuple_
+from sqlalchemy import Connection, delete, func, literal_column, select
 
 from ...policy.decisions import LIVE
 from ...policy.routing import ROUTE_SCAN, RouteCall, assigned
@@ -34,8 +34,6 @@ from .unit import Unit
 
 T = TypeVar("T")
 
-#: Ready rows read at once past the first ``want`` while groups are looked past.
-PAGE = 32
 
 
 class RoutedPicking(Picking):
@@ -49,11 +47,6 @@ class RoutedPicking(Picking):
         super().__init__(*args, **kwargs)
         self.routing = routing
         self.owner: dict[str, str] = {}
-        #: (kind, class) -> the last (tag, name) read, None when the whole set was read
-        self.bound: dict[tuple[str, str], tuple[float, bytes] | None] = {
-            key: (max((t, g.encode()) for g, t in heads.items())
-                  if len(heads) >= self.want else None)
-            for key, heads in self.heads.items()}
         self._read_owners({g for heads in self.heads.values() for g in heads})
 
     def _open(self) -> bool:
@@ -81,31 +74,11 @@ class RoutedPicking(Picking):
                 return None
             self._page(kind, klass, bound)
 
-    def _page(self, kind: str, klass: str, bound: tuple[float, bytes]) -> None:
-        """Read the next rows of a set after ``bound``; lock and load their groups."""
-        u = self.u
-        table = u.t.ready if kind == "ready" else u.t.over
-        c = table.c
-        rows = [(g, t) for g, t in u.conn.execute(
-            select(c.grp, c.tag).where(
-                c.ns == u.ns, c.queue == u.queue, c.klass == klass,
-                tuple_(c.tag, c.grp) > tuple_(bound[0], bound[1].decode()))
-            .order_by(c.tag, c.grp).limit(PAGE))]
-        fresh = [(g, t) for g, t in rows if (klass, g) not in self._known(kind)]
-        for g, t in fresh:
-            (u._know if kind == "ready" else u._know_over)((klass, g), t)
-        self.bound[(kind, klass)] = (rows[-1][1], rows[-1][0].encode()) \
-            if len(rows) >= PAGE else None
-        names = sorted({g for g, _ in fresh})
-        self.heads[(kind, klass)].update(fresh)
-        u.lock_groups(names)
-        u.load_limits(names)
-        u.know_throttled(names, False)
-        self.meter.load(names)
-        self._read_owners(set(names))
-        for g, t in fresh:
-            if self._known(kind).get((klass, g)) == t:
-                self.order[(kind, klass)].append((t, g.encode(), g))
+    def _bounded(self) -> bool:
+        return True  # a head may be looked past: read further while every one read is
+
+    def _loaded(self, groups: set[str]) -> None:
+        self._read_owners(groups)
 
     def _read_owners(self, groups: set[str]) -> None:
         c = self.u.t.assignments.c
