@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from ...limits import APP_SCOPE
 from ...policy.decisions import CLASSES
 from ..scope_check import Finding, charge_finding, count_finding
 from .rows import chunks, insert_ignore
+from .scoping import app_groups
 
 BATCH = 500
 
@@ -25,32 +25,25 @@ BATCH = 500
 def check_scope(c: Connection, t: Any, ns: str, repair: bool) -> list[Finding]:
     """The findings of every group with a count row, a charge row, or dispatches in
     flight in an app-scoped queue (with ``repair``, each set right)."""
-    n, ch, g, q = t.scope_n.c, t.scope_charge.c, t.groups.c, t.queues.c
+    n, ch, g = t.scope_n.c, t.scope_charge.c, t.groups.c
     names = set(c.execute(select(n.grp).where(n.ns == ns)).scalars())
     names |= set(c.execute(select(ch.grp).where(ch.ns == ns)).scalars())
-    names |= set(c.execute(select(g.grp).join_from(t.groups, t.queues, _scoped(t)).where(
-        g.ns == ns, q.scope == APP_SCOPE, g.inflight > 0)).scalars())
+    names |= set(c.execute(app_groups(t, g.grp).where(g.ns == ns, g.inflight > 0)).scalars())
     out: list[Finding] = []
     for chunk in chunks(sorted(names), BATCH):
         out += _check_batch(c, t, ns, chunk, repair)
     return out
 
 
-def _scoped(t: Any) -> Any:
-    g, q = t.groups.c, t.queues.c
-    return (q.ns == g.ns) & (q.queue == g.queue)
-
-
 def _check_batch(c: Connection, t: Any, ns: str, chunk: list[str],
                  repair: bool) -> list[Finding]:
-    n, ch, g, q = t.scope_n.c, t.scope_charge.c, t.groups.c, t.queues.c
+    n, ch, g = t.scope_n.c, t.scope_charge.c, t.groups.c
     insert_ignore(c, t.scope_n, [{"ns": ns, "grp": x, "n": 0} for x in chunk])
     counts = {str(x): int(v) for x, v in c.execute(select(n.grp, n.n).where(
         n.ns == ns, n.grp.in_(chunk)).order_by(n.grp).with_for_update())}
     flights: dict[str, dict[str, int]] = {}
-    for queue, grp, inflight in c.execute(select(g.queue, g.grp, g.inflight).join_from(
-            t.groups, t.queues, _scoped(t)).where(g.ns == ns, q.scope == APP_SCOPE,
-                                                  g.grp.in_(chunk))):
+    for queue, grp, inflight in c.execute(app_groups(t, g.queue, g.grp, g.inflight).where(
+            g.ns == ns, g.grp.in_(chunk))):
         flights.setdefault(str(grp), {})[str(queue)] = int(inflight or 0)
     out: list[Finding] = []
     for x in chunk:

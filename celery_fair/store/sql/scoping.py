@@ -23,7 +23,7 @@ from sqlalchemy import delete, select, update
 from ...limits import APP_SCOPE, QUEUE_SCOPE
 from ...policy.decisions import CLASSES
 from .ready import UnitRows
-from .rows import chunks, insert_ignore
+from .rows import chunks, insert_ignore, upsert
 
 
 class ScopeCounts(UnitRows):
@@ -144,11 +144,10 @@ class ScopeCounts(UnitRows):
         if not self.app_scoped():
             return
         self.lock_counts([g], force=True)
-        gc, q = self.t.groups.c, self.t.queues.c
-        if self.conn.execute(select(gc.queue).join_from(
-                self.t.groups, self.t.queues, (q.ns == gc.ns) & (q.queue == gc.queue)
-        ).where(gc.ns == self.ns, gc.grp == g, gc.queue != self.queue,
-                q.scope == APP_SCOPE).limit(1)).first() is not None:
+        gc = self.t.groups.c
+        if self.conn.execute(app_groups(self.t, gc.queue).where(
+                gc.ns == self.ns, gc.grp == g, gc.queue != self.queue).limit(1)
+        ).first() is not None:
             return
         c = self.t.scope_charge.c
         self.conn.execute(delete(self.t.scope_charge).where(  # the key's points
@@ -158,17 +157,12 @@ class ScopeCounts(UnitRows):
             self._charge_read.pop((klass, g), None)
 
     def _flush_charges(self) -> None:
-        c = self.t.scope_charge.c
-        for (klass, g), total in sorted(self.scope_charge.items()):
-            read = self._charge_read.get((klass, g))
-            if read == total:
-                continue
-            if read is None:
-                insert_ignore(self.conn, self.t.scope_charge,
-                              [{"ns": self.ns, "klass": klass, "grp": g, "total": total}])
-            self.conn.execute(update(self.t.scope_charge).where(
-                c.ns == self.ns, c.klass == klass, c.grp == g).values(total=total))
-            self._charge_read[(klass, g)] = total
+        moved = sorted((key, total) for key, total in self.scope_charge.items()
+                       if self._charge_read.get(key) != total)
+        upsert(self.conn, self.t.scope_charge, [
+            {"ns": self.ns, "klass": klass, "grp": g, "total": total}
+            for (klass, g), total in moved], ["total"])
+        self._charge_read.update(moved)
 
     def scope_freed(self, g: str) -> None:
         """A slot of g came back: the other app-scoped queues knowing g refresh it at
@@ -240,16 +234,22 @@ class ScopeCounts(UnitRows):
             self._scope_freed.clear()
 
     def _mark_freed(self, freed: list[str]) -> None:
-        g, q = self.t.groups.c, self.t.queues.c
+        g = self.t.groups.c
         rows = []
         for chunk in chunks(freed, 500):
             rows += [{"ns": self.ns, "queue": queue, "grp": grp} for queue, grp in
-                     self.conn.execute(select(g.queue, g.grp).join_from(
-                         self.t.groups, self.t.queues, (q.ns == g.ns) & (q.queue == g.queue)
-                     ).where(g.ns == self.ns, g.grp.in_(chunk), g.queue != self.queue,
-                             q.scope == APP_SCOPE).order_by(g.queue, g.grp))]
+                     self.conn.execute(app_groups(self.t, g.queue, g.grp).where(
+                         g.ns == self.ns, g.grp.in_(chunk), g.queue != self.queue
+                     ).order_by(g.queue, g.grp))]
         insert_ignore(self.conn, self.t.scope_refresh, rows)
         self.handed.update(row["queue"] for row in rows)  # woken at the flush
+
+
+def app_groups(t: Any, *columns: Any) -> Any:
+    """SELECT ``columns`` over the ``groups`` rows of the app-scoped queues."""
+    g, q = t.groups.c, t.queues.c
+    return select(*columns).join_from(t.groups, t.queues, (q.ns == g.ns) & (
+        q.queue == g.queue)).where(q.scope == APP_SCOPE)
 
 
 def scope_change(u: Any, scope: str) -> None:
