@@ -218,25 +218,35 @@ def _pick_sizes(bench: Bench, sizes: list[int], picks: int, policy: str = WFQ
         targets.append((size, store, queue))
     rows: dict[str, list[float]] = {}
     for _ in range(bench.reps):
-        for size, store, queue in targets:
-            with CpuMeter(bench) as meter:
-                rate = _pick_rate(store, queue, picks)
+        rates, meters = _pick_rates(bench, targets, picks)
+        for (size, _, _), rate, meter in zip(targets, rates, meters):
             rows.setdefault(f"picks_per_s_{size}", []).append(rate)
             for key, value in meter.per_task(picks, f"pick_{size}").items():
                 rows.setdefault(key, []).append(value)
-        ratio = rows[f"picks_per_s_{sizes[-1]}"][-1] / rows["picks_per_s_10"][-1]
-        rows.setdefault("ratio_largest_vs_10", []).append(ratio)
+        rows.setdefault("ratio_largest_vs_10", []).append(rates[-1] / rates[0])
     bench.redis.flushdb()
     bench.forget()
     return {k: summary(v) for k, v in rows.items()}
 
 
-def _pick_rate(store: Any, queue: str, picks: int) -> float:
-    start = time.perf_counter()
-    taken = 0
-    while taken < picks:
-        taken += len(store.pick(queue, 500, None, int(time.time() * 1000), 600_000))
-    return taken / (time.perf_counter() - start)
+def _pick_rates(bench: Bench, targets: list[tuple[int, Any, str]], picks: int
+                ) -> tuple[list[float], list[CpuMeter]]:
+    """The pick rate of each target, its calls taking turns with the others' (one call of
+    500 each in turn, each timed alone), and the CPU each target's calls spent: a machine
+    whose speed drifts (a shared host swings by a third here within seconds) slows every
+    size alike, so the ratio holds."""
+    taken, spent = [0] * len(targets), [0.0] * len(targets)
+    meters = [CpuMeter(bench) for _ in targets]
+    while min(taken) < picks:
+        for i, (_, store, queue) in enumerate(targets):
+            if taken[i] >= picks:
+                continue
+            with meters[i].adding():
+                start = time.perf_counter()
+                taken[i] += len(store.pick(queue, 500, None, int(time.time() * 1000),
+                                           600_000))
+                spent[i] += time.perf_counter() - start
+    return [n / t for n, t in zip(taken, spent)], meters
 
 
 def held(bench: Bench) -> dict[str, Any]:

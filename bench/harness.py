@@ -281,6 +281,17 @@ class CpuMeter:
         self.process = process_cpu() - self._process
         self.server = server_delta(self._server, self.bench.server_cpu())
 
+    @contextmanager
+    def adding(self) -> Iterator[None]:
+        """Add the CPU of one more block to what this meter holds (blocks that take
+        turns with other meters' blocks)."""
+        process, server = self.process, self.server
+        with self:
+            yield
+        self.process += process
+        if server is not None and self.server is not None:
+            self.server += server
+
     def per_task(self, n: int, label: str) -> dict[str, float]:
         out = {f"{label}_cpu_ms_per_task": 1000 * self.process / n}
         if self.server is not None:
