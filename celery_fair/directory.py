@@ -128,6 +128,10 @@ class QueueDirectory:
         loads = self.store.loads(others)
         return room(queue, self._pools, loads, self.config.dispatch_ahead)
 
+    def shares_pools(self, queue: str) -> bool:
+        """Whether some worker of ``queue`` consumes other fair queues too."""
+        return bool(sharing(queue, self._pools))
+
     def set_capacity(self, queue: str) -> None:
         slots = 0
         if self.config.max_inflight is None:

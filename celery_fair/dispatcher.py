@@ -34,6 +34,7 @@ from .outage import Backoff, Outage
 from .pauses import PauseExpiry
 from .publisher import KombuPublisher
 from .redact import safe_url
+from .refill import Refill
 from .reporting import Reporter, log_start
 from .routing import Router
 from .schedule import StepSchedule
@@ -111,6 +112,8 @@ class Dispatcher:
         self.publisher = KombuPublisher(app, self.broker, store, self.config, self._notify,
                                         lambda: self.observer is not None)
         self._store = store
+        #: refill in release (refill.py): run() turns it on (``refill.live``)
+        self.refill = Refill(self.publisher.push_for, self.directory.shares_pools)
         # fair_affinity: which worker each group goes to (refuses a store without it)
         self.router = Router(lambda: self.store, self.config, lambda: self.clock())
         # Store or broker down: back off (capped) and log the outage's start and end once.
@@ -174,7 +177,9 @@ class Dispatcher:
         self._notify("on_step", time.monotonic() - started)
         return result
 
-    def _step_queue(self, queue: str, result: StepResult, now_ms: int | None) -> None:
+    def _step_queue(self, queue: str, result: StepResult, now_ms: int | None, *,
+                    last: bool = False) -> None:
+        """Step ``queue``; the ``last`` step (the dispatcher stops) takes nothing new."""
         now = _now_ms() if now_ms is None else now_ms
         store = self.store
         capacity = self.directory.room(queue)
@@ -185,8 +190,9 @@ class Dispatcher:
             pushed: list[Pushed] = []
         else:
             (promoted, next_due), (requeued, lost), (pushed, picked) = \
-                store.promote_reclaim_pick(queue, now, self.batch_size, capacity,
-                                           PICK_LEASE_MS, self.publisher.push_for(queue),
+                store.promote_reclaim_pick(queue, now, 0 if last else self.batch_size,
+                                           capacity, PICK_LEASE_MS,
+                                           self.refill.push_for(queue, refill=not last),
                                            now + int(self.config.lease_seconds * 1000),
                                            reclaim=self._reclaim_due(queue, now_ms))
         if requeued or lost:
@@ -289,6 +295,9 @@ class Dispatcher:
     def close(self) -> None:
         """Close the dispatcher's broker connection and let its summary thread end
         (``run`` does on exit)."""
+        # a last step reports what releases refilled and publishes what they handed off
+        self.refill.end(self.store, lambda q: self._step_queue(q, StepResult(), None,
+                                                                last=True))
         self.publisher.reset()
         self._summary.stop()
         self.heartbeat.forget()
@@ -334,6 +343,7 @@ class Dispatcher:
         for sentence in self.store.advice():  # settings that can lose held tasks
             logger.warning("celery_fair store %s: %s", safe_url(self.config.store_url),
                            sentence)
+        self.refill.live = True
         while not self.stopping.is_set():
             self.heartbeat.maybe_beat()  # at most once a second; idle or failing too
             try:

@@ -21,11 +21,13 @@ def test_the_cpu_benchmark_measures_every_process(tmp_path: Path,
     row = cpu.run(100, 4, published_first=False, hiredis=True, results=tmp_path)
     for side in ("plain", "fair"):
         used = row[side]["us_cpu_per_task"]
-        # /proc counts in clock ticks (10 ms): Redis's part of 100 tasks may be under one
+        # /proc counts in clock ticks (10 ms): Redis's part of 100 tasks may be under one,
+        # and so may the dispatcher's, which releases leave out of the per-task path
+        # (refill in release)
         assert used["app"] > 0 and used["worker"] > 0 and used["redis"] >= 0, (side, used)
+        assert used["dispatcher"] >= 0, (side, used)
         assert used["total"] == sum(used[p] for p in cpu.PARTS)
         assert row[side]["tasks_per_s"] > 0
-    assert row["fair"]["us_cpu_per_task"]["dispatcher"] > 0
     assert row["plain"]["us_cpu_per_task"]["dispatcher"] == 0  # plain Celery has none
     monkeypatch.setattr(bench.harness, "RESULTS", tmp_path)
     section = "\n".join(bench.report._cpu_lines())

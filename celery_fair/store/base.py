@@ -9,19 +9,19 @@ policy, wake-ups, reads and maintenance; and families in mixins of their own: th
 worker registry (``registry.py``), heartbeats (``beats.py``), the audit log
 (``audit.py``), pauses (``pausing.py``), boosts (``boosting.py``), rate limits and
 throttles (``throttling.py``), head waits (``heads.py``), held messages (``held.py``),
-many holds (``bulk.py``). Every one may raise
+many holds (``bulk.py``), the direct push (``pushing.py``). Every one may raise
 :class:`~celery_fair.errors.StoreError` (or a subclass: ``StoreConnectionError`` when the
 store cannot be reached, ``StoreUnreachable`` when nothing was sent, ``StoreFull``); the
 docstrings name the others and what a resend does (a client resends a call whose reply a
 dropped connection lost). Optional speed-ups are capabilities a backend declares
-(:attr:`Store.supports_direct_push`).
+(:attr:`~.pushing.DirectPushing.supports_direct_push`).
 """
 
 from __future__ import annotations
 
 import abc
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .audit import Audit
@@ -62,6 +62,7 @@ from .models import (
     wall_clock_ms,
 )
 from .pausing import Pausing
+from .pushing import DirectPushing
 from .registry import Registry
 from .routing import Routing
 from .throttling import Throttling
@@ -75,26 +76,16 @@ __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PLACEMENT_CLASSES", "PRU
 
 
 class Store(Registry, BulkHolds, Beats, HeadWaits, HeldReads, Audit, Pausing, Boosting,
-            Throttling, Routing):
+            Throttling, Routing, DirectPushing):
     """Holding queues, fair picking and dispatch leases for the fair queues of one app."""
 
     #: The namespace of the app's fair queues in the store (``fair_key_prefix``).
     namespace: str
     #: Where the store is, safe to log (no password).
     where: str
-    #: The backend can push picked messages into kombu's Redis list itself
-    #: (:meth:`pick_and_push` with a :class:`DirectPush`); callers check this, never the
-    #: backend's type. Without it, ``push`` must be None.
-    supports_direct_push: bool = False
     #: The store outlives the worker's process (not the in-process memory store): a
     #: task's release is then written ahead to the spool (lifecycle.release_dispatch).
     outlives_process: bool = True
-
-    def same_redis(self, connection_kwargs: Mapping[str, Any]) -> bool:
-        """Whether a redis-py connection with ``connection_kwargs`` (the broker's) reaches
-        this store's server and database: where a direct push may go. False unless the
-        backend :attr:`supports_direct_push`."""
-        return False
 
     # -- lifecycle: hold, pick, confirm, begin, renew, release, reclaim, promote, ... ------
 

@@ -81,6 +81,19 @@ class QueueKeys:
         return f"{self.prefix}:wake"
 
     @property
+    def refill(self) -> str:
+        """The dispatcher's refill parameters (pick.lua writes them, release.lua reads)."""
+        return f"{self.prefix}:refill"
+
+    @property
+    def refilled(self) -> str:
+        return f"{self.prefix}:refilled"
+
+    @property
+    def handoff(self) -> str:
+        return f"{self.prefix}:handoff"
+
+    @property
     def quarantine(self) -> str:
         return f"{self.prefix}:quarantine"
 

@@ -146,8 +146,7 @@ class Pushed:
 
 @dataclass(frozen=True)
 class DirectPush:
-    """Where ``pick`` may push messages itself: kombu's Redis list of the real queue, on
-    the store's own Redis (see ``celery_fair.direct``)."""
+    """Where ``pick`` may push into kombu's list on the store's own Redis (direct.py)."""
 
     queue: str
     sep: str
@@ -155,6 +154,7 @@ class DirectPush:
     exchange: str  # the queue's own direct exchange ('' for none)
     routing_key: str
     binding_key: str  # kombu's binding set of that exchange
+    refill_ms: int = 0  # how long release.lua may refill with these (refill.py; 0: never)
 
 
 WFQ, HARMONY, SMALLEST, POLICIES = limits.WFQ, limits.HARMONY, limits.SMALLEST, limits.POLICIES

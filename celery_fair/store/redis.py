@@ -93,6 +93,13 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
         return all(ours.get(key) == connection_kwargs.get(key) for key in _WHERE) \
             and any(ours.get(key) for key in ("host", "path"))
 
+    def end_refill(self, queues: Iterable[str]) -> list[str]:
+        keys = [self.keys(q) for q in queues]
+        commands = [c for k in keys for c in (("DEL", k.refill), ("EXISTS", k.refilled, k.handoff))]
+        with _wrapped(self.where):
+            answers = round_trip(self.client, self._lane, commands) if keys else []
+        return [k.queue for k, waiting in zip(keys, answers[1::2]) if waiting]
+
     def __init__(self, client: redis.Redis, namespace: str = "fair", *,
                  where: str | None = None, replicas: int = 0,
                  replicas_timeout: float = 1.0) -> None:
@@ -359,6 +366,8 @@ def _pick_args(limit: int, capacity: int | None, now_ms: int, lease_ms: int,
     if push is not None:
         args += [push.queue, push.sep, ",".join(map(str, push.priority_steps)),
                  queued_deadline_ms, push.exchange, push.routing_key, push.binding_key]
+        if push.refill_ms:
+            args += ["", "", push.refill_ms]  # no affinity with the direct push
     return args
 
 

@@ -29,10 +29,17 @@ group is full; CORRUPT when the value's prefix is not envelope.py's
 encoding of this placement; ERR for a placement out of range, a due time that is not a
 number, a key of a foreign type.
 The checks and writes are include/holding.lua's (hold_many.lua shares them).
-Wakes dispatchers when the group became ready or the message is the next one due. ]]
+Wakes dispatchers when the group became ready or the message is the next one due.
+Refill: while a dispatcher's refill parameters are there (release.lua says how) and the
+queue has room, a message held for now is picked and pushed in this same call (an idle
+queue's added latency is then this script, not a dispatcher's step). ]]
 -- @include common
 -- @include singleton
+-- @include kombu
+-- @include routing
+-- @include subcaps
 -- @include holding
+-- @include picking
 local id, value = ARGV[1], ARGV[2]
 local due, now = finite(ARGV[3]), finite(ARGV[4])
 local g, cls, cost, front = ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8] == '1'
@@ -58,4 +65,5 @@ end
 local known = preflight(g, due > now, id)
 local hold_id = hold_write(id, value, held, due, now, g, cls, front, known, key)
 if digest then remember_sent(id, digest, hold_id, remember) end
+if due <= now then PICK.refill(now) end
 return hold_id

@@ -21,10 +21,20 @@ A dispatch with a singleton key (record field `k`) passes the key to its next wa
 ARGV[5]  now in ms ('' or absent: Redis's clock): the head time of a singleton key's next
          waiter (below)
 Counts the release in `stat` `released` (the metrics' counter of ended dispatches).
+Refill: while a dispatcher's refill parameters are there (`refill`, written by pick.lua
+with an expiry), the freed slot is filled here, by the pick itself (include/picking.lua)
+with its direct push: no wake-up, no dispatcher step per task. What it pushed goes to
+`refilled` for the dispatcher's logs and metrics (it is woken once REFILL.TELL fields
+wait), what it took but could not push to `handoff` (the dispatcher is woken to publish
+it, as though it had picked it): PICK.refill. Without the parameters, the dispatcher is
+woken.
 Returns: 1 slot freed, 0 nothing to do. ]]
 -- @include common
 -- @include singleton
+-- @include kombu
+-- @include routing
 -- @include subcaps
+-- @include picking
 local did, done_ttl = ARGV[1], tonumber(ARGV[2] or '0')
 local dk = k_dispatch(did)
 local state, runner, g, cls, estimate, w, key, sg =
@@ -61,5 +71,6 @@ free_slot(g, cls, not corrected)
 SUBCAPS.freed(g, sg)  -- its subgroup's room: what is parked for it comes back
 worker_slot(w, -1)
 if key then singleton_ended(key, did, finite(ARGV[5]) or singleton_now()) end  -- its next waiter enters
-wake()
+
+if not PICK.refill(finite(ARGV[5]) or singleton_now()) then wake() end
 return 1

@@ -25,6 +25,13 @@ local K_GROUPS = prefix .. ':groups'    -- SET groups with held, delayed or in-f
 local K_DELAYED = prefix .. ':delayed'  -- ZSET hold id -> due time (ms)
 local K_LEASES = prefix .. ':leases'    -- ZSET dispatch id -> lease deadline (ms)
 local K_WAKE = prefix .. ':wake'        -- LIST of at most one marker: dispatchers BLPOP it
+-- Refill in release (DESIGN.md): pick.lua writes `params` (HASH, with an expiry: the
+-- dispatcher's capacity, leases, id prefix and direct push) and drains `told` (LIST of the
+-- messages release.lua pushed, 5 fields each) and `handed` (LIST of dispatch ids it took
+-- but could not push); release.lua reads the one and appends to the others. One table:
+-- check.lua is near Lua's 200 locals.
+local RF = {params = prefix .. ':refill', told = prefix .. ':refilled',
+            handed = prefix .. ':handoff'}
 local K_QUARANTINE = prefix .. ':quarantine'  -- HASH id -> value that cannot be decoded
 local K_QUARANTINE_ORDER = prefix .. ':quarantine:order'  -- LIST its ids, newest first
 local K_WORKERS = prefix .. ':workers'  -- HASH worker -> '<expires ms>:<pool>' (register.lua)
