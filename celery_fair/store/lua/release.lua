@@ -72,5 +72,5 @@ SUBCAPS.freed(g, sg)  -- its subgroup's room: what is parked for it comes back
 worker_slot(w, -1)
 if key then singleton_ended(key, did, finite(ARGV[5]) or singleton_now()) end  -- its next waiter enters
 
-if not PICK.refill(finite(ARGV[5]) or singleton_now()) then wake() end
+if not PICK.refill(finite(ARGV[5])) then wake() end
 return 1

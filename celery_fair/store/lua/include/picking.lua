@@ -379,7 +379,7 @@ function PICK.run(A, told, handed)
 end
 
 -- Refill (release.lua, hold.lua): pick with the parameters the dispatcher's last pick left
--- (`RF.params`) at `now` (ms), when the queue has room; what was pushed goes to
+-- (`RF.params`) at `now` (ms; nil: Redis's clock), when the queue has room; what was pushed goes to
 -- `RF.told`, what was picked but not pushed to `RF.handed`, with a wake-up. False when
 -- there are no parameters (no live dispatcher refills: the caller wakes one).
 -- `RF.told` waiting for a dispatcher to drain it: it is woken at TELL fields, and past
@@ -390,6 +390,7 @@ function PICK.refill(now)
     'HMGET', RF.params, 'q', 'sep', 'steps', 'ex', 'rk', 'bk', 'cap', 'lease', 'qlease',
     'tok', 'want'))
   if not (q and want) then return false end
+  now = now or singleton_now()  -- Redis's clock only when the caller has none
   -- no room (a busy queue's hold): no pick call at all
   if tonumber(redis.call('HGET', K_STAT, 'inflight') or '0') >= tonumber(cap) then return true end
   local answer = PICK.run({string.format('%d', now), want, cap, lease, tok, q, sep, steps,
