@@ -167,12 +167,15 @@ def test_a_hold_into_a_queue_with_room_is_pushed_in_the_same_call(make_app: Any)
     fair.apply_async(("a",), fair_group="a")
     assert dispatcher.step().dispatched == 1  # leaves the refill parameters
     assert len(_delivered(store, queue)) == 1
+    store.client.delete(store.keys(queue).wake)
     b = fair.apply_async(("b",), fair_group="b")  # room for one more: out at once
     pushed, = _delivered(store, queue)
     assert pushed["headers"]["id"] == b.id
+    assert not store.client.exists(store.keys(queue).wake)  # nothing left to wake it for
     c = fair.apply_async(("c",), fair_group="c")  # no room left: held
     assert _delivered(store, queue) == []
     assert store.client.hexists(store.keys(queue).msg, c.id)
+    assert store.client.llen(store.keys(queue).wake) == 1  # a group became ready, as before
     assert dispatcher.step().dispatched == 1  # b reported; c waits for a slot
     assert dispatcher.observer.groups == ["a", "b"]  # type: ignore[union-attr]
     dispatcher.close()

@@ -32,7 +32,8 @@ The checks and writes are include/holding.lua's (hold_many.lua shares them).
 Wakes dispatchers when the group became ready or the message is the next one due.
 Refill: while a dispatcher's refill parameters are there (release.lua says how) and the
 queue has room, a message held for now is picked and pushed in this same call (an idle
-queue's added latency is then this script, not a dispatcher's step). ]]
+queue's added latency is then this script, not a dispatcher's step), and the dispatcher
+is not woken for it. ]]
 -- @include common
 -- @include singleton
 -- @include kombu
@@ -63,7 +64,10 @@ if key and ARGV[12] == 'drop' and singleton_drops(key) then
   return redis.error_reply('DROPPED ' .. id .. ' ' .. key)
 end
 local known = preflight(g, due > now, id)
-local hold_id = hold_write(id, value, held, due, now, g, cls, front, known, key)
+local hold_id, ready = hold_write(id, value, held, due, now, g, cls, front, known, key, true)
 if digest then remember_sent(id, digest, hold_id, remember) end
-if due <= now then PICK.refill(now) end
+-- a refill that took something leaves the dispatcher asleep: what it would do is done
+-- (waking it would put its step beside the worker starting the task, on the same cores)
+local taken = due <= now and PICK.refill(now)
+if ready and not (taken and taken > 0) then wake() end
 return hold_id

@@ -61,7 +61,9 @@ end
 -- group became ready or the message is the next one due. `known`: preflight's answer.
 -- `key`: its singleton key (nil: none; needs the singleton include): a delayed one
 -- passes the key's gate at promote, one held now here (it may wait in the key's list).
-local function hold_write(id, value, held, due, now, g, cls, front, known, key)
+-- `defer`: the wake-up for a group that became ready is the caller's (the second value
+-- returned: true when due), which may push the message itself first (hold.lua's refill).
+local function hold_write(id, value, held, due, now, g, cls, front, known, key, defer)
   if held then
     id = id .. '~' .. redis.call('HINCRBY', K_STAT, 'dup', 1)
     index_copy(id)  -- so cancel finds it
@@ -81,7 +83,10 @@ local function hold_write(id, value, held, due, now, g, cls, front, known, key)
   local len = push_held(cls, g, id, front, now)
   count_held(cls, g, 1)
   if known then known['len_' .. cls] = len end
-  if refresh(g, nil, known) then wake() end
+  if refresh(g, nil, known) then
+    if defer then return id, true end
+    wake()
+  end
   return id
 end
 

@@ -380,8 +380,9 @@ end
 
 -- Refill (release.lua, hold.lua): pick with the parameters the dispatcher's last pick left
 -- (`RF.params`) at `now` (ms; nil: Redis's clock), when the queue has room; what was pushed goes to
--- `RF.told`, what was picked but not pushed to `RF.handed`, with a wake-up. False when
--- there are no parameters (no live dispatcher refills: the caller wakes one).
+-- `RF.told`, what was picked but not pushed to `RF.handed`, with a wake-up. Returns how
+-- many it took, or false when there are no parameters (no live dispatcher refills: the
+-- caller wakes one).
 -- `RF.told` waiting for a dispatcher to drain it: it is woken at TELL fields, and past
 -- KEEP (a dispatcher gone for good) the oldest are dropped (they feed metrics only).
 local REFILL = {TELL = 1000, KEEP = 5000}
@@ -392,7 +393,7 @@ function PICK.refill(now)
   if not (q and want) then return false end
   now = now or singleton_now()  -- Redis's clock only when the caller has none
   -- no room (a busy queue's hold): no pick call at all
-  if tonumber(redis.call('HGET', K_STAT, 'inflight') or '0') >= tonumber(cap) then return true end
+  if tonumber(redis.call('HGET', K_STAT, 'inflight') or '0') >= tonumber(cap) then return 0 end
   local answer = PICK.run({string.format('%d', now), want, cap, lease, tok, q, sep, steps,
                            now + tonumber(qlease), ex, rk, bk})
   local n = 5 * answer[1]
@@ -407,5 +408,5 @@ function PICK.refill(now)
     if answer[i] ~= '' then redis.call('RPUSH', RF.handed, answer[i]); handed = true end
   end
   if handed or PICK.throttled then wake() end
-  return true
+  return answer[1] + (#answer - 1 - n) / 3  -- pushed, then picked or quarantined
 end
