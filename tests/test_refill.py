@@ -219,10 +219,13 @@ def test_a_pick_that_throttles_a_group_wakes_the_dispatcher_to_lift_it_in_time(
     """Releases that refill no longer wake the dispatcher, so its own pick that empties
     a group's bucket does: the next step's promote says when the group is lifted."""
     app, fair, store, queue, dispatcher = _setup(make_app, fair_max_inflight=4)
+    dispatcher.refill.live = False  # its own pick, not a hold's refill, takes the token
     controls.limit(app, "a", rate="1/s", burst=1, create=True, queue=queue)
+    fair.apply_async(("z",), fair_group="z")
+    assert dispatcher.step().dispatched == 1  # serving the queue configures it: a wake-up
     for _ in range(2):
         fair.apply_async(("a",), fair_group="a")
-    store.client.delete(store.keys(queue).wake)
+    store.client.delete(store.keys(queue).wake)  # and a's hold made it ready
     assert dispatcher.step().dispatched == 1
     assert store.client.zscore(store.keys(queue).throttled, "a") is not None
     assert store.client.llen(store.keys(queue).wake) == 1
