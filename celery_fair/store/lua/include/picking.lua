@@ -1,9 +1,11 @@
---[[ picking: the pick itself, in one function shared by pick.lua and release.lua (which
-refills the slot it frees: DESIGN.md "Refill in release").
-PICK.run(A, told, handed): A holds pick.lua's ARGV (its header says what each is: now,
-most to take, capacity, leases, id prefix, the direct push and affinity); the answer is
-pick.lua's. `told` (optional): pushed-message entries (5 fields each) to report before
-this call's own; `handed` (optional): picked triples to return before this call's own.
+--[[ picking: the pick itself, in one function shared by pick.lua, release.lua and hold.lua
+(which refill: DESIGN.md "Refill in release").
+PICK.run(A, told, handed, inflight): A holds pick.lua's ARGV (its header says what each
+is: now, most to take, capacity, leases, id prefix, the direct push and affinity); the
+answer is pick.lua's. `told` (optional): pushed-message entries (5 fields each) to
+report before this call's own; `handed` (optional): picked triples to return before this
+call's own; `inflight` (optional): the queue's dispatches in flight, when the caller read
+them already (a refill did, to see whether there is room).
 A function of its own, not the script's main chunk: Lua 5.1 allows one function 200
 locals and 60 upvalues, and pick.lua's chunk with its includes was at 200; this one
 reaches ~51 of the includes' locals (a new one used here counts against the 60).
@@ -11,7 +13,7 @@ PICK.refill(now): the same pick with the dispatcher's refill parameters (below).
 Needs the includes common, singleton, kombu, routing and subcaps before it. ]]
 local PICK = {}
 
-function PICK.run(A, told, handed)
+function PICK.run(A, told, handed, inflight)
   local now, want, capacity = tonumber(A[1]), tonumber(A[2]), tonumber(A[3])
   local deadline = now + tonumber(A[4])
   local token = A[5] .. redis.call('HINCRBY', K_STAT, 'picks', 1) .. '.'
@@ -19,7 +21,7 @@ function PICK.run(A, told, handed)
   if target == '' then target = nil end
   local routing = A[13] and A[13] ~= '' and routing_of(A[13], A[14], now) or nil
   if capacity >= 0 then
-    local room = capacity - tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
+    local room = capacity - (inflight or tonumber(redis.call('HGET', K_STAT, 'inflight') or '0'))
     if room < want then want = room end
   end
   if redis.call('ZSCORE', K_PAUSES, '') then want = 0 end  -- the whole queue is paused
@@ -393,9 +395,10 @@ function PICK.refill(now)
   if not (q and want) then return false end
   now = now or singleton_now()  -- Redis's clock only when the caller has none
   -- no room (a busy queue's hold): no pick call at all
-  if tonumber(redis.call('HGET', K_STAT, 'inflight') or '0') >= tonumber(cap) then return 0 end
+  local inflight = tonumber(redis.call('HGET', K_STAT, 'inflight') or '0')
+  if inflight >= tonumber(cap) then return 0 end
   local answer = PICK.run({string.format('%d', now), want, cap, lease, tok, q, sep, steps,
-                           now + tonumber(qlease), ex, rk, bk})
+                           now + tonumber(qlease), ex, rk, bk}, nil, nil, inflight)
   local n = 5 * answer[1]
   if n > 0 then
     local waiting = redis.call('RPUSH', RF.told, unpack(answer, 2, n + 1))
