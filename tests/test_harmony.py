@@ -29,7 +29,7 @@ def test_harmony_keeps_long_tasks_to_their_share_of_slots(
         caplog: pytest.LogCaptureFixture, store_backend: str) -> None:
     caplog.set_level(logging.INFO, logger="celery_fair.dispatcher")
     app = two_groups_backlogged(make_app, worker, dispatcher,
-                                {"fair_policy": policy}, (6, 0.3), (60, 0.02))
+                                {"fair_policy": policy}, (6, 0.3), (120, 0.02))
     queue = app.conf.task_default_queue
     ledger = app.ledger
     labels = [s["label"] for s in ledger.starts()]
