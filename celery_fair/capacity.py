@@ -20,6 +20,21 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+#: ``fair_dispatch_ahead = "auto"`` where releases do not refill the slots they free.
+AUTO_AHEAD = 2
+
+
+def dispatch_ahead(setting: int | None, refills: bool) -> int:
+    """The dispatch-ahead allowance of a queue: the setting (``fair_dispatch_ahead``;
+    None: "auto"), which "auto" makes 0 where releases refill the slots they free
+    (``refills``: refill.py). There a freed slot gets its next message in the release's
+    own call, so a message ahead only commits the queue to FIFO order (a newcomer waits
+    behind it) and gains no throughput."""
+    if setting is not None:
+        return setting
+    return 0 if refills else AUTO_AHEAD
+
+
 #: pools[queue] = {worker: pool size} of the live workers consuming it.
 Pools = Mapping[str, Mapping[str, int]]
 #: loads[queue] = (in flight, held): what each queue has, read fresh before a pick.

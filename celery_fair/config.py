@@ -56,7 +56,7 @@ class FairConfig:
     max_held: int | None  # fair_group_max_held: None unlimited
     max_held_overrides: Mapping[str, int | None]
     max_inflight: int | None  # None: auto
-    dispatch_ahead: int
+    dispatch_ahead: int | None  # None: 'auto'
     interactive_reserve: int
     lease_seconds: float
     done_ttl: int
@@ -122,9 +122,9 @@ class FairConfig:
             max_held=_max_held("fair_group_max_held", get("fair_group_max_held")),
             max_held_overrides=_group_map("fair_group_max_held_overrides",
                                           get("fair_group_max_held_overrides"), _max_held),
-            max_inflight=_max_inflight(get("fair_max_inflight")),
-            dispatch_ahead=_count("fair_dispatch_ahead", get("fair_dispatch_ahead"),
-                                  minimum=0),
+            max_inflight=_auto_or_count("fair_max_inflight", get("fair_max_inflight"), 1),
+            # capacity.dispatch_ahead: what "auto" is per queue
+            dispatch_ahead=_auto_or_count("fair_dispatch_ahead", get("fair_dispatch_ahead"), 0),
             interactive_reserve=_cap("fair_interactive_reserve",
                                      get("fair_interactive_reserve"), minimum=0),
             lease_seconds=_positive("fair_lease_seconds", get("fair_lease_seconds")),
@@ -368,11 +368,11 @@ def _group_map(name: str, value: Any, check: Callable[[str, Any], Any]) -> dict[
     return out
 
 
-def _max_inflight(value: Any) -> int | None:
+def _auto_or_count(name: str, value: Any, minimum: int) -> int | None:
     if value == "auto":
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail("fair_max_inflight", value, "'auto' or an integer >= 1")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(name, value, f"'auto' or an integer >= {minimum}")
     return value
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .capacity import room, sharing
+from .capacity import dispatch_ahead, room, sharing
 from .config import FairConfig
 from .errors import SlotMigrating
 from .schedule import PRUNE_SECONDS, StepSchedule
@@ -51,6 +51,9 @@ class QueueDirectory:
         self._capacity: dict[str, Capacity] = {}
         self._pools: dict[str, dict[str, int]] = {}  # queue -> {live worker: pool size}
         self._refreshed = 0.0
+        #: Whether releases refill ``queue``'s freed slots (refill.py; the dispatcher
+        #: sets it): its "auto" dispatch-ahead is then 0.
+        self.refills: Callable[[str], bool] = lambda queue: False
 
     def refresh(self) -> bool:
         """Re-read the set of fair queues and their capacity if REFRESH_SECONDS passed;
@@ -126,7 +129,8 @@ class QueueDirectory:
         if not others:
             return limit
         loads = self.store.loads(others)
-        return room(queue, self._pools, loads, self.config.dispatch_ahead)
+        return room(queue, self._pools, loads,
+                    dispatch_ahead(self.config.dispatch_ahead, refills=False))
 
     def shares_pools(self, queue: str) -> bool:
         """Whether some worker of ``queue`` consumes other fair queues too."""
@@ -138,7 +142,7 @@ class QueueDirectory:
             self._pools[queue] = self.store.worker_pools(queue, _now_ms())
             slots = sum(self._pools[queue].values())
         # summary.queue_capacity: the definition `fair status` and Flower show too
-        capacity = queue_capacity(self.config, slots)
+        capacity = queue_capacity(self.config, slots, bool(slots) and self.refills(queue))
         if capacity != self._capacity.get(queue):
             if capacity.limit == 0:
                 logger.warning("queue %s: no live worker consumes it; holding its tasks",

@@ -116,6 +116,7 @@ class Dispatcher:
         self.refill = Refill(self.publisher.push_for, self.directory.shares_pools)
         # fair_affinity: which worker each group goes to (refuses a store without it)
         self.router = Router(lambda: self.store, self.config, lambda: self.clock())
+        self.directory.refills = lambda q: not self.router.routes(q) and self.refill.refills(q)
         # Store or broker down: back off (capped) and log the outage's start and end once.
         self._backoff = Backoff(0.1, MAX_BACKOFF_SECONDS)
         self._outage = Outage(logger, "dispatcher step",

@@ -50,6 +50,12 @@ class Refill:
         self.queues.add(queue)
         return replace(push, refill_ms=REFILL_MS)
 
+    def refills(self, queue: str) -> bool:
+        """Whether this dispatcher's picks let ``queue``'s releases refill (``push_for``),
+        without asking for the push: its "auto" dispatch-ahead is then 0."""
+        return self.live and self._push_for(queue) is not None \
+            and not self._shares_pools(queue)
+
     def end(self, store: Store, last_step: Callable[[str], object]) -> None:
         """End refill in release for the queues it was given to (releases wake a
         dispatcher again), then ``last_step`` each queue where what releases refilled or

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .capacity import AUTO_AHEAD
 from .config import FairConfig
 from .errors import FairError
 from .redact import safe_url
@@ -76,7 +77,14 @@ def capacity_source(store: Store, config: FairConfig, queues: Sequence[str]) -> 
     found = "; ".join(f"{queue}: {_plural(len(p), 'live worker')}, "
                       f"{_plural(sum(p.values()), 'slot')}" for queue, p in pools.items())
     return (f"auto, the live workers' pools ({found or 'no queue yet'}) "
-            f"+ {config.dispatch_ahead} ahead (fair_dispatch_ahead)")
+            f"+ {_ahead_words(config.dispatch_ahead)} (fair_dispatch_ahead"
+            f"{' auto' if config.dispatch_ahead is None else ''})")
+
+
+def _ahead_words(setting: int | None) -> str:
+    if setting is not None:
+        return f"{setting} ahead"
+    return f"0 ahead where releases refill, else {AUTO_AHEAD}"
 
 
 def _plural(count: int, noun: str) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from .assign import Assigner, AssignWorker, load_assign
+from .capacity import dispatch_ahead
 from .config import FairConfig
 from .group_queues import dedicated, dedicated_queue, queue_of, target
 from .policies import HASH_AFFINITY, PolicyChoice, routes
@@ -126,7 +127,8 @@ class Router:
         store = self._store()
         workers = [w for w in store.live_workers(queue, now_ms) if w.slot is not None] \
             if choice.affinity == HASH_AFFINITY else []
-        ahead = self.config.dispatch_ahead if self.config.max_inflight is None else 0
+        ahead = dispatch_ahead(self.config.dispatch_ahead, refills=False) \
+            if self.config.max_inflight is None else 0  # routed queues never refill
         limits = {w.hostname: w.pool + ahead for w in workers}
         for name in dedicated(choice.group_queues, queue):
             # a dedicated queue's capacity: the pools of the workers consuming it

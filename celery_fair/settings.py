@@ -144,10 +144,12 @@ SETTINGS: tuple[Setting, ...] = (
             "Tasks in flight per fair queue: 'auto' (sum of live workers' pool sizes "
             "consuming the queue, plus fair_dispatch_ahead when that sum is not 0) or a "
             "positive number (the capacity as it is)."),
-    Setting("fair_dispatch_ahead", 2,
+    Setting("fair_dispatch_ahead", "auto",
             "With fair_max_inflight 'auto': messages kept in the real queue beyond the "
             "workers' free slots, so a slot that frees up takes its next task at once "
-            "instead of waiting for the dispatcher (0: none)."),
+            "instead of waiting for the dispatcher. 'auto': 0 where releases refill the "
+            "slots they free (the store's Redis is the broker, fair_direct_push), else 2; "
+            "or a number (0: none)."),
     Setting("fair_interactive_reserve", 1,
             "Extra slots above a group's cap usable only by interactive tasks."),
     Setting("fair_lease_seconds", 30,

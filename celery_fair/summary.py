@@ -42,6 +42,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from .capacity import dispatch_ahead
 from .config import FairConfig
 from .errors import FairError
 from .outage import Outage
@@ -93,18 +94,24 @@ class Capacity(NamedTuple):
                 "inflight_limit": self.limit}
 
 
-def queue_capacity(config: FairConfig, slots: int) -> Capacity:
-    """A fair queue's :class:`Capacity` given its live workers' ``slots`` (the one
-    definition: the dispatcher, ``fair status`` and the summary all call this)."""
+def queue_capacity(config: FairConfig, slots: int, refills: bool) -> Capacity:
+    """A fair queue's :class:`Capacity` given its live workers' ``slots`` and whether
+    releases refill the slots they free (the one definition: the dispatcher, ``fair
+    status`` and the summary all call this)."""
     if config.max_inflight is not None:
         return Capacity(config.max_inflight, 0)
-    return Capacity(slots, config.dispatch_ahead if slots else 0)
+    return Capacity(slots, dispatch_ahead(config.dispatch_ahead, refills) if slots else 0)
 
 
 def read_capacity(store: Store, config: FairConfig, queue: str) -> Capacity:
-    """``queue``'s :class:`Capacity` from the workers registered in the store now."""
-    slots = 0 if config.max_inflight is not None else store.worker_capacity(queue, now_ms())
-    return queue_capacity(config, slots)
+    """``queue``'s :class:`Capacity` from the workers registered in the store now, and
+    from whether a dispatcher lets its releases refill now (the parameters it leaves
+    in the store: refill.py)."""
+    if config.max_inflight is not None:
+        return queue_capacity(config, 0, False)
+    slots = store.worker_capacity(queue, now_ms())
+    refills = config.dispatch_ahead is None and bool(slots) and store.refilling(queue)
+    return queue_capacity(config, slots, refills)
 
 
 def queue_status(store: Store, config: FairConfig, queue: str, top: int) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def run(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> 
         dispatcher = _start(["fair", "dispatch", "--loglevel", "DEBUG"], url, namespace,
                             logs / "dispatcher.log")
         assert quick.get(timeout=30) == "q1"
-        for i in range(5):  # one running, two ahead in the real queue, two held
+        for i in range(5):  # one running, four held (no dispatch-ahead: see below)
             app.tasks["proj.work"].delay("slow", f"s{i}", 60)
         yield Run(app, worker, dispatcher, quick.id, held, started,
                   f"redis://{user}:**@127.0.0.1:{redis_server.port}/0")
@@ -141,18 +141,19 @@ def test_dispatcher_start_line_names_the_masked_store_queues_policy_and_capacity
     assert f"queues all fair queues (now: {queue})" in line, line
     assert "policy wfq" in line, line
     assert (f"capacity auto, the live workers' pools ({queue}: 1 live worker, 1 slot) "
-            "+ 2 ahead (fair_dispatch_ahead)") in line, line
+            "+ 0 ahead where releases refill, else 2 (fair_dispatch_ahead auto)") in line, line
     assert SECRET not in run.dispatcher.output(tail=10**7)
 
 
 def test_dispatcher_reports_held_and_in_flight_of_each_busy_queue(run: Run) -> None:
     queue = run.app.conf.task_default_queue
-    # Five slow tasks on a worker of one slot (+2 ahead): 3 in flight, 2 held, and the
-    # oldest held one, of group slow, waits ever longer.
+    # Five slow tasks on a worker of one slot (a Redis broker: releases refill, so no
+    # dispatch-ahead): 1 in flight, 4 held, and the oldest held one, of group slow, waits
+    # ever longer.
     line = wait_for(lambda: _line(run.dispatcher, f"fair report queue={queue} "
-                                  r"dispatched=\S+ held=2 delayed=0 in_flight=3/1 ahead=2 "
+                                  r"dispatched=\S+ held=4 delayed=0 in_flight=1/1 ahead=0 "
                                   r"oldest_wait=\d+\.\d\ds top_group=slow top_wait="),
-                    timeout=20, what="a report line with 2 held and 3 in flight")
+                    timeout=20, what="a report line with 4 held and 1 in flight")
     assert "INFO/MainProcess]" in line  # the worker's log format (app.log.setup)
     # The interval is 0.2 s: the report comes again and again while there is work.
     wait_for(lambda: len(re.findall(f"fair report queue={queue} ", run.dispatcher.output(

@@ -67,7 +67,7 @@ def _register_worker(app: Celery, concurrency: int) -> None:
 @pytest.fixture(scope="module")
 def readme_app() -> Iterator[Celery]:
     """The README's scenario: a 4-per-group cap, globex limited at runtime to 2, one
-    worker of 4 processes, one countdown task waiting; production key prefix and queue."""
+    worker of 6 processes, one countdown task waiting; production key prefix and queue."""
     server = RedisServer()
     app = create_app(server.url + "/0", "fair", "celery", fair_default_concurrency=4)
     reset_config(app)
@@ -93,15 +93,17 @@ def test_every_output_block_is_a_checked_sample():
 def test_readme_status_inspect_limit_and_cancel_samples(readme_app: Celery):
     app = readme_app
     work, preview = app.tasks["proj.work"], app.tasks["proj.preview"]
-    _register_worker(app, 4)
+    _register_worker(app, 6)
     last = [work.delay("acme", f"a{i}") for i in range(16)][-1]
     for i in range(3):
         work.delay("globex", f"g{i}")
     work.apply_async(("initech", "later"), countdown=3600)
     check_sample("limit-readme", _run(app, "limit", "globex", "--concurrency", "2"))
     store = store_for(app)
-    # A running dispatcher, as in the README: it fills the 4 slots + 2 ahead, and then
-    # nothing moves (no worker takes a task), so the samples show one stable moment.
+    # A running dispatcher, as in the README: it fills the 6 slots (none ahead: the
+    # broker is the store's Redis, so releases refill; acme at its cap, globex at its
+    # limit), and then nothing moves (no worker takes a task), so the samples show one
+    # stable moment.
     with DispatcherThread(app):
         wait_for(lambda: store.queue_figures("celery").inflight == 6, timeout=30,
                  what="the dispatcher to fill the capacity")

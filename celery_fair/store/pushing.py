@@ -21,6 +21,12 @@ class DirectPushing:
         backend :attr:`supports_direct_push`."""
         return False
 
+    def refilling(self, queue: str) -> bool:
+        """Whether a dispatcher lets ``queue``'s releases refill the slots they free now
+        (its parameters are in the store): ``fair status`` shows the dispatch-ahead
+        "auto" gives it. False for a backend without direct push (this default)."""
+        return False
+
     def end_refill(self, queues: Iterable[str]) -> list[str]:
         """A dispatcher stops: the refill parameters its picks left for ``queues``
         (``DirectPush.refill_ms``) go, and releases wake dispatchers again. Returns those

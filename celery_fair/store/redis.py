@@ -51,6 +51,7 @@ from .models import RESEND_SECONDS
 from .redis_bulk import RedisBulk
 from .redis_controls import RedisAudit, RedisBoosting, RedisPausing, RedisThrottling
 from .redis_policy import RedisPolicy
+from .redis_pushing import RedisPushing
 from .redis_reads import RedisReads
 from .redis_registry import RedisRegistry
 from .redis_routing import RedisRouting
@@ -64,15 +65,10 @@ __all__ = ["CANCELLED_SECONDS", "CHECK_BATCH", "KEEP", "PRUNE_GRACE_MS", "QUARAN
 
 logger = logging.getLogger(__name__)
 
-#: redis-py connection settings that name a server and database.
-_WHERE = ("host", "port", "db", "path")
-
-
 class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, RedisBoosting,
-                 RedisThrottling, RedisRegistry, RedisRouting, Store):
+                 RedisThrottling, RedisRegistry, RedisRouting, RedisPushing, Store):
     """Fair queues of one namespace in one Redis database."""
 
-    supports_direct_push = True
     #: the hot path's round trips (lane.py); a ClusterStore (whose scripts go to the
     #: slot's primary) has none
     _lane: Lane | None = None
@@ -86,19 +82,6 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
     @property
     def remembers_sent(self) -> bool:  # type: ignore[override]
         return self.resend_seconds > 0
-
-    def same_redis(self, connection_kwargs: Mapping[str, Any]) -> bool:
-        """See :meth:`Store.same_redis`: the same host and port or socket path, and db."""
-        ours = self.client.connection_pool.connection_kwargs
-        return all(ours.get(key) == connection_kwargs.get(key) for key in _WHERE) \
-            and any(ours.get(key) for key in ("host", "path"))
-
-    def end_refill(self, queues: Iterable[str]) -> list[str]:
-        keys = [self.keys(q) for q in queues]
-        commands = [c for k in keys for c in (("DEL", k.refill), ("EXISTS", k.refilled, k.handoff))]
-        with _wrapped(self.where):
-            answers = round_trip(self.client, self._lane, commands) if keys else []
-        return [k.queue for k, waiting in zip(keys, answers[1::2]) if waiting]
 
     def __init__(self, client: redis.Redis, namespace: str = "fair", *,
                  where: str | None = None, replicas: int = 0,
