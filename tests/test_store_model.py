@@ -813,3 +813,29 @@ def test_a_policy_change_empties_the_over_sets_on_sql_too(
         machine.same_state()
     finally:
         machine.teardown()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_key_given_before_the_keys_were_dropped_does_not_move_the_lists_time_on_sql(
+        sql_url: Callable[[str], str], kind: str) -> None:
+    """A run the sqlite leg found: a message held under 'smallest' keeps its sort key on
+    a SQL store after a configure to fair_subgroup 'path' (for its place in the list:
+    the other stores keep the list itself in order and drop the keys). Picked, it made
+    that old key the list's virtual time, so the next subgroup holds were keyed ~1.7e12
+    and went behind messages the other stores put them before."""
+    machine: Any = sql_machine(sql_url(kind), False)
+    try:
+        machine.start(cap=None, reserve=0, data=Draws({}, "smallest", "cost", "hard", None,
+                                                      4.0))
+        for _ in range(2):
+            machine.hold(cost=3, delay=0, front=False, group="a", klass="i", max_held=None,
+                         same_id=False, sub=None)
+        machine.configure(cap=None, caps={}, data=Draws({}, "harmony", "path", "cost",
+                                                        "hard", None, 1.0),
+                          default_rate=None, rates={}, reserve=0, weight=1.0, weights={})
+        machine.hold_in_subgroups(front=False, klass="i", subs=["x", "y", "x"])
+        machine.pick(capacity=None, limit=1)  # the first message, keyed under 'smallest'
+        machine.hold_in_subgroups(front=False, klass="i", subs=["x", "y"])
+        machine.same_state()
+    finally:
+        machine.teardown()

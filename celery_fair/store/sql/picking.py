@@ -198,7 +198,7 @@ class Picking:
                 subcaps.count_picked(u, g, sub)
             self.inflight_i += klass == "i"
             row[f"held_{klass}"] -= 1
-            picked(u, row, klass, msg.sort_key)  # fair_subgroup: the list's virtual time
+            picked(u, row, klass, msg)  # fair_subgroup: the list's virtual time
             row[f"since_{klass}"] = self.now_ms  # the next one is the head now
             did = dispatch_id(self.token, u.q["picks"], len(out) + 1)
             taken.append(msg.hold_id)

@@ -92,7 +92,7 @@ def park(u: Unit, row: dict[str, Any], klass: str, msg: Any, sub: str,
         seq=None, sort_key=None, parked=sub, parked_seq=0 if last is None else last + 1))
     row[f"held_{klass}"] -= 1
     row[f"parked_{klass}"] += 1
-    picked(u, row, klass, msg.sort_key)
+    picked(u, row, klass, msg)
     row[f"since_{klass}"] = now_ms
     u.refresh(g)
 

@@ -45,11 +45,17 @@ def sort_key(u: Unit, p: Placement, now_ms: int, sub: str | None) -> float | Non
     return key
 
 
-def picked(u: Unit, row: dict[str, Any], klass: str, key: float | None) -> None:
-    """The head of ``row``'s ``klass`` list was picked (counted off already): its key is
-    the list's virtual time now; the list empty, its tags go."""
+def picked(u: Unit, row: dict[str, Any], klass: str, msg: Any) -> None:
+    """``msg``, the head of ``row``'s ``klass`` list, was picked (counted off already):
+    its key is the list's virtual time now; the list empty, its tags go.
+
+    Only a key given under the keys in force counts: those messages share the group's
+    tail (``Lifecycle.place``). One held before a configure that dropped the keys
+    (``configure.lua``; here the tail moved past it) keeps its old key for its place in
+    the list only, as the other stores keep none."""
     if not keyed(u):
         return
+    key = msg.sort_key if msg.seq == row["tail"] else None
     tags = _tags(row)
     if not row[f"held_{klass}"]:
         tags.pop(klass, None)
