@@ -45,7 +45,7 @@ class Refill:
         ``refill`` is false or its workers' pools are shared with other fair queues: the
         room those leave is read at each step (directory.room), which a release cannot."""
         push = self._push_for(queue)
-        if push is None or not (refill and self.live) or self._shares_pools(queue):
+        if push is None or not refill or not self.refills(queue):
             return push
         self.queues.add(queue)
         return replace(push, refill_ms=REFILL_MS)
