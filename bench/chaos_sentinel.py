@@ -9,7 +9,7 @@ starts the old master again as a replica of the new one (``restart_as_replica``:
 ``--replicaof``, so it never serves its stale data as a master). The dispatcher and the
 workers are not restarted for it: they find the new master through the sentinels.
 
-``--store-replicas N`` (default 1) is ``fair_store_replicas``: hold, release and cancel
+``--store-replicas N`` (default 1) is ``fair_store_replicas``: hold, pick, release and cancel
 wait for N replicas. The publisher runs beside the drain, so failovers strike while it
 publishes; a publication that fails with ``HoldNotReplicated`` (held on the master, not
 acknowledged by a replica in time) or any ``StoreError`` (no master for a moment) is sent

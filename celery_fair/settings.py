@@ -35,7 +35,8 @@ SETTINGS: tuple[Setting, ...] = (
             "when the store is the broker: the broker's master_name and sentinel_kwargs."),
     Setting("fair_store_replicas", 0,
             "Redis store: replicas each hold, release and cancel waits for (WAIT) before "
-            "it returns, so that a failover is unlikely to lose it (Sentinel may still "
+            "it returns, and each dispatcher pick before it is published, so that a "
+            "failover is unlikely to lose it (Sentinel may still "
             "promote a replica that had not acknowledged); fewer in time fail the call "
             "with ReplicationTimeout (a hold: HoldNotReplicated). 0: Redis's asynchronous "
             "replication (a failover may lose the last writes)."),

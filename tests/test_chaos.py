@@ -272,7 +272,8 @@ def test_failovers_with_fair_store_replicas_lose_and_duplicate_nothing() -> None
     """The store's master is SIGKILLed twice while tasks are published and drained, a
     replica promoted each time and the old master brought back as a replica; the same
     dispatcher and workers carry on through the sentinels. With fair_store_replicas=1
-    every hold, release and cancel a caller was told of is on a replica: nothing is lost,
+    every hold, release and cancel a caller was told of, and every pick before it is
+    published, is on a replica: nothing is lost,
     nothing runs twice. (No worker or broker kills here: their own duplicates, which the
     campaign explains, would blur what a failover does.)"""
     require(POSTGRESQL)  # the ledger

@@ -12,9 +12,11 @@ import signal
 from collections.abc import Callable
 
 import pytest
+import redis
 from celery import Celery
 
 from celery_fair.dispatcher import Dispatcher
+from celery_fair.errors import ReplicationTimeout
 from celery_fair.headers import DISPATCH_HEADER, QUEUE_HEADER
 from celery_fair.spool import spool_for
 from celery_fair.store import store_for
@@ -76,3 +78,41 @@ def test_a_spooled_release_not_replicated_in_time_is_landed_not_replayed_again(
         assert not list(spool.directory.glob("*.jsonl"))
     finally:
         os.kill(replica.proc.pid, signal.SIGCONT)
+
+
+def _queued(app: Celery) -> list[str]:
+    """The task ids in the broker's list for the app's queue (its Redis broker)."""
+    import json
+
+    with app.connection_for_write() as conn:
+        raw = conn.default_channel.client.lrange(app.conf.task_default_queue, 0, -1)
+    return [json.loads(m)["headers"]["id"] for m in raw]
+
+
+def test_a_pick_a_failover_could_undo_is_not_published_so_the_task_runs_once(
+        make_app: Callable[..., Celery],
+        master_and_replica: tuple[RedisServer, RedisServer]) -> None:  # noqa: F811
+    """With fair_store_replicas=1 a pick no replica acknowledged is not published. The
+    replica is promoted (cut off from the master, as in a partition) before the
+    dispatcher picks on the old master; the task, still held on the new master, is
+    dispatched from there, and that is its only message. (Published at once, as before,
+    the task had two: one from each master.)"""
+    master, replica = master_and_replica
+    app = make_app(fair_store_url=master.url + "/0", fair_store_replicas=1,
+                   fair_store_replicas_timeout=1.0, fair_max_inflight=10)  # broker: the
+    # session's Redis
+    app.tasks["proj.work"].apply_async(("acme", "x"), task_id="task-1")  # replicated
+    redis.Redis(port=replica.port).replicaof("NO", "ONE")  # promoted
+    try:
+        Dispatcher(app).step()
+    except ReplicationTimeout as exc:  # the dispatcher's loop backs off and goes on
+        refused = str(exc)
+    else:
+        refused = ""
+    master.proc.kill()
+    master.proc.wait()
+    promoted = make_app(fair_store_url=replica.url + "/0",  # no replica of its own
+                        fair_max_inflight=10)
+    assert Dispatcher(promoted).step().dispatched == 1
+    assert _queued(app) == ["task-1"]
+    assert "pick acknowledged by 0 of 1 replicas" in refused

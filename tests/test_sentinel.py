@@ -2,7 +2,7 @@
 and 3 sentinels (celery_fair.testing.SentinelTopology), started once for this module.
 
 The contract suite's dispatch and pick families run again here on the Sentinel store with
-fair_store_replicas=1 (each hold, release and cancel WAITs for a replica); the failover
+fair_store_replicas=1 (each hold, pick, release and cancel WAITs for a replica); the failover
 test has a topology of its own, since it kills the master.
 """
 

@@ -53,6 +53,11 @@ def store_on(url: str, replicas: int, timeout: float) -> RedisStore:
                                replicas=replicas, replicas_timeout=timeout)
 
 
+def unwaited(store: Any) -> RedisStore:
+    """``store`` without fair_store_replicas: the same Redis and namespace."""
+    return RedisStore(store.client, store.namespace)
+
+
 def hold_in_thread(store: RedisStore) -> tuple[threading.Thread, threading.Event, list[Any]]:
     done, outcome = threading.Event(), []
 
@@ -85,7 +90,7 @@ def test_a_hold_returns_only_once_a_replica_has_it(
     assert redis.Redis(port=replica.port).keys(f"{waiting.namespace}:*")
 
 
-def test_without_a_replica_hold_release_and_cancel_fail_naming_the_count(
+def test_without_a_replica_hold_pick_release_and_cancel_fail_naming_the_count(
         redis_server: RedisServer) -> None:
     store = store_on(redis_server.url, 1, 0.1)
     with pytest.raises(HoldNotReplicated) as info:
@@ -95,7 +100,12 @@ def test_without_a_replica_hold_release_and_cancel_fail_naming_the_count(
     assert "hold acknowledged by 0 of 1 replicas within 0.1 s" in str(info.value)
     assert "fair_store_replicas" in str(info.value)
     assert store.queue_figures(Q).held == 1  # the master has it
-    [picked] = store.pick(Q, 10, None, NOW, LEASE_MS)
+    with pytest.raises(ReplicationTimeout, match="pick acknowledged by 0 of 1"):
+        store.pick(Q, 10, None, NOW, LEASE_MS)  # the caller publishes nothing
+    assert store.queue_figures(Q).inflight == 1  # picked on the master: held again later
+    picker, later = unwaited(store), NOW + LEASE_MS + 1
+    assert picker.reclaim(Q, later, 100) == (1, 0)  # its pick lease ran out
+    [picked] = picker.pick(Q, 10, None, later, LEASE_MS)
     with pytest.raises(ReplicationTimeout, match="release acknowledged by 0 of 1"):
         store.release(Q, picked.dispatch_id)
     assert store.queue_figures(Q).inflight == 0  # released on the master all the same
@@ -151,10 +161,11 @@ def test_publishing_again_after_an_unreplicated_hold_runs_the_task_once(
     publish("acme", "x")
     publish("acme", "x")  # while the first is held: not a second copy
     assert store.queue_figures(queue).held == 1
-    [picked] = store.pick(queue, 10, None, NOW, LEASE_MS)
+    picker = unwaited(store)  # the replica-less server's picks would not be published
+    [picked] = picker.pick(queue, 10, None, NOW, LEASE_MS)
     assert picked.hold_id == "t-resent"
     publish("acme", "x")  # the first is dispatched now
-    assert store.pick(queue, 10, None, NOW, LEASE_MS) == []
+    assert picker.pick(queue, 10, None, NOW, LEASE_MS) == []
     publish("acme", "y")  # another message under that id
-    [again] = store.pick(queue, 10, None, NOW, LEASE_MS)
+    [again] = picker.pick(queue, 10, None, NOW, LEASE_MS)
     assert again.hold_id == "t-resent"

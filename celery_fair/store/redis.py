@@ -89,7 +89,7 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
         self.client = client
         self.namespace = namespace
         self.where = where or describe(client)
-        #: fair_store_replicas: hold, release and cancel WAIT for these (see _pipelined)
+        #: fair_store_replicas: hold, pick, release and cancel WAIT for these (_pipelined)
         check_replicas(replicas, replicas_timeout)
         self.replicas, self.replicas_timeout = replicas, replicas_timeout
         lane = self._lane = Lane(client)
@@ -122,9 +122,13 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
         """``pick``; with ``push``, the script itself pushes what it can into kombu's list
         (those dispatches are 'queued' at once, until ``queued_deadline_ms``). Returns how
         what it pushed and the picked messages left for the caller to publish. Dispatch
-        ids are ``<token><call>.<n>`` (``<call>`` counted in the store, so never reused)."""
+        ids are ``<token><call>.<n>`` (``<call>`` counted in the store, so never reused).
+        With fair_store_replicas, the pick waits for them like a release (``WAIT``):
+        ReplicationTimeout when they fall short, and the caller publishes nothing, as
+        for a pick a failover may undo (its messages held again after their pick lease,
+        not run twice)."""
         args = _pick_args(limit, capacity, now_ms, lease_ms, push, queued_deadline_ms, token)
-        return self._picked(queue, self._run("pick", queue, *args), push)
+        return self._picked(queue, self._durably("pick", queue, *args), push)
 
     def _picked(self, queue: str, flat: list[Any], push: DirectPush | None
                 ) -> tuple[list[Pushed], list[Picked]]:
@@ -140,7 +144,7 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
                                         tuple[list[Pushed], list[Picked]]]:
         """``promote``, ``reclaim`` (at most 1,000 each; reclaim only when ``reclaim``)
         and ``pick_and_push``, in this order, in one round trip (a pipeline: atomic
-        steps, not one)."""
+        steps, not one), waiting for fair_store_replicas as ``pick_and_push`` does."""
         prefix = self.keys(queue).prefix
         calls = [("promote", [now_ms, 1000]),
                  ("reclaim", [now_ms, 1000, TOMBSTONE_SECONDS]),
@@ -148,7 +152,7 @@ class RedisStore(RedisReads, RedisBulk, RedisPolicy, RedisAudit, RedisPausing, R
                                      queued_deadline_ms, None))]
         if not reclaim:
             del calls[1]
-        answers = self._pipelined(prefix, calls)
+        answers = self._pipelined(prefix, calls, replicate=True)
         if not reclaim:
             answers.insert(1, (0, 0))
         (moved, nxt, bad), (requeued, lost), flat = answers

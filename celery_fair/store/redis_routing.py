@@ -53,7 +53,8 @@ class RedisRouting:
         calls = [("pick", args)]
         if promote:
             calls.insert(0, ("promote", [now_ms, 1000]))
-        answers = self._pipelined(self.keys(queue).prefix, calls)
+        # replicated before anything is published (see RedisStore.pick_and_push)
+        answers = self._pipelined(self.keys(queue).prefix, calls, replicate=True)
         promoted: tuple[int, int | None] = (0, None)
         if promote:
             moved, nxt, bad = answers.pop(0)
