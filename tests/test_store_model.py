@@ -758,6 +758,26 @@ def test_a_task_boosted_under_harmony_is_ranked_by_the_apps_flight_in_redis_too(
         machine.teardown()
 
 
+def test_a_routed_pick_spills_a_group_by_the_head_time_it_set_in_the_same_call(
+        redis_server: RedisServer) -> None:
+    """A run the redis-subgroups leg found: b's head had waited past the spill time and
+    its worker had room for two. A routed pick took those two (so b's next message is
+    the head since now), then spilled the third to the roomiest worker on Redis: the
+    pick writes the new head times at its end, and the spill read the old one. Every
+    other store (and now Redis) reads the head time the call set."""
+    machine: Any = redis_machine(redis_server, True, False)
+    try:
+        machine.start(cap=None, reserve=0, data=Draws(
+            {"a/x": 0, "a/y": 0, "b/x": 0}, "wfq", "none", "cost", "soft", None, 0.0))
+        machine.burst(background=1, group="b", interactive=3)
+        machine.advance_and_reclaim(ms=12000)
+        machine.assign(changes=[("b", None, "w2")])
+        machine.pick_routed(capacity=None, limit=4, limits={"w1": 3, "w2": 2}, spill=5000)
+        machine.same_state()
+    finally:
+        machine.teardown()
+
+
 def test_a_release_looks_again_at_a_group_another_queue_freed_in_redis_too(
         redis_server: RedisServer) -> None:
     """A run the redis-scope leg found: dd stood out of its ready set here, at its cap

@@ -289,6 +289,7 @@ function PICK.run(A, told, handed, inflight)
         if cls == 'i' then inflight_i, taken_i = inflight_i + 1, taken_i + 1 end
         local heads = new_head[g] or {}
         heads[cls], new_head[g] = true, heads
+        if routing then routing.headed[cls .. g] = true end  -- for its spill (route)
         taken = taken + 1
         local did = token .. taken
         if subgroups() then SUBCAPS.picked(g, value, did) end

@@ -19,7 +19,7 @@ local ROUTE_PAGE = 32
 -- and what each may have in flight), `spill` the spill time in ms (-1: never).
 local function routing_of(spec, spill, now)
   local r = {room = {}, order = {}, open = 0, spill = tonumber(spill) or -1, now = now,
-             owner = {}, skip = {}, offset = {}, unassigned = {}, host = {}}
+             owner = {}, skip = {}, offset = {}, unassigned = {}, host = {}, headed = {}}
   local parts = {}
   for part in string.gmatch(spec, '[^\n]+') do parts[#parts + 1] = part end
   for i = 1, #parts - 1, 2 do r.order[#r.order + 1] = parts[i] end
@@ -60,7 +60,10 @@ local function route(r, g, cls)
   end
   if r.room[w] > 0 then return w end
   if r.spill >= 0 and not queue_target(w) then
-    local since = tonumber(redis.call('HGET', k_group(g), 'h' .. cls) or '')
+    -- a list this call took from has a new head since now: the pick writes its time
+    -- at its end (r.headed), so the stored one is stale here
+    local since = r.headed[cls .. g] and r.now
+      or tonumber(redis.call('HGET', k_group(g), 'h' .. cls) or '')
     if since and r.now - since >= r.spill then return roomiest(r) end
   end
   return nil
