@@ -24,7 +24,7 @@ from .bulk_messages import Stamper, results, templatable
 from .config import get_config
 from .errors import BulkHoldFailed, FairError, GroupFull, InvalidOption
 from .events import enabled
-from .headers import DISPATCH_HEADER, QUEUE_HEADER
+from .headers import DISPATCH_HEADERS
 from .holding import COLLECTING, Collected, Collector, log_hold, logger
 from .store.base import Store, now_ms
 from .store.bulk import HOLD_BATCH
@@ -78,7 +78,7 @@ def fair_bulk(task: Task, items: Iterable[Any], *, group: Any = None,
                 for args, kwargs, own in calls]
     fast = templatable(app, task, options)
     headers = {k: v for k, v in dict(options.get("headers") or {}).items()
-               if k not in (DISPATCH_HEADER, QUEUE_HEADER)}
+               if k not in DISPATCH_HEADERS}
     placed = (group, interactive, cost)
     made: list[Any] = []  # an AsyncResult, or the task id of a message made here
     with bulk_holds(app, batch_size=batch_size) as collector, \

@@ -63,6 +63,7 @@ class FairConfig:
     batch_size: int
     direct_push: bool
     tasks: TaskRules = field(default_factory=TaskRules)  # fair_tasks, for install()
+    quick_start: bool = False  # fair_quick_start: lifecycle.starts_quickly
     group_resolver: Any = None  # fair_group_resolver: for contrib.django / contrib.flask
     metrics_port: int | None = None
     metrics_address: str = "0.0.0.0"
@@ -131,6 +132,7 @@ class FairConfig:
             done_ttl=_count("fair_done_ttl", get("fair_done_ttl"), minimum=0),
             batch_size=_count("fair_batch_size", get("fair_batch_size")),
             direct_push=_flag("fair_direct_push", get("fair_direct_push")),
+            quick_start=_flag("fair_quick_start", get("fair_quick_start")),
             tasks=parse_rules(get("fair_tasks")),
             group_resolver=_resolver_ref("fair_group_resolver", get("fair_group_resolver")),
             metrics_port=_port("fair_metrics_port", get("fair_metrics_port")),

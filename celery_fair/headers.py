@@ -13,6 +13,11 @@ from typing import Any
 GROUP_HEADER, CLASS_HEADER, COST_HEADER = "fair_group", "fair_class", "fair_cost"
 #: Headers the dispatcher adds to a dispatched message.
 DISPATCH_HEADER, QUEUE_HEADER = "fair_dispatch_id", "fair_queue"
+#: Header of a message the pick script pushed into kombu's list itself: when the
+#: dispatch's lease runs out (ms since the epoch), for fair_quick_start.
+LEASE_HEADER = "fair_lease_until"
+#: What one dispatch put on its message: a message held again must drop them all.
+DISPATCH_HEADERS = (DISPATCH_HEADER, QUEUE_HEADER, LEASE_HEADER)
 
 
 def request_headers(request: Any) -> Mapping[str, Any]:
@@ -26,5 +31,5 @@ def request_headers(request: Any) -> Mapping[str, Any]:
     if isinstance(source, Mapping):
         return source
     return {name: getattr(request, name, None)
-            for name in (GROUP_HEADER, CLASS_HEADER, DISPATCH_HEADER, QUEUE_HEADER)
+            for name in (GROUP_HEADER, CLASS_HEADER, *DISPATCH_HEADERS)
             if getattr(request, name, None) is not None}

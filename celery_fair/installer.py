@@ -19,7 +19,7 @@ from celery.utils.imports import symbol_by_name
 
 from .canvas import patch_groups
 from .config import get_config
-from .headers import DISPATCH_HEADER, QUEUE_HEADER
+from .headers import DISPATCH_HEADERS
 from .holding import HoldingProducer, placement
 from .revoke import FairControlMixin
 from .rules import TaskRules
@@ -170,8 +170,8 @@ def _fair_headers(app: Celery, spec: _Spec, message: Any, options: Mapping[str, 
     """The call's headers, without a previous dispatch's, plus the fair placement."""
     headers = dict(options.get("headers") or {})
     for stale in (message.headers, headers):
-        stale.pop(DISPATCH_HEADER, None)
-        stale.pop(QUEUE_HEADER, None)
+        for name in DISPATCH_HEADERS:
+            stale.pop(name, None)
     seen = {**message.headers, **headers}
     group, interactive, cost = (
         spec.explicit.get(key) if value is None else value

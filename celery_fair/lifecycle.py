@@ -22,7 +22,7 @@ from celery import Celery
 from .config import get_config
 from .errors import FairError, ReplicationTimeout
 from .events import BEGIN_SKIP, RELEASE, log_event
-from .headers import DISPATCH_HEADER, GROUP_HEADER, QUEUE_HEADER, request_headers
+from .headers import DISPATCH_HEADER, GROUP_HEADER, LEASE_HEADER, QUEUE_HEADER, request_headers
 from .host import identity, pid_alive
 from .outage import Backoff, Outage
 from .spool import Spool, spool_for
@@ -61,6 +61,28 @@ def begin_dispatch(app: Celery, request: Any, acks_late: bool = False,
         log_event(logger, BEGIN_SKIP, _task_id(request, headers), headers.get(GROUP_HEADER),
                   queue, dispatch=did)
     return result
+
+
+def starts_quickly(app: Celery, request: Any, acks_late: bool) -> bool:
+    """``fair_quick_start``: whether the run of ``request`` may start without begin's
+    round trip. Only for a task that acks early, on the first delivery of a message the
+    pick script pushed itself, while half its lease is still ahead: that copy is the
+    current one (only a lease that ran out has its dispatch held again, and the worker's
+    lease keeper renews it long before), and nothing ran it before (acks-early: a copy
+    the broker redelivers says so). DESIGN.md "Quick start" states the trade-off: the
+    record keeps the message, so should the worker die mid-task, the task runs again
+    after the lease (at least once) instead of being lost (at most once)."""
+    config = get_config(app)
+    if acks_late or not config.quick_start:
+        return False
+    headers = request_headers(request)
+    until = headers.get(LEASE_HEADER)
+    if not isinstance(until, int) or headers.get("redelivered"):
+        return False
+    delivery = getattr(request, "delivery_info", None) or {}
+    if delivery.get("redelivered"):
+        return False
+    return until - time.time() * 1000 > config.lease_seconds * 500
 
 
 def _task_id(request: Any, headers: Mapping[str, Any]) -> Any:

@@ -33,7 +33,7 @@ from .envelope import Envelope, placement_of
 from .errors import CorruptMessage
 from .events import DISPATCH, enabled, log_event
 from .group_queues import dedicated_queue
-from .headers import DISPATCH_HEADER, QUEUE_HEADER
+from .headers import DISPATCH_HEADER, LEASE_HEADER, QUEUE_HEADER
 from .store.base import DirectPush, Picked, Store
 from .store.base import now_ms as _now_ms
 
@@ -139,6 +139,7 @@ class KombuPublisher:
             return False
         headers[DISPATCH_HEADER] = item.dispatch_id
         headers[QUEUE_HEADER] = queue
+        headers.pop(LEASE_HEADER, None)  # only a direct push's lease is known at receipt
         exchange, routing_key, declare = envelope.exchange, envelope.routing_key, None
         dedicated = dedicated_queue(worker)
         if dedicated == queue:

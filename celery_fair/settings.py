@@ -165,6 +165,12 @@ SETTINGS: tuple[Setting, ...] = (
             "When the broker is the store's own Redis, let the pick script push messages "
             "into kombu's queue itself (no publish round trip); False: always publish "
             "with kombu."),
+    Setting("fair_quick_start", False,
+            "Let a task that acks early start without asking the store first (one round "
+            "trip less per task) when its message was pushed by the pick script itself "
+            "(fair_direct_push), is a first delivery and has over half its lease left. "
+            "Trade-off: should its worker die mid-task, the task runs again after its "
+            "lease instead of being lost. acks_late tasks always ask."),
     Setting("fair_tasks", {},
             "Tasks published by name (send_task, beat) that celery_fair.install(app) holds: "
             "{name or glob: {'group': 'kwarg:NAME' / 'arg:N' / 'header:NAME' / "

@@ -28,12 +28,13 @@ from .headers import (
     CLASS_HEADER,
     COST_HEADER,
     DISPATCH_HEADER,
+    DISPATCH_HEADERS,
     GROUP_HEADER,
     QUEUE_HEADER,
     request_headers,
 )
 from .holding import HoldingProducer, klass_of, placement
-from .lifecycle import begin_dispatch, new_run, release_dispatch, run_gone
+from .lifecycle import begin_dispatch, new_run, release_dispatch, run_gone, starts_quickly
 from .names import validate_cost
 from .options import TASK_OPTIONS, class_options, reject_misspelt
 from .outage import Outage
@@ -96,8 +97,8 @@ class FairTask(Task):
         single = (options.pop("fair_singleton", None), options.pop("fair_singleton_mode", None))
         app = self._get_app()
         headers = dict(options.get("headers") or {})
-        headers.pop(DISPATCH_HEADER, None)
-        headers.pop(QUEUE_HEADER, None)
+        for stale in DISPATCH_HEADERS:  # a previous dispatch's (Task.retry)
+            headers.pop(stale, None)
         if app.conf.task_always_eager:
             # Run directly, as Celery does; still reject a bad group or cost at call time
             # (without needing a store, so eager tests run on any broker).
@@ -241,6 +242,8 @@ class FairTask(Task):
         try:
             run = new_run()
             self.request.fair_run = run  # its releases name it
+            if starts_quickly(self.app, self.request, acks_late=bool(self.acks_late)):
+                return BeginResult.RUN  # fair_quick_start: its lease says it is current
             result = begin_dispatch(self.app, self.request, acks_late=bool(self.acks_late),
                                     run=run)
         except FairError as exc:

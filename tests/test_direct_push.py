@@ -26,6 +26,8 @@ pytestmark = pytest.mark.timeout(120)
 
 #: Fields that differ between any two publishes of the same call.
 PER_MESSAGE = {"id", "root_id", "fair_dispatch_id", "correlation_id", "delivery_tag"}
+#: What only the script's push adds: the dispatch's lease (fair_quick_start).
+PUSHED_ONLY = {"fair_lease_until"}
 
 
 def _counting(dispatcher: Dispatcher) -> list[str]:
@@ -62,7 +64,8 @@ def _comparable(message: dict[str, Any]) -> dict[str, Any]:
     return {
         "body": base64.b64decode(message["body"]),
         "content": (message["content-type"], message["content-encoding"]),
-        "headers": {k: v for k, v in message["headers"].items() if k not in PER_MESSAGE},
+        "headers": {k: v for k, v in message["headers"].items()
+                    if k not in PER_MESSAGE | PUSHED_ONLY},
         "properties": {k: v for k, v in message["properties"].items()
                        if k not in PER_MESSAGE},
     }
@@ -85,6 +88,11 @@ def test_pushed_message_is_what_kombu_publishes(make_app, worker, redis_client):
     assert by_script["headers"]["id"] == pushed.id
     assert by_script["properties"]["delivery_tag"] == by_script["headers"]["fair_dispatch_id"]
     assert by_script["headers"]["fair_queue"] == queue
+    # the lease the push gave the dispatch; kombu's publish knows none (a pick lease)
+    leases = store_for(app).keys(queue).leases
+    assert by_script["headers"]["fair_lease_until"] == redis_client.zscore(
+        leases, by_script["headers"]["fair_dispatch_id"])
+    assert "fair_lease_until" not in by_kombu["headers"]
     assert _comparable(by_script) == _comparable(by_kombu)
     assert set(by_script) == set(by_kombu)
     # Back in the queue, both run on a real worker and say the same.

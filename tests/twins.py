@@ -17,7 +17,8 @@ from celery_fair import FairTask
 from celery_fair.task import store_for
 
 #: Headers celery_fair adds; the only difference allowed between the twins' answers.
-FAIR_FIELDS = ("fair_group", "fair_class", "fair_cost", "fair_dispatch_id", "fair_queue")
+FAIR_FIELDS = ("fair_group", "fair_class", "fair_cost", "fair_dispatch_id", "fair_queue",
+               "fair_lease_until")
 CUSTOM_FIELDS = ("x_trace", "tenant_hint")
 
 

@@ -29,7 +29,8 @@ server and database, see direct.py):
 ARGV[6]  the real queue (kombu's list) to push messages into
 ARGV[7]  kombu's priority separator
 ARGV[8]  kombu's priority steps, ascending, comma separated ("0,3,6,9")
-ARGV[9]  lease deadline in ms of a queued dispatch (what confirm.lua would set)
+ARGV[9]  lease deadline in ms of a queued dispatch (what confirm.lua would set); the pushed
+         message carries it as its header `fair_lease_until`
 ARGV[10] the queue's own direct exchange ('' for none) ...
 ARGV[11] ... its routing key
 ARGV[12] ... and kombu's binding set of that exchange ("_kombu.binding.<exchange>"); a

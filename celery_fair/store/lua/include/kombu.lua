@@ -53,8 +53,10 @@ local function envelope_parts(value)
     string.sub(value, n3 + 1)
 end
 
--- kombu's JSON for one publish of these parts as dispatch `did` to fair queue `queue`.
-local function kombu_message(did, queue, meta, headers, properties, body)
+-- kombu's JSON for one publish of these parts as dispatch `did` to fair queue `queue`,
+-- whose lease runs to `lease_until` (ms): the `fair_lease_until` header, by which a worker
+-- with fair_quick_start may skip begin's round trip (lifecycle.starts_quickly)
+local function kombu_message(did, queue, meta, headers, properties, body, lease_until)
   local mode = meta.dm  -- kombu.entity.maybe_delivery_mode: persistent unless told
   if mode == 'transient' then mode = 1
   elseif type(mode) ~= 'number' or mode == 0 then mode = 2 end
@@ -63,7 +65,8 @@ local function kombu_message(did, queue, meta, headers, properties, body)
     '", "content-encoding": ' .. cjson.encode(meta.ce) ..
     ', "content-type": ' .. cjson.encode(meta.ct) ..
     ', "headers": ' .. with_fields(headers, '"fair_dispatch_id": "' .. did ..
-      '", "fair_queue": ' .. cjson.encode(queue)) ..
+      '", "fair_queue": ' .. cjson.encode(queue) ..
+      ', "fair_lease_until": ' .. string.format('%d', lease_until)) ..
     ', "properties": ' .. with_fields(properties,
       '"delivery_mode": ' .. mode .. ', "priority": ' .. priority ..
       ', "delivery_info": {"exchange": ' .. cjson.encode(meta.e) ..

@@ -178,7 +178,8 @@ function PICK.run(A, told, handed, inflight)
       return false
     end
     if not string.find(headers, '"expires": null', 1, true) then return false end
-    local message, priority = kombu_message(did, target, meta, headers, properties, body)
+    local message, priority = kombu_message(did, target, meta, headers, properties, body,
+                                            tonumber(A[9]))
     redis.call('LPUSH', kombu_list(target, sep, steps, priority), message)
     return true
   end
