@@ -12,9 +12,10 @@ task's end, every part started and warmed up before. ``--published-first``: noth
 consumed until everything is published: plain Celery's worker has its consumer cancelled
 until then; celery-fair's dispatcher is stopped until then and started again, its
 start-up CPU (measured on an idle queue before) taken off. ``--no-hiredis`` runs every
-process with redis-py's pure-Python parser. ``--baseline REV`` adds a third side:
-celery-fair as of commit REV (``git archive``), the same app and processes, for a
-before/after in one run.
+process with redis-py's pure-Python parser. ``--quick-start`` adds a side with
+``fair_quick_start`` on (``fair+quick``). ``--baseline REV`` adds a side: celery-fair as
+of commit REV (``git archive``), the same app and processes, for a before/after in one
+run. ``CPU_CONF`` (settings as JSON) applies to every celery-fair side.
 """
 
 from __future__ import annotations
@@ -200,7 +201,8 @@ def measure(name: str, n: int, groups: int, published_first: bool, env: dict[str
 
 
 def run(tasks: int, groups: int, published_first: bool, hiredis: bool,
-        results: Path | None = None, baseline: str | None = None) -> dict[str, Any]:
+        results: Path | None = None, baseline: str | None = None,
+        quick_start: bool = False) -> dict[str, Any]:
     """Every side, one after the other; the row is appended to ``results``/cpu.jsonl
     (by default bench/results, looked up at the call)."""
     results = results or harness.RESULTS
@@ -214,9 +216,15 @@ def run(tasks: int, groups: int, published_first: bool, hiredis: bool,
     if not hiredis:  # a module named hiredis that fails to import: redis-py goes without
         (workdir / "app" / "hiredis.py").write_text("raise ImportError('bench cpu')\n")
     roots = {"plain": ROOT, "fair": ROOT}
+    envs = {name: env for name in roots}
+    if quick_start:
+        roots["fair+quick"] = ROOT
+        conf = {**json.loads(env.get("CPU_CONF") or "{}"), "fair_quick_start": True}
+        envs["fair+quick"] = {**env, "CPU_CONF": json.dumps(conf)}
     if baseline:
         roots[f"fair@{baseline}"] = _checkout(baseline, workdir)
-    sides = {name: measure(name, tasks, groups, published_first, env, workdir, root)
+    sides = {name: measure(name, tasks, groups, published_first, envs.get(name, env),
+                           workdir, root)
              for name, root in roots.items()}
     plain = sides["plain"]["us_cpu_per_task"]["total"]
     row = {"scenario": "cpu", "tasks": tasks, "groups": groups,
@@ -256,9 +264,11 @@ def main(argv: list[str]) -> int:
                         help="every process without hiredis (redis-py's Python parser)")
     parser.add_argument("--baseline", metavar="REV", default=None,
                         help="also measure celery-fair as of this commit (e.g. 7a3fe78)")
+    parser.add_argument("--quick-start", action="store_true",
+                        help="also measure celery-fair with fair_quick_start on")
     args = parser.parse_args(argv)
     _print(run(args.tasks, args.groups, args.published_first, not args.no_hiredis,
-               baseline=args.baseline))
+               baseline=args.baseline, quick_start=args.quick_start))
     return 0
 
 

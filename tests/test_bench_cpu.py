@@ -18,8 +18,9 @@ def test_the_cpu_benchmark_measures_every_process(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # published while draining (the default); --published-first only orders the same
     # parts differently, and is left to the full run (CI's time is short)
-    row = cpu.run(100, 4, published_first=False, hiredis=True, results=tmp_path)
-    for side in ("plain", "fair"):
+    row = cpu.run(100, 4, published_first=False, hiredis=True, results=tmp_path,
+                  quick_start=True)
+    for side in ("plain", "fair", "fair+quick"):
         used = row[side]["us_cpu_per_task"]
         # /proc counts in clock ticks (10 ms): Redis's part of 100 tasks may be under one,
         # and so may the dispatcher's, which releases leave out of the per-task path
@@ -32,3 +33,4 @@ def test_the_cpu_benchmark_measures_every_process(tmp_path: Path,
     monkeypatch.setattr(bench.harness, "RESULTS", tmp_path)
     section = "\n".join(bench.report._cpu_lines())
     assert "## CPU per task" in section and "| fair |" in section
+    assert "| fair+quick |" in section
