@@ -15,7 +15,10 @@ start-up CPU (measured on an idle queue before) taken off. ``--no-hiredis`` runs
 process with redis-py's pure-Python parser. ``--quick-start`` adds a side with
 ``fair_quick_start`` on (``fair+quick``). ``--baseline REV`` adds a side: celery-fair as
 of commit REV (``git archive``), the same app and processes, for a before/after in one
-run. ``CPU_CONF`` (settings as JSON) applies to every celery-fair side.
+run. ``CPU_CONF`` (settings as JSON) applies to every celery-fair side. ``--broker
+amqp``: the broker is the running RabbitMQ (a virtual host of the run's own), the
+redis-server celery-fair's store alone; RabbitMQ's CPU (its ``beam.smp``, which serves
+nothing else meanwhile) is the part ``rabbitmq``, in the total.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CELERY = str(Path(sys.executable).with_name("celery"))
 _TICK = os.sysconf("SC_CLK_TCK")
 PARTS = ("app", "redis", "worker", "dispatcher")
+#: A part of its own only with ``--broker amqp``.
+BROKER_PART = "rabbitmq"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -55,12 +60,16 @@ class Side:
     and its figures. ``root``: where ``celery_fair`` is imported from."""
 
     def __init__(self, name: str, server: RedisServer, counter: RedisServer,
-                 env: dict[str, str], workdir: Path, root: Path = ROOT) -> None:
+                 env: dict[str, str], workdir: Path, root: Path = ROOT,
+                 amqp: str | None = None) -> None:
         self.fair, self.server, self.workdir = name != "plain", server, workdir
-        ns = name.replace("@", "") + uuid.uuid4().hex[:6]
+        ns = name.replace("@", "").replace("+", "") + uuid.uuid4().hex[:6]
         path = os.pathsep.join([str(workdir / "app"), str(root), env.get("PYTHONPATH", "")])
-        self.env = {**env, "PYTHONPATH": path, "CPU_BROKER": server.url + "/0", "CPU_NS": ns,
-                    "CPU_QUEUE": ns, "CPU_COUNTER": counter.url + "/0"}
+        self.env = {**env, "PYTHONPATH": path, "CPU_BROKER": amqp or server.url + "/0",
+                    "CPU_NS": ns, "CPU_QUEUE": ns, "CPU_COUNTER": counter.url + "/0"}
+        if amqp:
+            self.env["CPU_STORE"] = server.url + "/0"
+        self.broker_pid = _beam_pid() if amqp else None
         self.counter = redis.Redis.from_url(counter.url + "/0")
         self.key = ns + ":done"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -154,10 +163,20 @@ class Side:
     def cpu(self) -> dict[str, float]:
         pids = {name: p.pid for name, p in self.procs.items()}
         pids["redis"] = self.server.proc.pid
+        if self.broker_pid:
+            pids[BROKER_PART] = self.broker_pid
         return {name: cpu_seconds(pid) for name, pid in pids.items()}
 
     def stop(self) -> None:
         stop_all(self.procs.values())
+
+
+def _beam_pid() -> int:
+    """The running RabbitMQ's Erlang VM (the oldest ``beam.smp``)."""
+    found = subprocess.run(["pgrep", "-o", "-x", "beam.smp"], capture_output=True, text=True)
+    if found.returncode != 0:
+        raise RuntimeError("bench cpu --broker amqp: no RabbitMQ (beam.smp) running")
+    return int(found.stdout.split()[0])
 
 
 def stop_all(procs: Iterable[subprocess.Popen[bytes]]) -> None:
@@ -173,10 +192,13 @@ def stop_all(procs: Iterable[subprocess.Popen[bytes]]) -> None:
 
 
 def measure(name: str, n: int, groups: int, published_first: bool, env: dict[str, str],
-            workdir: Path, root: Path = ROOT) -> dict[str, Any]:
+            workdir: Path, root: Path = ROOT, amqp: bool = False) -> dict[str, Any]:
     """µs of CPU per task of each process, and the drain's rate, for one side."""
+    from .sqlstores import RabbitVhost
+
     server, counter = RedisServer(), RedisServer()
-    side = Side(name, server, counter, env, workdir, root)
+    vhost = RabbitVhost("fair-bench-cpu-") if amqp else None
+    side = Side(name, server, counter, env, workdir, root, vhost.url if vhost else None)
     try:
         side.start_consumers(hold_back=published_first)
         before, started = side.cpu(), time.monotonic()
@@ -192,17 +214,20 @@ def measure(name: str, n: int, groups: int, published_first: bool, env: dict[str
         side.stop()
         server.stop()
         counter.stop()
+        if vhost:
+            vhost.delete()
     used = {name: after[name] - before.get(name, 0.0) for name in after}
     used["app"] = app_cpu
-    per_task = {name: round(used.get(name, 0.0) / n * 1e6) for name in PARTS}
-    per_task["total"] = sum(per_task[p] for p in PARTS)
+    parts = (*PARTS, BROKER_PART) if amqp else PARTS
+    per_task = {name: round(used.get(name, 0.0) / n * 1e6) for name in parts}
+    per_task["total"] = sum(per_task[p] for p in parts)
     return {"tasks_per_s": round(n / seconds, 1), "us_cpu_per_task": per_task,
             "published_per_s": round(n / publishing, 1)}
 
 
 def run(tasks: int, groups: int, published_first: bool, hiredis: bool,
         results: Path | None = None, baseline: str | None = None,
-        quick_start: bool = False) -> dict[str, Any]:
+        quick_start: bool = False, broker: str = "redis") -> dict[str, Any]:
     """Every side, one after the other; the row is appended to ``results``/cpu.jsonl
     (by default bench/results, looked up at the call)."""
     results = results or harness.RESULTS
@@ -224,10 +249,10 @@ def run(tasks: int, groups: int, published_first: bool, hiredis: bool,
     if baseline:
         roots[f"fair@{baseline}"] = _checkout(baseline, workdir)
     sides = {name: measure(name, tasks, groups, published_first, envs.get(name, env),
-                           workdir, root)
+                           workdir, root, amqp=broker == "amqp")
              for name, root in roots.items()}
     plain = sides["plain"]["us_cpu_per_task"]["total"]
-    row = {"scenario": "cpu", "tasks": tasks, "groups": groups,
+    row = {"scenario": "cpu", "tasks": tasks, "groups": groups, "broker": broker,
            "published_first": published_first, "hiredis": hiredis, **sides,
            "added_us_per_task": {n: s["us_cpu_per_task"]["total"] - plain
                                  for n, s in sides.items() if n != "plain"},
@@ -266,9 +291,11 @@ def main(argv: list[str]) -> int:
                         help="also measure celery-fair as of this commit (e.g. 7a3fe78)")
     parser.add_argument("--quick-start", action="store_true",
                         help="also measure celery-fair with fair_quick_start on")
+    parser.add_argument("--broker", choices=("redis", "amqp"), default="redis",
+                        help="amqp: the running RabbitMQ is the broker (a vhost of its own)")
     args = parser.parse_args(argv)
     _print(run(args.tasks, args.groups, args.published_first, not args.no_hiredis,
-               baseline=args.baseline, quick_start=args.quick_start))
+               baseline=args.baseline, quick_start=args.quick_start, broker=args.broker))
     return 0
 
 
@@ -276,14 +303,16 @@ def _print(row: dict[str, Any]) -> None:
     sides = [k for k in row if k == "plain" or k.startswith("fair")]
     print(f"µs CPU per no-op task ({row['tasks']} tasks, {row['groups']} groups, "
           f"{'published first' if row['published_first'] else 'published while draining'}, "
-          f"{'hiredis' if row['hiredis'] else 'no hiredis'})")
-    print(f"{'':16}" + "".join(f"{p:>11}" for p in (*PARTS, "total", "tasks/s", "publish/s",
+          f"{'hiredis' if row['hiredis'] else 'no hiredis'}, "
+          f"broker {row.get('broker', 'redis')})")
+    parts = (*PARTS, BROKER_PART) if row.get("broker") == "amqp" else PARTS
+    print(f"{'':16}" + "".join(f"{p:>11}" for p in (*parts, "total", "tasks/s", "publish/s",
                                                       "added", "ratio", "hold ratio")))
     for side in sides:
         cells = row[side]["us_cpu_per_task"]
         extra = "" if side == "plain" else \
             f"{row['added_us_per_task'][side]:>11,}{row['drain_ratio'][side]:>11}" \
             f"{row['hold_ratio'][side]:>11}"
-        print(f"{side:16}" + "".join(f"{cells[p]:>11,}" for p in (*PARTS, "total"))
+        print(f"{side:16}" + "".join(f"{cells[p]:>11,}" for p in (*parts, "total"))
               + f"{row[side]['tasks_per_s']:>11,.0f}{row[side]['published_per_s']:>11,.0f}"
               + extra)

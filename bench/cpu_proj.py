@@ -22,6 +22,8 @@ app.conf.update(task_default_queue=os.environ.get("CPU_QUEUE", "cpu"),
                 fair_key_prefix=os.environ.get("CPU_NS", "cpu"), task_ignore_result=True,
                 worker_prefetch_multiplier=1, worker_hijack_root_logger=False,
                 broker_connection_retry_on_startup=True)
+if os.environ.get("CPU_STORE"):  # the broker is RabbitMQ: celery_fair's store stays Redis
+    app.conf.fair_store_url = os.environ["CPU_STORE"]
 # CPU_CONF: more settings, as JSON (a variant to measure: '{"fair_direct_push": false}')
 app.conf.update(json.loads(os.environ.get("CPU_CONF") or "{}"))
 _counter = redis.Redis.from_url(os.environ.get("CPU_COUNTER", "redis://127.0.0.1:6379/1"))

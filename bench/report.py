@@ -190,30 +190,33 @@ def _cpu_lines() -> list[str]:
     path = harness.RESULTS / "cpu.jsonl"
     if not path.exists():
         return []
-    latest: dict[tuple[bool, bool], dict[str, Any]] = {}  # one row per way of running
+    # one row per way of running
+    latest: dict[tuple[str, bool, bool, int], dict[str, Any]] = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.strip():
             row = json.loads(line)
-            latest[(row["published_first"], row["hiredis"])] = row
+            latest[(row.get("broker", "redis"), row["published_first"], row["hiredis"],
+                    row["groups"])] = row
     out = ["", "## CPU per task", "",
-           "`python -m bench cpu [--published-first] [--no-hiredis]`: 10,000 no-op tasks "
-           "over 10 groups, every part a process of its own (the publisher's `delay()` "
-           "loop, one threads worker `-c 8` with prefetch 1, the dispatcher, the "
-           "redis-server that is broker and store); µs of CPU per task of each process, "
-           "plain Celery and celery-fair one after the other in the same run (`fair@REV`: "
-           "celery-fair as of that commit, `--baseline REV`; `fair+quick`: with "
-           "`fair_quick_start`, `--quick-start`). The load average before the "
-           "run is given: on a loaded 2-core machine the rates (tasks/s) swing much more "
-           "than the CPU per task. `publish/s`: the publisher's `delay()` loop alone (its "
-           "start-up left out), while the worker and dispatcher drain (or, published "
-           "first, with nothing consuming); `hold ratio`: fair over plain (target ≥ 1.0 "
-           "both ways).", "",
+           "`python -m bench cpu [--published-first] [--no-hiredis] [--groups N]`: 10,000 no-op "
+           "tasks over 10 groups (or N), every part a process of its own (the publisher's "
+           "`delay()` loop, one threads worker `-c 8` with prefetch 1, the dispatcher, the "
+           "redis-server that is broker and store); µs of CPU per task of each process, plain "
+           "Celery and celery-fair one after the other in the same run (`fair@REV`: celery-fair "
+           "as of that commit, `--baseline REV`; `fair+quick`: with `fair_quick_start`, "
+           "`--quick-start`; RabbitMQ broker: `--broker amqp`, its CPU beside Redis's, in the "
+           "total). The load average before the run is given: on a loaded 2-core machine the "
+           "rates (tasks/s) swing much more than the CPU per task. `publish/s`: the publisher's "
+           "`delay()` loop alone (its start-up left out), while the worker and dispatcher drain "
+           "(or, published first, with nothing consuming); `hold ratio`: fair over plain (target"
+           " ≥ 1.0 both ways).", "",
            "| way | side | app | redis | worker | dispatcher | total | tasks/s | added "
            "| drain ratio | publish/s | hold ratio |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (first, hiredis), row in sorted(latest.items()):
+    for (broker, first, hiredis, groups), row in sorted(latest.items()):
         way = ("published first" if first else "while draining") + \
-            (", hiredis" if hiredis else ", no hiredis") + \
+            (", hiredis" if hiredis else ", no hiredis") + f", {groups} groups" + \
+            (", RabbitMQ broker" if broker == "amqp" else "") + \
             (f", load {row['load_before']:.1f}" if "load_before" in row else "")
         for side in [k for k in row if k == "plain" or k.startswith("fair")]:
             cpu = row[side]["us_cpu_per_task"]
@@ -222,8 +225,10 @@ def _cpu_lines() -> list[str]:
             published = row[side].get("published_per_s")  # rows before it have none
             tail += f" | {published:,.0f} | " if published else " | – | "
             tail += str(row.get("hold_ratio", {}).get(side, "")) if published else ""
+            store = f"{cpu['redis']:,}" + (f" + RabbitMQ {cpu['rabbitmq']:,}"
+                                           if "rabbitmq" in cpu else "")
             out.append(f"| {way} (`{row['commit']}`) | {side} | {cpu['app']:,} | "
-                       f"{cpu['redis']:,} | {cpu['worker']:,} | {cpu['dispatcher']:,} | "
+                       f"{store} | {cpu['worker']:,} | {cpu['dispatcher']:,} | "
                        f"{cpu['total']:,} | {row[side]['tasks_per_s']:,.0f} | {tail} |")
     return out
 

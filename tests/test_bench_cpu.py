@@ -34,3 +34,13 @@ def test_the_cpu_benchmark_measures_every_process(tmp_path: Path,
     section = "\n".join(bench.report._cpu_lines())
     assert "## CPU per task" in section and "| fair |" in section
     assert "| fair+quick |" in section
+
+
+def test_the_cpu_benchmark_runs_on_rabbitmq_and_counts_its_cpu(tmp_path: Path) -> None:
+    row = cpu.run(100, 4, published_first=False, hiredis=True, results=tmp_path,
+                  broker="amqp")
+    assert row["broker"] == "amqp"
+    for side in ("plain", "fair"):
+        used = row[side]["us_cpu_per_task"]
+        assert used[cpu.BROKER_PART] > 0, (side, used)  # RabbitMQ moved every message
+        assert used["total"] == sum(used[p] for p in (*cpu.PARTS, cpu.BROKER_PART))
