@@ -420,6 +420,8 @@ class Campaign(Measuring):
                 if self.dispatcher is not None and self.dispatcher.alive():
                     self.dispatcher.kill()
                     self.figures.kills["dispatcher_external"] += 1
+                elif self.dispatcher is not None:  # died since the watcher last looked
+                    self._dispatcher_gone(self.dispatcher)
                 self.start_dispatcher()
         elif what == "worker":
             self._kill_worker()
@@ -470,12 +472,18 @@ class Campaign(Measuring):
             with self._lock:
                 proc = self.dispatcher
                 if proc is not None and not proc.alive():
-                    if proc.proc.returncode == -9:
-                        self.figures.kills["dispatcher_hook"] += 1
-                    else:  # not ours: a crash worth reading about
-                        logger.error("dispatcher exited by itself:\n%s", proc.tail())
-                        self.figures.kills["dispatcher_crashed_itself"] += 1
+                    self._dispatcher_gone(proc)
                     self.start_dispatcher()
+
+    def _dispatcher_gone(self, proc: CeleryProc) -> None:
+        """Count a dispatcher found dead: the crash hook's SIGKILL, or a crash of its own
+        (logged with its output)."""
+        if proc.proc.returncode == -9:
+            self.figures.kills["dispatcher_hook"] += 1
+        else:  # not ours: a crash worth reading about
+            logger.error("dispatcher exited by itself (%s):\n%s", proc.proc.returncode,
+                         proc.tail())
+            self.figures.kills["dispatcher_crashed_itself"] += 1
 
     def _settle(self, number: int) -> None:
         """Wait until every task so far completed and no slot is in flight."""
