@@ -34,39 +34,39 @@ WHAT = {
 #: What limits a scenario when it misses its target (profiled; see the issue's notes).
 LIMITS = {
     "end_to_end": (
-        "CPU per task on 2 shared cores. Measured per task on this machine (3,000 no-op "
-        "tasks, CPU time of each process): plain Celery ~2.5 ms (worker) + 0.25 ms "
-        "(Redis); celery-fair with hiredis ~0.5 ms more in the worker (the `begin` and "
-        "`release` round trips a fair task makes in its pool thread; ~1.1 ms without "
-        "hiredis, whose pure-Python reply parser costs ~190 µs CPU per round trip here), "
-        "~0.5 ms more in Redis (hold, pick and push, begin, release scripts against one "
-        "LPUSH/BRPOP; the pick script alone 50-150 µs per message) and ~0.55 ms in the "
-        "dispatcher (a step per release: promote and pick, reclaim only every 0.2 s). "
-        "`fair_dispatch_ahead` 2, 4 or 8 gave the same ratio (0.60, 0.64, 0.60), so idle "
-        "slots are not the cause. Handing the release to a sender thread of its own did "
-        "not change the CPU per task (the releases rarely batched). Next steps: a "
-        "cheaper pick script per message, and fewer store round trips per task in the "
-        "worker. Coalescing dispatcher steps was tried (the dispatcher lingering 2-5 ms "
-        "after a wake-up, `fair_dispatch_ahead` 8 or 16: 0.64-0.75 against 0.78 without, "
-        "quick runs), so the dispatcher's step rate is not the limit."),
+        "CPU per task on 2 shared cores (here the worker runs inside the benchmark "
+        "process; `python -m bench cpu` runs every part as its own process and splits "
+        "the CPU by process, see \"CPU per task\" and \"Issue 17: before and after\"). "
+        "The dispatcher has left the per-task path (releases refill their slots); what "
+        "fair adds is Redis (the hold and the release scripts, the release picking and "
+        "pushing the next message: ~100 µs of each task's Redis time is the scripts "
+        "defining their includes' functions on every call) and the worker's `begin` and "
+        "`release` round trips (`fair_quick_start` saves the `begin`)."),
     "dispatch": (
-        "The host's speed on the day, not a change of code. The run of 2026-11-22 on "
-        "the same machine gave 14,115/s (plain `delay()` 1,232/s, plain kombu publish "
-        "3,136/s); on 2026-11-25 plain `delay()` did 791/s and plain kombu publish "
-        "1,904/s, about 40 % slower. Back-to-back runs of the pick script before and after "
-        "that day's change (a counter per pick call) gave 9,185 and 9,372 against 8,430 "
-        "and 9,408 dispatches/s. Per message the pick script makes ~15 Redis calls "
-        "inside one script (take, record with the bytes, lease, kombu's message, ready "
-        "set); a leaner record is the next step."),
+        "One Redis core: the pick script costs ~100 µs of Redis per message here (~11 "
+        "commands, the record with the message, the lease, kombu's message built in "
+        "Lua). The host's speed moves it too: 14,115/s on 2026-11-22, 8,408 on "
+        "2026-11-25 (`7a3fe78`), ~10,200 now."),
     "idle_latency": (
-        "One more process hop than plain Celery: the hold wakes the dispatcher (its own "
-        "process, BLPOP), whose step (promote, reclaim and pick-and-push in one pipelined "
-        "round trip) puts the message in the queue, and the worker makes one `begin` round "
-        "trip before the task body. With the dispatcher in a thread of the benchmark "
-        "process the added p50 was 0.8 ms; as a separate process on this loaded machine "
-        "it is 2-3 ms. Next step: let the hold script push straight into kombu's queue "
-        "when the queue has room and the group no backlog (what the dispatcher would do "
-        "next anyway)."),
+        "A hold into an idle queue picks and pushes its message in the same script, so "
+        "what is added is that script, the worker's `begin` (none with "
+        "`fair_quick_start`) and its release; the spread between runs (±0.4 ms) is "
+        "the machine's."),
+    "small_tenant": (
+        "The ratio of the two backlogs (1.52 against 1.5): the 4 slots run in lockstep, "
+        "so a newcomer waits for the running burst's end, anything from 0 to 1.2 task "
+        "durations; both medians are under 1 task duration."),
+    "groups": (
+        "Per group taken from, a pick writes the group's in-flight count, its tags and "
+        "head times, and its backlog rank (3 commands): with one message from each of "
+        "500 groups a pick makes ~3 commands per message more than with 50 from each of "
+        "10. A layout with those fields in per-queue hashes written once per call is "
+        "the next step (issue 12)."),
+    "pick_groups": "As for groups: the per-group writes of a pick (issue 12).",
+    "held": (
+        "The message's entry in the queue's hash and its id in its group's list "
+        "(~210 B besides the message, 209 at `7a3fe78`); a finished task leaves ~25 B "
+        "(its tombstone in a bucketed hash)."),
 }
 
 
@@ -215,7 +215,8 @@ def _cpu_lines() -> list[str]:
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (broker, first, hiredis, groups), row in sorted(latest.items()):
         way = ("published first" if first else "while draining") + \
-            (", hiredis" if hiredis else ", no hiredis") + f", {groups} groups" + \
+            (", hiredis" if hiredis else ", no hiredis") + \
+            (", 1 group" if groups == 1 else f", {groups} groups") + \
             (", RabbitMQ broker" if broker == "amqp" else "") + \
             (f", load {row['load_before']:.1f}" if "load_before" in row else "")
         for side in [k for k in row if k == "plain" or k.startswith("fair")]:
